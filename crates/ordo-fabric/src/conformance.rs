@@ -1,0 +1,441 @@
+//! The conformance suite every [`Fabric`] backend must pass.
+//!
+//! A backend's tests implement [`Harness`] and call [`run_all`] (or the
+//! single checks). The checks are behavioural: they fail if a guarantee of
+//! the crate docs is broken, whatever the backend.
+//!
+//! | check | guarantee |
+//! |---|---|
+//! | [`fifo_order`] | 1: a word written with increasing values is never seen to go back |
+//! | [`guarded_publish`] | 1+3: a reader that sees a guard sees all the data it guards, under flow control, concurrently |
+//! | [`no_torn_words`] | 2: concurrent readers never see a word that mixes two writes |
+//! | [`signaled_completion`] | 4: one completion per tag, data visible when it is reported |
+//! | [`doorbell_wakeup`] | 6: a write wakes a reader parked on the doorbell |
+//! | [`suspicion_after_peer_dies`] | 5: a dead peer is suspected, posts to it fail, others are unaffected |
+//! | [`rejects_bad_posts`] | out-of-range and unknown-peer posts fail and change nothing |
+//!
+//! Multi-process checks (SIGKILL of a peer process) need a binary to spawn and
+//! live in the `ordo` package's integration tests; the tcp backend's
+//! bad-frame rejection lives in its own tests.
+
+use crate::{Fabric, FabricEvent, MemberId, PostError, Write, WriteTag};
+use std::time::{Duration, Instant};
+
+/// One member's part in a check: called repeatedly until it returns `true`.
+pub type Part<F> = Box<dyn FnMut(&mut F) -> bool + Send>;
+
+/// What a backend supplies to run the suite.
+pub trait Harness {
+    /// The backend's fabric endpoint.
+    type Fabric: Fabric + Send + 'static;
+
+    /// A group of `n` members (ids `0..n`) with regions of `region_len`
+    /// bytes, every link up. Element `i` is member `i`.
+    fn group(&mut self, n: usize, region_len: usize) -> Vec<Self::Fabric>;
+
+    /// Runs `parts[i]` for `members[i]` until every part returns `true`, and
+    /// gives the members back. Real backends run each part on its own thread
+    /// (truly concurrently); the simulator interleaves them with its network.
+    /// Panics if the parts do not finish within `limit`.
+    fn run(&mut self, members: Vec<Self::Fabric>, parts: Vec<Part<Self::Fabric>>, limit: Duration) -> Vec<Self::Fabric>;
+
+    /// Makes `member` fail the way a crashed process does. Default: drop it
+    /// (which releases its liveness lock or closes its connections).
+    fn kill(&mut self, member: Self::Fabric) {
+        drop(member);
+    }
+
+    /// Whether the backend has a doorbell that incoming writes ring.
+    fn has_doorbell(&self) -> bool;
+
+    /// Lets time pass for a member that is waiting on the network (real
+    /// backends: a short sleep; the simulator: advance its clock).
+    fn pause(&mut self) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Runs every check of the suite.
+pub fn run_all<H: Harness>(h: &mut H) {
+    rejects_bad_posts(h);
+    fifo_order(h);
+    guarded_publish(h, 64, 3000);
+    guarded_publish(h, 10 * 1024, 300);
+    no_torn_words(h);
+    signaled_completion(h);
+    if h.has_doorbell() {
+        doorbell_wakeup(h);
+    }
+    suspicion_after_peer_dies(h);
+}
+
+/// Posts `write`, retrying (with `progress` between tries) while the backend
+/// reports back-pressure.
+pub fn post_retrying<F: Fabric>(f: &mut F, write: Write, progress: &mut Vec<FabricEvent>) -> Result<(), PostError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match f.post_write(write) {
+            Err(PostError::Backpressure(_)) if Instant::now() < deadline => {
+                f.poll_events(progress);
+                std::thread::yield_now();
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Out-of-range writes, writes to unknown peers and to oneself are refused
+/// with the right error and change no remote byte.
+pub fn rejects_bad_posts<H: Harness>(h: &mut H) {
+    let mut g = h.group(2, 4096);
+    let len = g[0].region().len();
+    g[0].region().write_bytes(0, &[0xAB; 64]);
+    assert!(matches!(g[0].post_write(Write::new(1, len - 8, 16)), Err(PostError::OutOfBounds { .. })));
+    assert!(matches!(g[0].post_write(Write::new(1, usize::MAX - 4, 8)), Err(PostError::OutOfBounds { .. })));
+    assert_eq!(g[0].post_write(Write::new(7, 0, 8)), Err(PostError::UnknownPeer(7)));
+    assert_eq!(g[0].post_write(Write::new(0, 0, 8)), Err(PostError::UnknownPeer(0)));
+    // A good write after the bad ones still lands, and only it.
+    g[0].region().store_release(64, 1);
+    g[0].post_write(Write::new(1, 64, 8)).unwrap();
+    let g = h.run(
+        g,
+        vec![Box::new(|_f| true), Box::new(|f| f.region().load_acquire(64) == 1)],
+        Duration::from_secs(20),
+    );
+    let mut out = [0u8; 64];
+    g[1].region().read_bytes(0, &mut out);
+    assert_eq!(out, [0u8; 64], "a refused write changed the peer's region");
+}
+
+/// Guarantee 1: a word that the writer sets to 1, 2, ..., K with one write
+/// each is observed by the reader as non-decreasing and ends at K.
+pub fn fifo_order<H: Harness>(h: &mut H) {
+    const K: u64 = 20_000;
+    let g = h.group(2, 4096);
+    let writer: Part<H::Fabric> = {
+        let mut next = 1u64;
+        let mut events = Vec::new();
+        Box::new(move |f| {
+            for _ in 0..64 {
+                if next > K {
+                    return true;
+                }
+                f.region().store_release(0, next);
+                post_retrying(f, Write::new(1, 0, 8), &mut events).unwrap();
+                next += 1;
+            }
+            f.poll_events(&mut events);
+            next > K
+        })
+    };
+    let reader: Part<H::Fabric> = {
+        let mut last = 0u64;
+        Box::new(move |f| {
+            let v = f.region().load_acquire(0);
+            assert!(v >= last, "FIFO broken: saw {v} after {last}");
+            last = v;
+            v == K
+        })
+    };
+    h.run(g, vec![writer, reader], Duration::from_secs(60));
+}
+
+const SLOTS: usize = 8;
+const GUARD: usize = 0;
+const ACK: usize = 64;
+const DATA: usize = 128;
+
+fn pattern(i: u64, k: usize) -> u8 {
+    (i.wrapping_mul(31).wrapping_add(k as u64 * 7) % 251) as u8
+}
+
+/// Guarantees 1 and 3 under concurrency: the writer streams `count` messages
+/// of `size` bytes into an 8-slot ring at the reader, each followed by a
+/// guard write; the reader, seeing guard `g`, checks every byte of messages
+/// up to `g` and acks through its own write back. Any lost, reordered or
+/// early-visible byte fails the check.
+pub fn guarded_publish<H: Harness>(h: &mut H, size: usize, count: u64) {
+    let region_len = DATA + SLOTS * size;
+    let g = h.group(2, region_len);
+    let writer: Part<H::Fabric> = {
+        let mut next = 1u64;
+        let mut events = Vec::new();
+        let mut scratch = vec![0u8; size];
+        Box::new(move |f| {
+            if next > count {
+                return true;
+            }
+            let acked = f.region().load_acquire(ACK);
+            let mut posted = false;
+            while next <= count && next - acked <= SLOTS as u64 {
+                let slot = DATA + ((next - 1) as usize % SLOTS) * size;
+                for (k, b) in scratch.iter_mut().enumerate() {
+                    *b = pattern(next, k);
+                }
+                f.region().write_bytes(slot, &scratch);
+                post_retrying(f, Write::new(1, slot, size), &mut events).unwrap();
+                f.region().store_release(GUARD, next);
+                post_retrying(f, Write::new(1, GUARD, 8), &mut events).unwrap();
+                next += 1;
+                posted = true;
+            }
+            if !posted {
+                f.poll_events(&mut events);
+            }
+            false
+        })
+    };
+    let reader: Part<H::Fabric> = {
+        let mut seen = 0u64;
+        let mut events = Vec::new();
+        let mut buf = vec![0u8; size];
+        Box::new(move |f| {
+            let guard = f.region().load_acquire(GUARD);
+            assert!(guard >= seen, "guard went back from {seen} to {guard}");
+            if guard == seen {
+                return seen == count;
+            }
+            for i in seen + 1..=guard {
+                let slot = DATA + ((i - 1) as usize % SLOTS) * size;
+                f.region().read_bytes(slot, &mut buf);
+                for (k, b) in buf.iter().enumerate() {
+                    assert_eq!(*b, pattern(i, k), "message {i} byte {k} not visible under guard {guard}");
+                }
+            }
+            seen = guard;
+            f.region().store_release(ACK, seen);
+            post_retrying(f, Write::new(0, ACK, 8), &mut events).unwrap();
+            seen == count
+        })
+    };
+    h.run(g, vec![writer, reader], Duration::from_secs(60));
+}
+
+/// Guarantee 2: the writer repeatedly writes a 256-byte block whose every
+/// word has all eight bytes equal (`v` in each byte, `v` increasing), in one
+/// write each time; the reader checks that every word it loads is uniform
+/// and never goes back.
+pub fn no_torn_words<H: Harness>(h: &mut H) {
+    const WORDS: usize = 32;
+    const ROUNDS: u64 = 5000;
+    let g = h.group(2, 4096);
+    let writer: Part<H::Fabric> = {
+        let mut v = 1u64;
+        let mut events = Vec::new();
+        Box::new(move |f| {
+            let word = (v % 255 + 1) * 0x0101_0101_0101_0101;
+            for w in 0..WORDS {
+                f.region().atomic_u64(w * 8).store(word, std::sync::atomic::Ordering::Relaxed);
+            }
+            // Offset the write by 8 so the backend's copy also has to handle
+            // a block that does not start on a 16-byte boundary.
+            post_retrying(f, Write::new(1, 8, (WORDS - 1) * 8), &mut events).unwrap();
+            f.region().store_release(512, v);
+            post_retrying(f, Write::new(1, 512, 8), &mut events).unwrap();
+            f.poll_events(&mut events);
+            v += 1;
+            v > ROUNDS
+        })
+    };
+    let reader: Part<H::Fabric> = {
+        let mut last = [0u8; WORDS];
+        Box::new(move |f| {
+            for w in 1..WORDS {
+                let x = f.region().atomic_u64(w * 8).load(std::sync::atomic::Ordering::Relaxed);
+                let b = x.to_le_bytes();
+                assert!(b.iter().all(|y| *y == b[0]), "torn word {w}: {x:#018x}");
+                // Values wrap at 255, so only check monotonicity below the wrap.
+                if b[0] >= last[w] || last[w] > 250 {
+                    last[w] = b[0];
+                } else {
+                    panic!("word {w} went back from {} to {}", last[w], b[0]);
+                }
+            }
+            f.region().load_acquire(512) == ROUNDS
+        })
+    };
+    h.run(g, vec![writer, reader], Duration::from_secs(60));
+}
+
+/// Guarantee 4: every signaled write yields exactly one completion with its
+/// tag, and when it is reported the data is visible at the peer.
+pub fn signaled_completion<H: Harness>(h: &mut H) {
+    const N: u64 = 200;
+    let g = h.group(3, 4096);
+    let writer: Part<H::Fabric> = {
+        let mut next = 0u64;
+        let mut done: Vec<(MemberId, u64)> = Vec::new();
+        let mut events = Vec::new();
+        Box::new(move |f| {
+            if next < N {
+                f.region().store_release(256, next + 1);
+                for peer in [1, 2] {
+                    let tag = WriteTag(next * 10 + peer as u64);
+                    post_retrying(f, Write::signaled(peer, 256, 8, tag), &mut events).unwrap();
+                }
+                next += 1;
+            }
+            f.poll_events(&mut events);
+            for e in events.drain(..) {
+                match e {
+                    FabricEvent::Completed { peer, tag } => {
+                        assert_eq!(tag.0 % 10, peer as u64, "completion for the wrong peer");
+                        done.push((peer, tag.0));
+                    }
+                    other => panic!("unexpected event {other:?}"),
+                }
+            }
+            if done.len() as u64 == 2 * N {
+                let mut sorted = done.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                assert_eq!(sorted.len(), done.len(), "a tag completed twice");
+                // Per peer, completions arrive in posting order.
+                for peer in [1u32, 2] {
+                    let seq: Vec<u64> = done.iter().filter(|d| d.0 == peer).map(|d| d.1).collect();
+                    assert!(seq.windows(2).all(|w| w[0] < w[1]), "completions out of order");
+                }
+                return true;
+            }
+            false
+        })
+    };
+    let idle = |f: &mut H::Fabric| f.region().load_acquire(256) == N;
+    h.run(g, vec![writer, Box::new(idle), Box::new(idle)], Duration::from_secs(60));
+
+    // Visibility at completion: a single signaled write whose completion the
+    // writer waits for; the peer's byte must be there when it is reported.
+    let mut g = h.group(2, 4096);
+    g[0].region().store_release(8, 0xFEED);
+    g[0].post_write(Write::signaled(1, 8, 8, WriteTag(1))).unwrap();
+    let start = Instant::now();
+    let mut events = Vec::new();
+    loop {
+        g[0].poll_events(&mut events);
+        if let Some(e) = events.first() {
+            assert_eq!(*e, FabricEvent::Completed { peer: 1, tag: WriteTag(1) });
+            assert_eq!(g[1].region().load_acquire(8), 0xFEED, "completed before visible");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no completion");
+        h.pause();
+    }
+}
+
+/// Guarantee 6: a reader parked on its doorbell (with a 10 s timeout) is
+/// woken by a write that lands while it sleeps.
+pub fn doorbell_wakeup<H: Harness>(h: &mut H) {
+    let g = h.group(2, 4096);
+    let writer: Part<H::Fabric> = {
+        let start = Instant::now();
+        Box::new(move |f| {
+            if start.elapsed() < Duration::from_millis(50) {
+                std::thread::sleep(Duration::from_millis(5));
+                return false;
+            }
+            f.region().store_release(0, 42);
+            f.post_write(Write::new(1, 0, 8)).unwrap();
+            true
+        })
+    };
+    let reader: Part<H::Fabric> = Box::new(move |f| {
+        let bell = f.doorbell().expect("backend has a doorbell").clone();
+        let token = bell.prepare_park();
+        if f.region().load_acquire(0) == 42 {
+            bell.cancel(token);
+            return true;
+        }
+        let start = Instant::now();
+        let woken = bell.park(token, Duration::from_secs(10));
+        let slept = start.elapsed();
+        if f.region().load_acquire(0) == 42 {
+            assert!(woken && slept < Duration::from_secs(5), "slept {slept:?} through a write");
+            return true;
+        }
+        false
+    });
+    h.run(g, vec![writer, reader], Duration::from_secs(30));
+}
+
+/// Guarantee 5: after member 2 dies, member 0's signaled writes to it fail,
+/// member 2 is suspected exactly once, posts to it are refused, and writes to
+/// member 1 keep completing.
+pub fn suspicion_after_peer_dies<H: Harness>(h: &mut H) {
+    let mut g = h.group(3, 4096);
+    let victim = g.pop().expect("three members");
+    h.kill(victim);
+    let start = Instant::now();
+    let mut events = Vec::new();
+    let mut suspected = 0;
+    let mut failed = 0;
+    let mut tag = 0u64;
+    let mut done = false;
+    while !done {
+        assert!(start.elapsed() < Duration::from_secs(30), "dead peer never suspected: {events:?}");
+        tag += 1;
+        match g[0].post_write(Write::signaled(2, 0, 8, WriteTag(tag))) {
+            Ok(()) => {}
+            Err(PostError::PeerSuspected(2)) => done = suspected == 1,
+            Err(e) => panic!("unexpected post error {e}"),
+        }
+        g[0].poll_events(&mut events);
+        for e in events.drain(..) {
+            match e {
+                FabricEvent::Suspected { peer: 2, .. } => suspected += 1,
+                FabricEvent::Failed { peer: 2, .. } => failed += 1,
+                FabricEvent::Completed { peer: 2, .. } => {}
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+        h.pause();
+    }
+    assert_eq!(suspected, 1, "suspected once");
+    assert!(g[0].is_suspected(2));
+    assert!(!g[0].is_suspected(1));
+    let _ = failed;
+    // The live peer is unaffected.
+    g[0].region().store_release(16, 7);
+    g[0].post_write(Write::signaled(1, 16, 8, WriteTag(u64::MAX))).unwrap();
+    let start = Instant::now();
+    loop {
+        g[0].poll_events(&mut events);
+        if events.contains(&FabricEvent::Completed { peer: 1, tag: WriteTag(u64::MAX) }) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "live peer stopped completing: {events:?}");
+        h.pause();
+    }
+}
+
+/// Runs `parts` on threads, one per member, each until it returns `true`;
+/// the helper real backends use for [`Harness::run`]. Parts yield between
+/// calls so two spinning parts share two cores; the whole run is bounded.
+pub fn run_on_threads<F: Fabric + Send + 'static>(members: Vec<F>, parts: Vec<Part<F>>, limit: Duration) -> Vec<F> {
+    assert_eq!(members.len(), parts.len(), "one part per member");
+    let deadline = Instant::now() + limit;
+    let handles: Vec<_> = members
+        .into_iter()
+        .zip(parts)
+        .enumerate()
+        .map(|(i, (mut f, mut part))| {
+            std::thread::Builder::new()
+                .name(format!("conformance-{i}"))
+                .spawn(move || {
+                    let mut idle_calls = 0u32;
+                    while !part(&mut f) {
+                        assert!(Instant::now() < deadline, "member {i} did not finish within {limit:?}");
+                        idle_calls += 1;
+                        if idle_calls % 64 == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                    f
+                })
+                .expect("spawn")
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        .collect()
+}

@@ -1,0 +1,186 @@
+//! The doorbell: how a write that lands wakes a parked poller.
+//!
+//! # Protocol (a Dekker handshake; both sides use `SeqCst` fences)
+//! - **Ringer** (after its data is written): `fence(SeqCst)`; if
+//!   `waiters > 0`: `seq += 1`, `futex_wake(seq)`. With no one parked the
+//!   ringer does one load of a read-mostly word: no syscall on the data path.
+//! - **Parker**: `waiters += 1`; `fence(SeqCst)`; `token = seq`; re-check for
+//!   work; if none, `futex_wait(seq, token, timeout)`; `waiters -= 1`.
+//!
+//! Either the ringer sees `waiters > 0` (and wakes or changes `seq` so the
+//! wait returns at once), or the parker's re-check sees the ringer's data.
+//! So a parked poller never sleeps through a write that landed before it
+//! parked — at worst it sleeps until its timeout, which the caller bounds.
+//!
+//! The words live in shared memory (the shm backend puts them in a region
+//! file's header, so another process can ring them) or on the heap.
+
+use linux_futex::{AsFutex, Shared};
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering, fence};
+use std::time::Duration;
+
+/// The two words of a doorbell, in their own cache line.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct DoorbellWords {
+    /// Bumped by a ringer that saw a waiter; the futex word.
+    pub seq: AtomicU32,
+    /// Number of pollers parked or about to park.
+    pub waiters: AtomicU32,
+}
+
+const _: () = assert!(std::mem::size_of::<DoorbellWords>() == 64);
+
+/// A handle on a doorbell (cheap to clone; clones ring the same bell).
+#[derive(Clone)]
+pub struct Doorbell {
+    words: NonNull<DoorbellWords>,
+    _owner: Arc<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the words are atomics; the owner keeps the memory alive.
+unsafe impl Send for Doorbell {}
+unsafe impl Sync for Doorbell {}
+
+impl std::fmt::Debug for Doorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Doorbell")
+            .field("seq", &self.words().seq.load(Ordering::Relaxed))
+            .field("waiters", &self.words().waiters.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Proof that [`Doorbell::prepare_park`] ran; pass it to `park` or `cancel`.
+#[derive(Debug)]
+#[must_use = "a prepared park must be finished with park() or cancel()"]
+pub struct ParkToken {
+    seq: u32,
+}
+
+impl Doorbell {
+    /// A doorbell on the heap, for rings within one process.
+    pub fn new_local() -> Doorbell {
+        let owner = Arc::new(DoorbellWords::default());
+        let words = NonNull::from(&*owner);
+        Doorbell { words, _owner: owner }
+    }
+
+    /// A doorbell whose words live in memory owned by `owner` (a mapping).
+    ///
+    /// # Safety
+    /// `words` must point to a valid, 64-byte aligned `DoorbellWords` that
+    /// lives as long as `owner`.
+    pub unsafe fn from_raw(words: NonNull<DoorbellWords>, owner: Arc<dyn Any + Send + Sync>) -> Doorbell {
+        Doorbell { words, _owner: owner }
+    }
+
+    fn words(&self) -> &DoorbellWords {
+        // SAFETY: valid for the life of the owner we hold.
+        unsafe { self.words.as_ref() }
+    }
+
+    /// Wakes parked pollers if there are any. Call after the data is written.
+    #[inline]
+    pub fn ring(&self) {
+        fence(Ordering::SeqCst);
+        let w = self.words();
+        if w.waiters.load(Ordering::Relaxed) > 0 {
+            w.seq.fetch_add(1, Ordering::Release);
+            AsFutex::<Shared>::as_futex(&w.seq).wake(i32::MAX);
+        }
+    }
+
+    /// First half of parking: announce the waiter. The caller must then
+    /// re-check for work and call [`park`](Self::park) or
+    /// [`cancel`](Self::cancel).
+    pub fn prepare_park(&self) -> ParkToken {
+        let w = self.words();
+        w.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        ParkToken { seq: w.seq.load(Ordering::Acquire) }
+    }
+
+    /// Sleeps until a ring after `prepare_park`, or `timeout`. Returns `true`
+    /// if it was (possibly) woken by a ring, `false` on timeout.
+    pub fn park(&self, token: ParkToken, timeout: Duration) -> bool {
+        let w = self.words();
+        let futex = AsFutex::<Shared>::as_futex(&w.seq);
+        let woken = match futex.wait_for(token.seq, timeout) {
+            Ok(()) => true,
+            Err(linux_futex::TimedWaitError::WrongValue) => true,
+            Err(linux_futex::TimedWaitError::Interrupted) => true,
+            Err(linux_futex::TimedWaitError::TimedOut) => false,
+        };
+        w.waiters.fetch_sub(1, Ordering::SeqCst);
+        woken
+    }
+
+    /// Abandons a prepared park (the re-check found work).
+    pub fn cancel(&self, token: ParkToken) {
+        let _ = token;
+        self.words().waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether two handles ring the same bell (same words).
+    pub fn ptr_eq(&self, other: &Doorbell) -> bool {
+        self.words == other.words
+    }
+
+    /// The current ring count (advances only when someone was parked).
+    pub fn seq(&self) -> u32 {
+        self.words().seq.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+
+    #[test]
+    fn ring_without_waiters_changes_nothing() {
+        let bell = Doorbell::new_local();
+        bell.ring();
+        assert_eq!(bell.seq(), 0);
+    }
+
+    #[test]
+    fn park_times_out_without_a_ring() {
+        let bell = Doorbell::new_local();
+        let t = bell.prepare_park();
+        let start = Instant::now();
+        assert!(!bell.park(t, Duration::from_millis(5)));
+        assert!(start.elapsed() >= Duration::from_millis(4));
+    }
+
+    #[test]
+    fn a_ring_wakes_a_parked_thread_long_before_its_timeout() {
+        let bell = Doorbell::new_local();
+        let flag = Arc::new(AtomicBool::new(false));
+        let (b2, f2) = (bell.clone(), flag.clone());
+        let sleeper = std::thread::spawn(move || {
+            let start = Instant::now();
+            loop {
+                if f2.load(Ordering::Acquire) {
+                    return start.elapsed();
+                }
+                let t = b2.prepare_park();
+                if f2.load(Ordering::Acquire) {
+                    b2.cancel(t);
+                    continue;
+                }
+                b2.park(t, Duration::from_secs(10));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        flag.store(true, Ordering::Release);
+        bell.ring();
+        let waited = sleeper.join().unwrap();
+        assert!(waited < Duration::from_secs(5), "woke after {waited:?}");
+    }
+}

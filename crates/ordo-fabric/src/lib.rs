@@ -1,0 +1,207 @@
+//! The fabric: one-sided, ordered writes between members' memory regions.
+//!
+//! Everything in ordo rests on this abstraction (DESIGN.md §2), the one RDMA
+//! gives Derecho and Acuerdo (spindle §II-B): every member registers a
+//! [`Region`] of the same length and layout; a member **posts a write** of a
+//! byte range of its own region to the same range of a peer's region.
+//!
+//! # Guarantees every backend keeps (checked by [`conformance`])
+//! 1. **FIFO per peer.** Writes posted to one peer become visible there in
+//!    posting order. Nothing is promised about the order of bytes *within*
+//!    one write.
+//! 2. **No torn words.** Every 8-byte word that is 8-byte aligned in the
+//!    region and lies wholly inside a write is stored with a single atomic
+//!    store: a concurrent reader sees the old or the new value, never a mix.
+//! 3. **Guarded publishing.** Because of 1, data is published by a *later*
+//!    write of a guard (a counter): write the data, then write the counter.
+//!    A reader that loads the guard with `Acquire` and sees the new value also
+//!    sees the data. (A guard at the end of the *same* write is not safe:
+//!    Derecho issue #47.)
+//! 4. **Signaled writes complete exactly once.** A write posted with a
+//!    [`WriteTag`] yields exactly one [`FabricEvent::Completed`] (the write is
+//!    visible at the peer) or [`FabricEvent::Failed`].
+//! 5. **Failures are suspicions.** A failed signaled write, a lost connection
+//!    or a dead peer process raises [`FabricEvent::Suspected`] once; from then
+//!    on the link is down: posts to that peer return
+//!    [`PostError::PeerSuspected`], and nothing posted after the failure is
+//!    applied (so a guard can never land without its data). Only
+//!    [`Fabric::reconnect`] brings a link back, to a new incarnation.
+//! 6. **Doorbell.** Where the backend can, a write landing rings the
+//!    receiver's [`Doorbell`], so a poller parked on it wakes up.
+//!
+//! # What a backend may not do
+//! Allocate or make a syscall per write on the shm data path; apply a frame
+//! that lies outside the region; block forever on a dead peer.
+
+pub mod conformance;
+mod doorbell;
+mod region;
+
+pub use doorbell::{Doorbell, DoorbellWords, ParkToken};
+pub use region::{Region, copy_untorn};
+
+use std::fmt;
+
+/// A member's id within a group (stable across restarts of that member).
+pub type MemberId = u32;
+
+/// Caller-chosen identifier of a signaled write, echoed in its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WriteTag(pub u64);
+
+/// One one-sided write: copy `len` bytes at `offset` of the local region to
+/// the same offset of `peer`'s region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// Destination member.
+    pub peer: MemberId,
+    /// Byte offset in both regions.
+    pub offset: usize,
+    /// Number of bytes.
+    pub len: usize,
+    /// `Some` to request a completion event for this write.
+    pub signal: Option<WriteTag>,
+}
+
+impl Write {
+    /// An unsignaled write.
+    pub fn new(peer: MemberId, offset: usize, len: usize) -> Self {
+        Write { peer, offset, len, signal: None }
+    }
+
+    /// A signaled write: its completion or failure is reported with `tag`.
+    pub fn signaled(peer: MemberId, offset: usize, len: usize, tag: WriteTag) -> Self {
+        Write { peer, offset, len, signal: Some(tag) }
+    }
+}
+
+/// Why a peer is suspected or a signaled write failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureCause {
+    /// A signaled write did not complete within the configured timeout.
+    TimedOut,
+    /// The peer's process is gone (its liveness lock was released).
+    PeerDead,
+    /// The connection to the peer closed or errored.
+    ConnectionLost,
+    /// The peer sent a malformed frame; the connection was closed.
+    BadFrame,
+    /// The link had already failed when the write was posted or pending.
+    LinkDown,
+}
+
+impl fmt::Display for FailureCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            FailureCause::TimedOut => "completion timed out",
+            FailureCause::PeerDead => "peer process is dead",
+            FailureCause::ConnectionLost => "connection lost",
+            FailureCause::BadFrame => "peer sent a malformed frame",
+            FailureCause::LinkDown => "link is down",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Something the fabric reports through [`Fabric::poll_events`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricEvent {
+    /// The signaled write `tag` to `peer` is visible in the peer's region.
+    Completed { peer: MemberId, tag: WriteTag },
+    /// The signaled write `tag` to `peer` may not have been applied.
+    Failed { peer: MemberId, tag: WriteTag, cause: FailureCause },
+    /// `peer` is suspected of having failed; reported once per link failure.
+    Suspected { peer: MemberId, cause: FailureCause },
+    /// The link to `peer` is up again, to incarnation `incarnation`.
+    Reconnected { peer: MemberId, incarnation: u64 },
+}
+
+/// Why a write could not be posted. Posting never partially applies.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The destination is not a member of this fabric (or is the member itself).
+    #[error("member {0} is not a peer of this fabric")]
+    UnknownPeer(MemberId),
+    /// The byte range does not lie inside the region.
+    #[error("write [{offset}, {offset}+{len}) lies outside the region of {region_len} bytes")]
+    OutOfBounds { offset: usize, len: usize, region_len: usize },
+    /// The write is larger than the backend accepts in one piece.
+    #[error("write of {len} bytes exceeds the maximum of {max} bytes")]
+    TooLarge { len: usize, max: usize },
+    /// The link to the peer is down; see [`FabricEvent::Suspected`].
+    #[error("peer {0} is suspected; its link is down")]
+    PeerSuspected(MemberId),
+    /// The send queue to the peer is full; poll and retry.
+    #[error("send queue to peer {0} is full")]
+    Backpressure(MemberId),
+}
+
+/// Errors of [`Fabric::reconnect`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReconnectError {
+    /// The peer is not a member of this fabric.
+    #[error("member {0} is not a peer of this fabric")]
+    UnknownPeer(MemberId),
+    /// No live incarnation of the peer could be reached (yet).
+    #[error("peer {0} is not reachable: {1}")]
+    Unreachable(MemberId, String),
+}
+
+/// A member's endpoint on a fabric: its registered region and its links to
+/// every peer. See the crate docs for the guarantees.
+///
+/// Implementations: `ordo-fabric-shm`, `ordo-fabric-tcp`, and the simulator's
+/// fabric in `ordo-sim`. All pass [`conformance`].
+pub trait Fabric {
+    /// This member's id.
+    fn member(&self) -> MemberId;
+
+    /// Every other member of the group, in increasing id order.
+    fn peers(&self) -> &[MemberId];
+
+    /// This member's region. Peers' writes land here; the member writes its
+    /// own data here before posting writes of it.
+    fn region(&self) -> &Region;
+
+    /// Posts a write. On `Ok` the write will become visible at the peer after
+    /// every write posted to that peer before it (unless the link fails).
+    /// On `Err` nothing was posted and no state changed.
+    fn post_write(&mut self, write: Write) -> Result<(), PostError>;
+
+    /// Posts the same range to several peers. Stops at the first error
+    /// (writes to earlier peers in `peers` stay posted).
+    fn post_write_to(
+        &mut self,
+        peers: &[MemberId],
+        offset: usize,
+        len: usize,
+    ) -> Result<(), PostError> {
+        for &peer in peers {
+            self.post_write(Write::new(peer, offset, len))?;
+        }
+        Ok(())
+    }
+
+    /// Appends completions, failures and suspicions that happened since the
+    /// last call to `events`. Also runs the backend's timeout checks.
+    fn poll_events(&mut self, events: &mut Vec<FabricEvent>);
+
+    /// The doorbell that peers' writes ring, if this backend has one.
+    fn doorbell(&self) -> Option<&Doorbell>;
+
+    /// Whether `peer` is currently suspected (its link is down).
+    fn is_suspected(&self, peer: MemberId) -> bool;
+
+    /// Tries to bring the link to a suspected `peer` back, to a new
+    /// incarnation of it. `Ok(incarnation)` once the link is usable; the
+    /// contents of the peer's region are whatever the new incarnation holds.
+    fn reconnect(&mut self, peer: MemberId) -> Result<u64, ReconnectError>;
+}
+
+/// Checks a write's range against a region length (shared by backends).
+pub fn check_range(offset: usize, len: usize, region_len: usize) -> Result<(), PostError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= region_len => Ok(()),
+        _ => Err(PostError::OutOfBounds { offset, len, region_len }),
+    }
+}
