@@ -38,6 +38,9 @@ const _: () = assert!(std::mem::size_of::<DoorbellWords>() == 64);
 #[derive(Clone)]
 pub struct Doorbell {
     words: NonNull<DoorbellWords>,
+    /// Identifies the bell across mappings: (0, address) on the heap,
+    /// (1, caller's key such as an inode) for shared memory.
+    key: (u8, u64),
     _owner: Arc<dyn Any + Send + Sync>,
 }
 
@@ -66,16 +69,19 @@ impl Doorbell {
     pub fn new_local() -> Doorbell {
         let owner = Arc::new(DoorbellWords::default());
         let words = NonNull::from(&*owner);
-        Doorbell { words, _owner: owner }
+        Doorbell { words, key: (0, words.as_ptr() as u64), _owner: owner }
     }
 
     /// A doorbell whose words live in memory owned by `owner` (a mapping).
+    /// `key` must be the same for every mapping of the same words (e.g. the
+    /// file's inode) and differ between bells, so [`ptr_eq`](Self::ptr_eq)
+    /// can tell whether two handles ring the same bell.
     ///
     /// # Safety
     /// `words` must point to a valid, 64-byte aligned `DoorbellWords` that
     /// lives as long as `owner`.
-    pub unsafe fn from_raw(words: NonNull<DoorbellWords>, owner: Arc<dyn Any + Send + Sync>) -> Doorbell {
-        Doorbell { words, _owner: owner }
+    pub unsafe fn from_raw(words: NonNull<DoorbellWords>, owner: Arc<dyn Any + Send + Sync>, key: u64) -> Doorbell {
+        Doorbell { words, key: (1, key), _owner: owner }
     }
 
     fn words(&self) -> &DoorbellWords {
@@ -125,9 +131,10 @@ impl Doorbell {
         self.words().waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Whether two handles ring the same bell (same words).
+    /// Whether two handles ring the same bell (the same words, possibly
+    /// through different mappings).
     pub fn ptr_eq(&self, other: &Doorbell) -> bool {
-        self.words == other.words
+        self.key == other.key
     }
 
     /// The current ring count (advances only when someone was parked).
