@@ -34,6 +34,7 @@
 //! that lies outside the region; block forever on a dead peer.
 
 pub mod conformance;
+pub mod loopback;
 mod doorbell;
 mod region;
 
