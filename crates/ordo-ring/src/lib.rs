@@ -1,1 +1,449 @@
-//! (in progress)
+//! Per-sender slot rings in a fabric region: Derecho's small-message
+//! multicast (SMC, spindle §II-C) and Acuerdo's ring buffers (acuerdo §3.2).
+//!
+//! A sender owns one ring of `window` fixed-size slots at the same offset in
+//! every member's region. Application threads **acquire** a free slot without
+//! locks, **build the message in place** (zero copy) and **commit** it. The
+//! send path (the predicate thread) finds every committed message contiguous
+//! after the last published one and pushes them in **one write** (two if the
+//! range wraps around the ring), then pushes the ring's **counter** — the
+//! guard — in a second write (spindle §III-A, send batching). A receiver
+//! loads the counter of its local copy of the ring and finds every new
+//! message in one scan (receive batching).
+//!
+//! # Ring layout (at `base`; every size a multiple of 64 bytes)
+//! ```text
+//! base + 0                 +---------------------------------------------+
+//!                          | published: u64 (guard) | pad to 64           |
+//! base + 64                +---------------------------------------------+
+//!   slot 0                 | len: u32 | flags: u32 | index: u64 | pad 48  |  64-byte message header
+//!                          | payload: max_payload bytes, padded to 64    |
+//! base + 64 + slot_size    +---------------------------------------------+
+//!   slot 1 ...             |                                             |
+//! base + 64 + w*slot_size  +---------------------------------------------+
+//! ```
+//! Message `k` (counting from 0) lives in slot `k % window`; its header
+//! carries `index = k` so a receiver can verify it.
+//!
+//! # Invariants
+//! - **Publish rule.** Slot bytes are pushed before the counter that covers
+//!   them; with the fabric's FIFO a receiver that sees `published = p`
+//!   (Acquire) sees messages `0..p` complete.
+//! - **Reuse rule, supplied by the engine.** The sender reuses the slot of
+//!   message `k` only after the engine declared `k + 1` messages
+//!   reclaimable ([`SendPath::set_reclaimable`]): vsync after every member
+//!   delivered it, Acuerdo after the receiver accepted it. Until then
+//!   [`SlotProducer::try_acquire`] reports back-pressure.
+//! - **Order.** Messages are published in index order; a committed message
+//!   waits for every earlier reservation to commit, so a single-threaded
+//!   application's messages keep its order.
+//! - **Lying peers.** A receiver validates every header it reads (index and
+//!   length); a bad one is a [`RingError`], and the receiver's state does
+//!   not move.
+
+use ordo_fabric::{Fabric, MemberId, PostError, Region, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of the message header at the start of each slot.
+pub const MESSAGE_HEADER_LEN: usize = 64;
+/// Bytes of the ring header (the published counter, on its own line).
+pub const RING_HEADER_LEN: usize = 64;
+
+const _: () = assert!(MESSAGE_HEADER_LEN % 64 == 0 && RING_HEADER_LEN % 64 == 0);
+
+/// Geometry of one ring; identical for every sender of a ring set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingLayout {
+    /// Number of slots (`w`, the window).
+    pub window: usize,
+    /// Largest payload a slot holds.
+    pub max_payload: usize,
+}
+
+impl RingLayout {
+    /// A layout; `window ≥ 1`, `max_payload ≥ 1`.
+    pub fn new(window: usize, max_payload: usize) -> RingLayout {
+        assert!(window >= 1 && max_payload >= 1, "a ring needs slots and payload space");
+        RingLayout { window, max_payload }
+    }
+
+    /// Bytes per slot (header + payload, a multiple of 64).
+    pub fn slot_size(&self) -> usize {
+        MESSAGE_HEADER_LEN + self.max_payload.next_multiple_of(64)
+    }
+
+    /// Bytes per ring.
+    pub fn ring_len(&self) -> usize {
+        RING_HEADER_LEN + self.window * self.slot_size()
+    }
+
+    /// Bytes for `senders` rings placed one after another.
+    pub fn set_len(&self, senders: usize) -> usize {
+        self.ring_len() * senders
+    }
+
+    /// Offset of ring `i` of a set at `base`.
+    pub fn ring_offset(&self, base: usize, i: usize) -> usize {
+        base + i * self.ring_len()
+    }
+
+    fn slot_offset(&self, ring: usize, index: u64) -> usize {
+        ring + RING_HEADER_LEN + (index % self.window as u64) as usize * self.slot_size()
+    }
+}
+
+/// Bad data found in a ring (a peer wrote something it must not have).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    /// The header of message `index` does not carry its index.
+    #[error("message {index}: slot holds index {found}")]
+    WrongIndex { index: u64, found: u64 },
+    /// The header of message `index` claims a payload longer than a slot.
+    #[error("message {index}: length {len} exceeds the slot payload of {max}")]
+    BadLength { index: u64, len: usize, max: usize },
+    /// The counter went below what was already consumed.
+    #[error("counter went back to {published} after {consumed} were consumed")]
+    CounterWentBack { published: u64, consumed: u64 },
+    /// The counter claims more messages than the window can hold unread.
+    #[error("counter claims {published} messages, {consumed} consumed, window {window}")]
+    CounterTooFar { published: u64, consumed: u64, window: usize },
+}
+
+/// A committed message's header fields plus its payload location.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageMeta {
+    /// Index of the message in its sender's sequence (from 0).
+    pub index: u64,
+    /// Engine-defined flags (e.g. a null message).
+    pub flags: u32,
+    /// Payload length.
+    pub len: usize,
+    /// Region offset of the payload.
+    pub payload_offset: usize,
+}
+
+struct Shared {
+    region: Region,
+    ring: usize,
+    layout: RingLayout,
+    /// Next index to hand out to a producer.
+    reserved: AtomicU64,
+    /// Messages the engine allows to be overwritten (reuse rule).
+    reclaimable: AtomicU64,
+    /// `ready[k % window] == k + 1` once message `k` is committed.
+    ready: Box<[AtomicU64]>,
+}
+
+/// Creates the sender side of the ring at `ring_offset` (this member's own
+/// ring): a producer handle for application threads and the send path for
+/// the predicate thread.
+pub fn sender(region: Region, ring_offset: usize, layout: RingLayout) -> (SlotProducer, SendPath) {
+    assert!(ring_offset % 64 == 0, "rings are cache-line aligned");
+    assert!(ring_offset + layout.ring_len() <= region.len(), "ring does not fit in the region");
+    let shared = Arc::new(Shared {
+        region,
+        ring: ring_offset,
+        layout,
+        reserved: AtomicU64::new(0),
+        reclaimable: AtomicU64::new(0),
+        ready: (0..layout.window).map(|_| AtomicU64::new(0)).collect(),
+    });
+    (SlotProducer { shared: shared.clone() }, SendPath { shared, published: 0, pushed_bytes: 0, pushes: 0 })
+}
+
+/// Application-side handle: acquires slots and commits messages. Cheap to
+/// clone; usable from many threads at once (lock-free).
+#[derive(Clone)]
+pub struct SlotProducer {
+    shared: Arc<Shared>,
+}
+
+/// A reserved slot being filled in place. Commit it, or it stalls the ring
+/// (every later message waits for it): dropping it commits an empty message
+/// with flag [`SlotGuard::ABANDONED`].
+pub struct SlotGuard<'a> {
+    shared: &'a Shared,
+    index: u64,
+    committed: bool,
+}
+
+impl SlotProducer {
+    /// Reserves the next slot, or `None` if every slot holds a message that
+    /// is not reclaimable yet (back-pressure).
+    pub fn try_acquire(&self) -> Option<SlotGuard<'_>> {
+        let s = &*self.shared;
+        let mut r = s.reserved.load(Ordering::Relaxed);
+        loop {
+            if r - s.reclaimable.load(Ordering::Acquire) >= s.layout.window as u64 {
+                return None;
+            }
+            match s.reserved.compare_exchange_weak(r, r + 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(SlotGuard { shared: s, index: r, committed: false }),
+                Err(now) => r = now,
+            }
+        }
+    }
+
+    /// Largest payload.
+    pub fn max_payload(&self) -> usize {
+        self.shared.layout.max_payload
+    }
+
+    /// Messages reserved so far.
+    pub fn reserved(&self) -> u64 {
+        self.shared.reserved.load(Ordering::Acquire)
+    }
+}
+
+impl SlotGuard<'_> {
+    /// Flag set on a message whose guard was dropped without commit.
+    pub const ABANDONED: u32 = 1 << 31;
+
+    /// The message index.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The payload area to build the message in (`max_payload` bytes).
+    pub fn payload(&mut self) -> &mut [u8] {
+        let s = self.shared;
+        let off = s.layout.slot_offset(s.ring, self.index) + MESSAGE_HEADER_LEN;
+        // SAFETY: the reservation makes this slot exclusively ours until
+        // commit: no producer holds the same index, the send path reads it
+        // only after commit, and the reuse rule keeps the old message's
+        // readers done with it (reclaimable > index - window).
+        unsafe { s.region.slice_mut(off, s.layout.max_payload) }
+    }
+
+    /// Publishes the first `len` bytes of the payload with `flags`.
+    pub fn commit(mut self, len: usize, flags: u32) {
+        self.finish(len, flags);
+    }
+
+    fn finish(&mut self, len: usize, flags: u32) {
+        let s = self.shared;
+        assert!(len <= s.layout.max_payload, "message of {len} bytes exceeds {}", s.layout.max_payload);
+        let hdr = s.layout.slot_offset(s.ring, self.index);
+        s.region.atomic_u64(hdr).store(len as u64 | (u64::from(flags) << 32), Ordering::Relaxed);
+        s.region.atomic_u64(hdr + 8).store(self.index, Ordering::Relaxed);
+        s.ready[(self.index % s.layout.window as u64) as usize].store(self.index + 1, Ordering::Release);
+        self.committed = true;
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            self.finish(0, Self::ABANDONED);
+        }
+    }
+}
+
+/// The writes one push consists of, in the order they must be posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PushPlan {
+    /// Slot ranges (offset, len): one, or two when the batch wraps.
+    pub data: [Option<(usize, usize)>; 2],
+    /// The counter write (offset, len), posted after the data.
+    pub guard: (usize, usize),
+    /// Messages covered: `first..end`.
+    pub first: u64,
+    /// One past the last message covered.
+    pub end: u64,
+}
+
+impl PushPlan {
+    /// The writes in posting order.
+    pub fn writes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.data.iter().flatten().copied().chain(std::iter::once(self.guard))
+    }
+
+    /// Number of messages in the batch.
+    pub fn messages(&self) -> u64 {
+        self.end - self.first
+    }
+}
+
+/// The predicate thread's side of a sender's ring.
+pub struct SendPath {
+    shared: Arc<Shared>,
+    published: u64,
+    pushed_bytes: u64,
+    pushes: u64,
+}
+
+impl SendPath {
+    /// Messages published (covered by a pushed counter).
+    pub fn published(&self) -> u64 {
+        self.published
+    }
+
+    /// Number of committed messages not yet published (the send predicate).
+    pub fn ready(&self) -> u64 {
+        let s = &*self.shared;
+        let mut k = self.published;
+        let reserved = s.reserved.load(Ordering::Acquire);
+        while k < reserved && s.ready[(k % s.layout.window as u64) as usize].load(Ordering::Acquire) == k + 1 {
+            k += 1;
+        }
+        k - self.published
+    }
+
+    /// The engine's reuse rule: messages `0..count` may be overwritten.
+    pub fn set_reclaimable(&self, count: u64) {
+        let s = &*self.shared;
+        assert!(count <= self.published, "cannot reclaim unpublished message {count}");
+        let old = s.reclaimable.fetch_max(count, Ordering::AcqRel);
+        debug_assert!(old <= count || old >= count);
+    }
+
+    /// Messages the engine has declared reclaimable.
+    pub fn reclaimable(&self) -> u64 {
+        self.shared.reclaimable.load(Ordering::Acquire)
+    }
+
+    /// Plans the push of every committed message after the last published
+    /// one (at most `limit`), marks them published, and returns the writes;
+    /// `None` if nothing is ready. With batching off the caller passes
+    /// `limit = 1`.
+    pub fn plan(&mut self, limit: u64) -> Option<PushPlan> {
+        let mut n = self.ready().min(limit);
+        if n == 0 {
+            return None;
+        }
+        if n > 1 && ordo_fault::fault!("ring.send.partial_batch") {
+            n = n.div_ceil(2);
+        }
+        let s = &*self.shared;
+        let (w, first) = (s.layout.window as u64, self.published);
+        let end = first + n;
+        let slot = s.layout.slot_size();
+        let start_slot = (first % w) as usize;
+        let first_run = n.min(w - first % w) as usize;
+        let last_len = |k: u64| {
+            let hdr = s.layout.slot_offset(s.ring, k);
+            let len = (s.region.atomic_u64(hdr).load(Ordering::Relaxed) & 0xFFFF_FFFF) as usize;
+            MESSAGE_HEADER_LEN + len.min(s.layout.max_payload)
+        };
+        let base = s.ring + RING_HEADER_LEN;
+        let mut data = [None, None];
+        let run_len = |count: usize, last: u64| (count - 1) * slot + last_len(last);
+        data[0] = Some((base + start_slot * slot, run_len(first_run, first + first_run as u64 - 1)));
+        if (first_run as u64) < n {
+            data[1] = Some((base, run_len((n as usize) - first_run, end - 1)));
+        }
+        self.published = end;
+        s.region.store_release(s.ring, end);
+        self.pushes += 1;
+        self.pushed_bytes += data.iter().flatten().map(|d| d.1 as u64).sum::<u64>();
+        Some(PushPlan { data, guard: (s.ring, 8), first, end })
+    }
+
+    /// Posts a plan's writes to each of `peers` (data first, then counter).
+    /// Suspected peers are skipped. Returns the number of writes posted.
+    pub fn post<F: Fabric>(plan: &PushPlan, fabric: &mut F, peers: &[MemberId]) -> Result<usize, PostError> {
+        let mut posted = 0;
+        for &peer in peers {
+            for (offset, len) in plan.writes() {
+                match fabric.post_write(Write::new(peer, offset, len)) {
+                    Ok(()) => posted += 1,
+                    Err(PostError::PeerSuspected(_)) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(posted)
+    }
+
+    /// (pushes planned, payload+header bytes pushed) so far.
+    pub fn stats(&self) -> (u64, u64) {
+        (self.pushes, self.pushed_bytes)
+    }
+}
+
+/// A receiver's view of one sender's ring (its local copy, which the
+/// sender's pushes update).
+pub struct RingReceiver {
+    region: Region,
+    ring: usize,
+    layout: RingLayout,
+    consumed: u64,
+}
+
+impl RingReceiver {
+    /// The receiver for the ring at `ring_offset`.
+    pub fn new(region: Region, ring_offset: usize, layout: RingLayout) -> RingReceiver {
+        assert!(ring_offset + layout.ring_len() <= region.len(), "ring does not fit in the region");
+        RingReceiver { region, ring: ring_offset, layout, consumed: 0 }
+    }
+
+    /// Messages consumed so far.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// The sender's published counter as seen locally (Acquire).
+    pub fn published(&self) -> u64 {
+        self.region.load_acquire(self.ring)
+    }
+
+    /// Every new message, in one scan (the receive predicate): validates and
+    /// appends the headers of messages `consumed..published` to `out` (up to
+    /// `limit`) without consuming them. On a bad header nothing is appended
+    /// beyond the last good message and the error is returned.
+    pub fn scan(&self, limit: u64, out: &mut Vec<MessageMeta>) -> Result<u64, RingError> {
+        let published = self.published();
+        if published < self.consumed {
+            return Err(RingError::CounterWentBack { published, consumed: self.consumed });
+        }
+        if published - self.consumed > self.layout.window as u64 {
+            return Err(RingError::CounterTooFar {
+                published,
+                consumed: self.consumed,
+                window: self.layout.window,
+            });
+        }
+        let end = published.min(self.consumed.saturating_add(limit));
+        let mut n = 0;
+        for k in self.consumed..end {
+            out.push(self.meta(k)?);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The validated header of message `k` (which must be published).
+    pub fn meta(&self, k: u64) -> Result<MessageMeta, RingError> {
+        let hdr = self.layout.slot_offset(self.ring, k);
+        let word = self.region.load_acquire(hdr);
+        let index = self.region.load_acquire(hdr + 8);
+        if index != k {
+            return Err(RingError::WrongIndex { index: k, found: index });
+        }
+        let len = (word & 0xFFFF_FFFF) as usize;
+        if len > self.layout.max_payload {
+            return Err(RingError::BadLength { index: k, len, max: self.layout.max_payload });
+        }
+        Ok(MessageMeta { index: k, flags: (word >> 32) as u32, len, payload_offset: hdr + MESSAGE_HEADER_LEN })
+    }
+
+    /// The payload of a scanned message, read in place.
+    ///
+    /// Valid while the sender cannot reuse the slot, which the engine's
+    /// reuse rule must guarantee (it counts this receiver's consumption).
+    pub fn payload(&self, meta: &MessageMeta) -> &[u8] {
+        // SAFETY: in bounds (validated length); the reuse rule keeps the
+        // sender from writing this slot until the engine releases it.
+        unsafe { self.region.slice(meta.payload_offset, meta.len) }
+    }
+
+    /// Marks `n` more messages consumed.
+    pub fn consume(&mut self, n: u64) {
+        assert!(self.consumed + n <= self.published(), "consuming unpublished messages");
+        self.consumed += n;
+    }
+}
+
+#[cfg(test)]
+mod tests;
