@@ -37,7 +37,12 @@ pub trait Harness {
     /// gives the members back. Real backends run each part on its own thread
     /// (truly concurrently); the simulator interleaves them with its network.
     /// Panics if the parts do not finish within `limit`.
-    fn run(&mut self, members: Vec<Self::Fabric>, parts: Vec<Part<Self::Fabric>>, limit: Duration) -> Vec<Self::Fabric>;
+    fn run(
+        &mut self,
+        members: Vec<Self::Fabric>,
+        parts: Vec<Part<Self::Fabric>>,
+        limit: Duration,
+    ) -> Vec<Self::Fabric>;
 
     /// Makes `member` fail the way a crashed process does. Default: drop it
     /// (which releases its liveness lock or closes its connections).
@@ -71,7 +76,11 @@ pub fn run_all<H: Harness>(h: &mut H) {
 
 /// Posts `write`, retrying (with `progress` between tries) while the backend
 /// reports back-pressure.
-pub fn post_retrying<F: Fabric>(f: &mut F, write: Write, progress: &mut Vec<FabricEvent>) -> Result<(), PostError> {
+pub fn post_retrying<F: Fabric>(
+    f: &mut F,
+    write: Write,
+    progress: &mut Vec<FabricEvent>,
+) -> Result<(), PostError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match f.post_write(write) {
@@ -414,7 +423,11 @@ pub fn suspicion_after_peer_dies<H: Harness>(h: &mut H) {
 /// Runs `parts` on threads, one per member, each until it returns `true`;
 /// the helper real backends use for [`Harness::run`]. Parts yield between
 /// calls so two spinning parts share two cores; the whole run is bounded.
-pub fn run_on_threads<F: Fabric + Send + 'static>(members: Vec<F>, parts: Vec<Part<F>>, limit: Duration) -> Vec<F> {
+pub fn run_on_threads<F: Fabric + Send + 'static>(
+    members: Vec<F>,
+    parts: Vec<Part<F>>,
+    limit: Duration,
+) -> Vec<F> {
     assert_eq!(members.len(), parts.len(), "one part per member");
     let deadline = Instant::now() + limit;
     let handles: Vec<_> = members
@@ -429,7 +442,7 @@ pub fn run_on_threads<F: Fabric + Send + 'static>(members: Vec<F>, parts: Vec<Pa
                     while !part(&mut f) {
                         assert!(Instant::now() < deadline, "member {i} did not finish within {limit:?}");
                         idle_calls += 1;
-                        if idle_calls % 64 == 0 {
+                        if idle_calls.is_multiple_of(64) {
                             std::thread::yield_now();
                         }
                     }
@@ -438,8 +451,5 @@ pub fn run_on_threads<F: Fabric + Send + 'static>(members: Vec<F>, parts: Vec<Pa
                 .expect("spawn")
         })
         .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-        .collect()
+    handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
 }

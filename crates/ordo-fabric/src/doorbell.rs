@@ -80,7 +80,11 @@ impl Doorbell {
     /// # Safety
     /// `words` must point to a valid, 64-byte aligned `DoorbellWords` that
     /// lives as long as `owner`.
-    pub unsafe fn from_raw(words: NonNull<DoorbellWords>, owner: Arc<dyn Any + Send + Sync>, key: u64) -> Doorbell {
+    pub unsafe fn from_raw(
+        words: NonNull<DoorbellWords>,
+        owner: Arc<dyn Any + Send + Sync>,
+        key: u64,
+    ) -> Doorbell {
         Doorbell { words, key: (1, key), _owner: owner }
     }
 

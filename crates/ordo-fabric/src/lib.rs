@@ -29,13 +29,20 @@
 //! 6. **Doorbell.** Where the backend can, a write landing rings the
 //!    receiver's [`Doorbell`], so a poller parked on it wakes up.
 //!
+//! # Memory model
+//! Backends store with `copy_untorn` (atomic 8-byte stores and aligned
+//! vector stores) and publish with Release fences, and readers load words
+//! with Acquire. Vector stores and cross-process mappings lie outside the
+//! Rust memory model; the guarantees above rest on the x86-64 (TSO) and
+//! AArch64 hardware models, and are what the conformance suite checks.
+//!
 //! # What a backend may not do
 //! Allocate or make a syscall per write on the shm data path; apply a frame
 //! that lies outside the region; block forever on a dead peer.
 
 pub mod conformance;
-pub mod loopback;
 mod doorbell;
+pub mod loopback;
 mod region;
 
 pub use doorbell::{Doorbell, DoorbellWords, ParkToken};
@@ -87,7 +94,8 @@ pub enum FailureCause {
     ConnectionLost,
     /// The peer sent a malformed frame; the connection was closed.
     BadFrame,
-    /// The link had already failed when the write was posted or pending.
+    /// The link failed (for another reason, e.g. an earlier write timed
+    /// out) while this write was pending.
     LinkDown,
 }
 
@@ -171,12 +179,7 @@ pub trait Fabric {
 
     /// Posts the same range to several peers. Stops at the first error
     /// (writes to earlier peers in `peers` stay posted).
-    fn post_write_to(
-        &mut self,
-        peers: &[MemberId],
-        offset: usize,
-        len: usize,
-    ) -> Result<(), PostError> {
+    fn post_write_to(&mut self, peers: &[MemberId], offset: usize, len: usize) -> Result<(), PostError> {
         for &peer in peers {
             self.post_write(Write::new(peer, offset, len))?;
         }

@@ -8,7 +8,8 @@
 //! words hold trivially.
 
 use crate::{
-    Doorbell, Fabric, FabricEvent, MemberId, PostError, ReconnectError, Region, Write, check_range, copy_untorn,
+    Doorbell, Fabric, FabricEvent, MemberId, PostError, ReconnectError, Region, Write, check_range,
+    copy_untorn,
 };
 
 /// One member's endpoint of a loopback group.
@@ -22,7 +23,11 @@ pub struct Loopback {
 pub fn loopback_group(n: usize, len: usize) -> Vec<Loopback> {
     let regions: Vec<Region> = (0..n).map(|_| Region::new_heap(len)).collect();
     (0..n as MemberId)
-        .map(|me| Loopback { me, peers: (0..n as MemberId).filter(|p| *p != me).collect(), regions: regions.clone() })
+        .map(|me| Loopback {
+            me,
+            peers: (0..n as MemberId).filter(|p| *p != me).collect(),
+            regions: regions.clone(),
+        })
         .collect()
 }
 

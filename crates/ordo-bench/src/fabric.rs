@@ -1,0 +1,525 @@
+//! `ordo bench fabric`: what each backend delivers beside what the machine
+//! can do, measured in the same run.
+//!
+//! For each backend a peer process is spawned as member 1 (pinned to a
+//! different core than the coordinator where there are two cores to pin) and
+//! the coordinator measures, per size:
+//! - **one-way write-to-visible latency**: ping-pong of `size`-byte writes
+//!   (payload write + guard write; for 8 B the guard word is the payload),
+//!   half the round trip, p50 and p99 over all samples after a warm-up;
+//! - **streaming bandwidth**: `size`-byte writes into a ring of slots at the
+//!   peer, each published by a guard, with the peer acknowledging what it
+//!   saw (flow control), for a fixed time.
+//!
+//! Physical limits measured alongside:
+//! - **memcpy** of `size` bytes into a ring of the same geometry (same
+//!   footprint) in one thread: what a copy into memory costs on this machine;
+//! - **cache-line ping-pong** between two processes through a shared file
+//!   mapping: the floor of any cross-core notification.
+
+use crate::machine::MachineInfo;
+use crate::protocol::*;
+use hdrhistogram::Histogram;
+use ordo_fabric::Fabric;
+use ordo_fabric_shm::{ShmFabric, ShmOptions};
+use serde::Serialize;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Backends `ordo bench fabric` can measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Shm,
+    Tcp,
+}
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Shm => "shm",
+            Backend::Tcp => "tcp",
+        }
+    }
+}
+
+/// Options of one benchmark run.
+#[derive(Clone, Debug)]
+pub struct FabricBenchOptions {
+    /// The `ordo` executable to spawn peers with.
+    pub exe: PathBuf,
+    pub backends: Vec<Backend>,
+    /// Reduced run (under a minute).
+    pub quick: bool,
+}
+
+/// One result row (a backend at a size, or a physical limit).
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// `shm`, `tcp`, or a limit: `memcpy`, `cacheline-pingpong`.
+    pub backend: String,
+    pub size_bytes: usize,
+    pub latency_ns_p50: Option<f64>,
+    pub latency_ns_p99: Option<f64>,
+    pub bandwidth_bytes_per_s: Option<f64>,
+    /// memcpy bandwidth at the same size and footprint, same run.
+    pub memcpy_bytes_per_s: Option<f64>,
+    /// bandwidth / memcpy.
+    pub bandwidth_vs_memcpy: Option<f64>,
+    pub latency_samples: u64,
+    pub messages_streamed: u64,
+}
+
+/// The whole report (`--json` prints it).
+#[derive(Clone, Debug, Serialize)]
+pub struct FabricReport {
+    pub benchmark: &'static str,
+    pub machine: MachineInfo,
+    pub quick: bool,
+    pub pinned: bool,
+    pub rows: Vec<Row>,
+}
+
+/// Sizes measured (latency at all; bandwidth above 8 B).
+pub const SIZES: [usize; 5] = [8, 1024, 4096, 10 * 1024, 64 * 1024];
+
+/// Slots of the streaming ring for a size (same geometry for memcpy).
+pub fn slots_for(size: usize) -> usize {
+    (256 * 1024 / size).clamp(4, 64).min(STREAM_BYTES / size)
+}
+
+struct Plan {
+    pings: u64,
+    stream_time: Duration,
+}
+
+/// Runs the benchmark; `progress` receives a line per finished step.
+pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<FabricReport, String> {
+    let plan = if opts.quick {
+        Plan { pings: 3000, stream_time: Duration::from_millis(250) }
+    } else {
+        Plan { pings: 30_000, stream_time: Duration::from_secs(1) }
+    };
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let pinned = cores.len() >= 2;
+    if pinned {
+        core_affinity::set_for_current(cores[0]);
+    }
+    let mut rows = Vec::new();
+    let mut memcpy = std::collections::BTreeMap::new();
+    for &size in &SIZES[1..] {
+        let bw = memcpy_bandwidth(size, slots_for(size), plan.stream_time);
+        memcpy.insert(size, bw);
+        rows.push(Row {
+            backend: "memcpy".into(),
+            size_bytes: size,
+            latency_ns_p50: None,
+            latency_ns_p99: None,
+            bandwidth_bytes_per_s: Some(bw),
+            memcpy_bytes_per_s: Some(bw),
+            bandwidth_vs_memcpy: Some(1.0),
+            latency_samples: 0,
+            messages_streamed: 0,
+        });
+        progress(&format!("memcpy {size} B: {:.2} GB/s", bw / 1e9));
+    }
+    let (p50, p99, n) = cacheline_pingpong(&opts.exe, plan.pings * 3, pinned)?;
+    rows.push(Row {
+        backend: "cacheline-pingpong".into(),
+        size_bytes: 8,
+        latency_ns_p50: Some(p50),
+        latency_ns_p99: Some(p99),
+        bandwidth_bytes_per_s: None,
+        memcpy_bytes_per_s: None,
+        bandwidth_vs_memcpy: None,
+        latency_samples: n,
+        messages_streamed: 0,
+    });
+    progress(&format!("cache-line ping-pong: p50 {p50:.0} ns one-way"));
+    for &backend in &opts.backends {
+        let spin = backend == Backend::Shm;
+        let cluster = format!("bench-{}-{}", std::process::id(), backend.name());
+        let result = match backend {
+            Backend::Shm => {
+                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None)?;
+                let f = ShmFabric::create(ShmOptions::new(cluster.clone(), 0, vec![0, 1], REGION_LEN))
+                    .map_err(|e| e.to_string());
+                (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
+            }
+            Backend::Tcp => {
+                let binding = tcp_bind(0, &cluster)?;
+                let child =
+                    spawn_peer(&opts.exe, backend, &cluster, spin, pinned, Some(binding.local_addr()))?;
+                let addr = child.listen.ok_or("tcp peer did not report its address")?;
+                let f = binding.connect(vec![(1, addr)]).map_err(|e| e.to_string());
+                (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
+            }
+        };
+        let (result, child) = result;
+        let status = child.wait(Duration::from_secs(10));
+        let mut backend_rows = result?;
+        status.map_err(|e| format!("{} peer: {e}", backend.name()))?;
+        rows.append(&mut backend_rows);
+    }
+    Ok(FabricReport { benchmark: "fabric", machine: MachineInfo::current(), quick: opts.quick, pinned, rows })
+}
+
+fn measure_backend<F: Fabric>(
+    mut f: F,
+    backend: Backend,
+    plan: &Plan,
+    spin: bool,
+    memcpy: &std::collections::BTreeMap<usize, f64>,
+    progress: &mut impl FnMut(&str),
+) -> Result<Vec<Row>, String> {
+    let waiter = Waiter {
+        park: if spin { None } else { f.doorbell().cloned() },
+        spins_before_park: 2000,
+        deadline: Duration::from_secs(30),
+    };
+    let mut c = Coordinator { cmd: 0, ping: 0, stream: 0 };
+    let mut rows = Vec::new();
+    for &size in &SIZES {
+        let pings = if backend == Backend::Tcp { plan.pings / 3 } else { plan.pings };
+        let hist = c.pingpong(&mut f, &waiter, size, pings)?;
+        let (p50, p99) =
+            (hist.value_at_quantile(0.5) as f64 / 2.0, hist.value_at_quantile(0.99) as f64 / 2.0);
+        let (bw, streamed) = if size > 8 {
+            let (bw, n) = c.stream(&mut f, &waiter, size, slots_for(size), plan.stream_time)?;
+            (Some(bw), n)
+        } else {
+            (None, 0)
+        };
+        let mc = memcpy.get(&size).copied();
+        progress(&format!(
+            "{} {size} B: one-way p50 {p50:.0} ns p99 {p99:.0} ns{}",
+            backend.name(),
+            bw.map(|b| format!(", stream {:.2} GB/s", b / 1e9)).unwrap_or_default()
+        ));
+        rows.push(Row {
+            backend: backend.name().into(),
+            size_bytes: size,
+            latency_ns_p50: Some(p50),
+            latency_ns_p99: Some(p99),
+            bandwidth_bytes_per_s: bw,
+            memcpy_bytes_per_s: mc,
+            bandwidth_vs_memcpy: bw.zip(mc).map(|(b, m)| b / m),
+            latency_samples: hist.len(),
+            messages_streamed: streamed,
+        });
+    }
+    c.command(&mut f, Op::Exit, 8, 0, 0)?;
+    c.wait_done(&mut f, &waiter)?;
+    Ok(rows)
+}
+
+struct Coordinator {
+    cmd: u64,
+    ping: u64,
+    stream: u64,
+}
+
+impl Coordinator {
+    fn command<F: Fabric>(
+        &mut self,
+        f: &mut F,
+        op: Op,
+        size: usize,
+        count: u64,
+        slots: usize,
+    ) -> Result<u64, String> {
+        self.cmd += 1;
+        let r = f.region();
+        r.store_release(CMD_OP, op as u64);
+        r.store_release(CMD_SIZE, size as u64);
+        r.store_release(CMD_COUNT, count);
+        r.store_release(CMD_SLOTS, slots as u64);
+        post(f, 1, CMD_OP, 32)?;
+        f.region().store_release(CMD_SEQ, self.cmd);
+        post(f, 1, CMD_SEQ, 8)?;
+        Ok(self.cmd)
+    }
+
+    fn wait_done<F: Fabric>(&self, f: &mut F, w: &Waiter) -> Result<(), String> {
+        let cmd = self.cmd;
+        w.until(f, |f| f.region().load_acquire(DONE) >= cmd)
+    }
+
+    fn pingpong<F: Fabric>(
+        &mut self,
+        f: &mut F,
+        w: &Waiter,
+        size: usize,
+        count: u64,
+    ) -> Result<Histogram<u64>, String> {
+        let warmup = count / 10;
+        self.command(f, Op::PingPong, size, count + warmup, 0)?;
+        let mut hist = Histogram::<u64>::new(3).expect("histogram");
+        for i in 0..count + warmup {
+            self.ping += 1;
+            let ping = self.ping;
+            let start = Instant::now();
+            if size > 8 {
+                f.region().store_release(PING_DATA, ping);
+                post(f, 1, PING_DATA, size)?;
+            }
+            f.region().store_release(PING, ping);
+            post(f, 1, PING, 8)?;
+            w.until(f, |f| f.region().load_acquire(PONG) >= ping)?;
+            if size > 8 && f.region().load_acquire(PONG_DATA) != ping {
+                return Err(format!("pong {ping}: payload not visible under its guard"));
+            }
+            if i >= warmup {
+                hist.record(start.elapsed().as_nanos() as u64).map_err(|e| e.to_string())?;
+            }
+        }
+        self.wait_done(f, w)?;
+        Ok(hist)
+    }
+
+    /// Streams for about `time`; returns (bytes/s, messages).
+    fn stream<F: Fabric>(
+        &mut self,
+        f: &mut F,
+        w: &Waiter,
+        size: usize,
+        slots: usize,
+        time: Duration,
+    ) -> Result<(f64, u64), String> {
+        // Calibrate the count on a short run, then measure.
+        let calibration = 200u64;
+        let start = Instant::now();
+        self.stream_n(f, w, size, slots, calibration)?;
+        let per_msg = start.elapsed().as_secs_f64() / calibration as f64;
+        let count = ((time.as_secs_f64() / per_msg) as u64).clamp(1000, 50_000_000);
+        let start = Instant::now();
+        self.stream_n(f, w, size, slots, count)?;
+        let elapsed = start.elapsed().as_secs_f64();
+        Ok(((count as f64 * size as f64) / elapsed, count))
+    }
+
+    /// Streams `count` messages: every free slot is written (one write
+    /// each), then one guard write publishes the batch — the way a sender
+    /// streams over a one-sided fabric (spindle §III-A send batching).
+    fn stream_n<F: Fabric>(
+        &mut self,
+        f: &mut F,
+        w: &Waiter,
+        size: usize,
+        slots: usize,
+        count: u64,
+    ) -> Result<(), String> {
+        self.command(f, Op::Sink, size, count, slots)?;
+        let end = self.stream + count;
+        while self.stream < end {
+            let next = self.stream + 1;
+            w.until(f, |f| next - f.region().load_acquire(ACK) <= slots as u64)?;
+            let free_upto = (f.region().load_acquire(ACK) + slots as u64).min(end);
+            for m in next..=free_upto {
+                let slot = STREAM + (m as usize % slots) * size;
+                f.region().store_release(slot, m);
+                post(f, 1, slot, size)?;
+            }
+            f.region().store_release(STREAM_SEQ, free_upto);
+            post(f, 1, STREAM_SEQ, 8)?;
+            self.stream = free_upto;
+        }
+        w.until(f, |f| f.region().load_acquire(ACK) >= end)?;
+        self.wait_done(f, w)
+    }
+}
+
+/// memcpy of `size`-byte blocks into a ring of `slots` blocks, for `time`.
+pub fn memcpy_bandwidth(size: usize, slots: usize, time: Duration) -> f64 {
+    let src = vec![0x5Au8; size];
+    let mut dst = vec![0u8; size * slots];
+    let start = Instant::now();
+    let mut copies = 0u64;
+    while start.elapsed() < time {
+        for _ in 0..64 {
+            let slot = (copies as usize % slots) * size;
+            // SAFETY: both ranges in bounds, distinct allocations.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().add(slot), size);
+            }
+            std::hint::black_box(&mut dst);
+            copies += 1;
+        }
+    }
+    (copies as f64 * size as f64) / start.elapsed().as_secs_f64()
+}
+
+/// A spawned peer process; killed if dropped before it exits.
+struct PeerChild {
+    child: Child,
+    listen: Option<std::net::SocketAddr>,
+}
+
+impl PeerChild {
+    fn wait(mut self, limit: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return if status.success() { Ok(()) } else { Err(format!("exited with {status}")) };
+            }
+            if start.elapsed() > limit {
+                return Err("did not exit".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for PeerChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn spawn_peer(
+    exe: &PathBuf,
+    backend: Backend,
+    cluster: &str,
+    spin: bool,
+    pinned: bool,
+    coordinator: Option<std::net::SocketAddr>,
+) -> Result<PeerChild, String> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["fabric-peer", "--backend", backend.name(), "--cluster", cluster, "--role", "serve"]);
+    if let Some(addr) = coordinator {
+        cmd.args(["--tcp-peer", &addr.to_string()]);
+    }
+    if spin {
+        cmd.arg("--spin");
+    }
+    if pinned {
+        cmd.args(["--core", "1"]);
+    }
+    let tcp = backend == Backend::Tcp;
+    cmd.stdout(if tcp { Stdio::piped() } else { Stdio::null() }).stderr(Stdio::inherit());
+    let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", exe.display()))?;
+    let mut peer = PeerChild { child, listen: None };
+    if let Some(stdout) = peer.child.stdout.take() {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
+        peer.listen = line.strip_prefix("LISTEN ").and_then(|s| s.trim().parse().ok());
+    }
+    Ok(peer)
+}
+
+/// Cross-process cache-line ping-pong through a shared mapping: returns
+/// one-way (p50, p99, samples) in ns.
+fn cacheline_pingpong(exe: &PathBuf, rounds: u64, pinned: bool) -> Result<(f64, f64, u64), String> {
+    let path = std::env::temp_dir().join(format!("ordo-cacheline-{}", std::process::id()));
+    let shm = PathBuf::from("/dev/shm").join(path.file_name().expect("name"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&shm)
+        .map_err(|e| e.to_string())?;
+    file.set_len(4096).map_err(|e| e.to_string())?;
+    let map = memmap2::MmapOptions::new().map_raw(&file).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["fabric-peer", "--role", "cacheline", "--path"])
+        .arg(&shm)
+        .args(["--count", &rounds.to_string()]);
+    if pinned {
+        cmd.args(["--core", "1"]);
+    }
+    let child = PeerChild { child: cmd.spawn().map_err(|e| e.to_string())?, listen: None };
+    // SAFETY: the mapping is 4096 bytes; both words are 8-aligned.
+    let (ping, pong) = unsafe {
+        (
+            &*(map.as_mut_ptr() as *const std::sync::atomic::AtomicU64),
+            &*(map.as_mut_ptr().add(64) as *const std::sync::atomic::AtomicU64),
+        )
+    };
+    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    for i in 1..=rounds {
+        let start = Instant::now();
+        ping.store(i, Release);
+        let mut spins = 0u32;
+        while pong.load(Acquire) < i {
+            spins += 1;
+            if spins % 4096 == 0 && Instant::now() > deadline {
+                return Err("cache-line peer stopped answering".into());
+            }
+            std::hint::spin_loop();
+        }
+        if i > rounds / 10 {
+            hist.record(start.elapsed().as_nanos() as u64).map_err(|e| e.to_string())?;
+        }
+    }
+    let r = child.wait(Duration::from_secs(10));
+    let _ = std::fs::remove_file(&shm);
+    r?;
+    Ok((hist.value_at_quantile(0.5) as f64 / 2.0, hist.value_at_quantile(0.99) as f64 / 2.0, hist.len()))
+}
+
+/// The peer side of [`cacheline_pingpong`].
+pub fn cacheline_peer(path: &std::path::Path, rounds: u64) -> Result<(), String> {
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(|e| e.to_string())?;
+    let map = memmap2::MmapOptions::new().map_raw(&file).map_err(|e| e.to_string())?;
+    // SAFETY: as in cacheline_pingpong.
+    let (ping, pong) = unsafe {
+        (
+            &*(map.as_mut_ptr() as *const std::sync::atomic::AtomicU64),
+            &*(map.as_mut_ptr().add(64) as *const std::sync::atomic::AtomicU64),
+        )
+    };
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 1..=rounds {
+        let mut spins = 0u32;
+        while ping.load(Acquire) < i {
+            spins += 1;
+            if spins % 4096 == 0 && Instant::now() > deadline {
+                return Err("coordinator stopped pinging".into());
+            }
+            std::hint::spin_loop();
+        }
+        pong.store(i, Release);
+    }
+    Ok(())
+}
+
+/// Binds member `me` of a two-member tcp benchmark group on loopback.
+pub fn tcp_bind(me: u32, cluster: &str) -> Result<ordo_fabric_tcp::TcpBinding, String> {
+    let mut o = ordo_fabric_tcp::TcpOptions::new(me, "127.0.0.1:0".parse().expect("addr"), REGION_LEN);
+    o.cluster = cluster.to_string();
+    o.max_frame_bytes = MAX_SIZE;
+    o.send_buffer_bytes = 4 << 20;
+    ordo_fabric_tcp::TcpFabric::bind(o).map_err(|e| e.to_string())
+}
+
+/// Prints a report as a table.
+pub fn print_table(report: &FabricReport) {
+    println!("ordo bench fabric — {}", report.machine.summary());
+    println!(
+        "{:<20} {:>8} {:>14} {:>14} {:>14} {:>14} {:>10}",
+        "backend", "size", "one-way p50", "one-way p99", "stream", "memcpy", "vs memcpy"
+    );
+    let ns = |v: Option<f64>| v.map(|v| format!("{v:.0} ns")).unwrap_or_else(|| "-".into());
+    let gbs = |v: Option<f64>| v.map(|v| format!("{:.2} GB/s", v / 1e9)).unwrap_or_else(|| "-".into());
+    for r in &report.rows {
+        println!(
+            "{:<20} {:>8} {:>14} {:>14} {:>14} {:>14} {:>10}",
+            r.backend,
+            r.size_bytes,
+            ns(r.latency_ns_p50),
+            ns(r.latency_ns_p99),
+            gbs(r.bandwidth_bytes_per_s),
+            gbs(r.memcpy_bytes_per_s),
+            r.bandwidth_vs_memcpy.map(|v| format!("{:.0} %", v * 100.0)).unwrap_or_else(|| "-".into())
+        );
+    }
+}

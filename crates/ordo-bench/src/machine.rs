@@ -1,0 +1,67 @@
+//! Facts about the machine a result was measured on.
+
+use serde::Serialize;
+
+/// Recorded with every benchmark result.
+#[derive(Clone, Debug, Serialize)]
+pub struct MachineInfo {
+    /// Online CPUs.
+    pub cpus: usize,
+    /// CPU model name from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// Hypervisor, if /proc/cpuinfo says there is one.
+    pub virtualized: bool,
+    /// Total memory in bytes.
+    pub memory_bytes: u64,
+    /// UTC time of the run (seconds since the epoch).
+    pub unix_time_s: u64,
+}
+
+impl MachineInfo {
+    /// Reads the current machine.
+    pub fn current() -> MachineInfo {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let virtualized = cpuinfo.lines().any(|l| l.starts_with("flags") && l.contains(" hypervisor"));
+        let kernel =
+            std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+        let memory_bytes = std::fs::read_to_string("/proc/meminfo")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("MemTotal"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .unwrap_or(0);
+        MachineInfo {
+            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cpu_model,
+            kernel,
+            virtualized,
+            memory_bytes,
+            unix_time_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        }
+    }
+
+    /// One line for tables.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} x {} ({}), {:.1} GiB, kernel {}",
+            self.cpus,
+            self.cpu_model,
+            if self.virtualized { "VM" } else { "bare metal" },
+            self.memory_bytes as f64 / (1u64 << 30) as f64,
+            self.kernel
+        )
+    }
+}

@@ -1,0 +1,129 @@
+//! The region layout and command protocol between a benchmark coordinator
+//! (member 0) and its peer process (member 1). Both sides use only the
+//! [`Fabric`] trait, so the same code measures every backend.
+//!
+//! ```text
+//! offset   0  cmd_seq (guard of the command below)     coordinator → peer
+//!          8  op | 16 size | 24 count | 32 slots
+//!         64  done_seq                                   peer → coordinator
+//!        128  ping counter                               coordinator → peer
+//!        192  pong counter                               peer → coordinator
+//!        256  stream ack (messages consumed)             peer → coordinator
+//!        320  stream seq (guard of the stream slots)     coordinator → peer
+//!       4096  ping payload (64 KiB)
+//!      69632  pong payload (64 KiB)
+//!     135168  stream slots (up to 1 MiB)
+//! ```
+//! Every message is published by a guard word written after its data, as
+//! the fabric requires. Counters only grow across commands.
+
+use ordo_fabric::{Doorbell, Fabric, FabricEvent, PostError, Write};
+use std::time::{Duration, Instant};
+
+pub const CMD_SEQ: usize = 0;
+pub const CMD_OP: usize = 8;
+pub const CMD_SIZE: usize = 16;
+pub const CMD_COUNT: usize = 24;
+pub const CMD_SLOTS: usize = 32;
+pub const DONE: usize = 64;
+pub const PING: usize = 128;
+pub const PONG: usize = 192;
+pub const ACK: usize = 256;
+pub const STREAM_SEQ: usize = 320;
+pub const PING_DATA: usize = 4096;
+pub const PONG_DATA: usize = PING_DATA + MAX_SIZE;
+pub const STREAM: usize = PONG_DATA + MAX_SIZE;
+pub const MAX_SIZE: usize = 64 * 1024;
+pub const STREAM_BYTES: usize = 1024 * 1024;
+/// Region length every benchmark member registers.
+pub const REGION_LEN: usize = STREAM + STREAM_BYTES;
+
+/// Operations a coordinator asks of its peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Op {
+    /// Echo `count` pings of `size` bytes.
+    PingPong = 1,
+    /// Consume `count` streamed messages of `size` bytes in `slots` slots.
+    Sink = 2,
+    /// Exit.
+    Exit = 3,
+}
+
+impl Op {
+    pub fn from_u64(v: u64) -> Option<Op> {
+        match v {
+            1 => Some(Op::PingPong),
+            2 => Some(Op::Sink),
+            3 => Some(Op::Exit),
+            _ => None,
+        }
+    }
+}
+
+/// How a side waits for a word to change: spin (cores to spare), or spin a
+/// little and then park on the doorbell (when a receive thread needs the
+/// core). Always bounded by a deadline.
+pub struct Waiter {
+    pub park: Option<Doorbell>,
+    pub spins_before_park: u32,
+    pub deadline: Duration,
+}
+
+impl Waiter {
+    /// Waits until `cond()` holds; `Err` after the deadline.
+    pub fn until<F: Fabric>(
+        &self,
+        fabric: &mut F,
+        mut cond: impl FnMut(&mut F) -> bool,
+    ) -> Result<(), String> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        let mut events = Vec::new();
+        loop {
+            if cond(fabric) {
+                return Ok(());
+            }
+            spins += 1;
+            if spins % 1024 == 0 {
+                fabric.poll_events(&mut events);
+                if let Some(FabricEvent::Suspected { peer, cause }) =
+                    events.iter().find(|e| matches!(e, FabricEvent::Suspected { .. }))
+                {
+                    return Err(format!("peer {peer} suspected: {cause}"));
+                }
+                events.clear();
+                if start.elapsed() > self.deadline {
+                    return Err(format!("no progress within {:?}", self.deadline));
+                }
+            }
+            match &self.park {
+                Some(bell) if spins > self.spins_before_park => {
+                    let token = bell.prepare_park();
+                    if cond(fabric) {
+                        bell.cancel(token);
+                        return Ok(());
+                    }
+                    bell.park(token, Duration::from_millis(1));
+                }
+                _ => std::hint::spin_loop(),
+            }
+        }
+    }
+}
+
+/// Posts a write, retrying while the backend applies back-pressure.
+pub fn post<F: Fabric>(fabric: &mut F, peer: u32, offset: usize, len: usize) -> Result<(), String> {
+    let start = Instant::now();
+    let mut events = Vec::new();
+    loop {
+        match fabric.post_write(Write::new(peer, offset, len)) {
+            Ok(()) => return Ok(()),
+            Err(PostError::Backpressure(_)) if start.elapsed() < Duration::from_secs(30) => {
+                fabric.poll_events(&mut events);
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,660 @@
+//! The I/O thread: accepts and dials connections, runs handshakes, applies
+//! incoming frames to the region, records ACKs and flushes outbound rings
+//! when sockets become writable.
+//!
+//! # Invariants
+//! - One thread, one `mio::Poll`; it owns the listener, every handshake in
+//!   progress and the read side of every connection (each peer's receive
+//!   buffer, allocated once at start-up with room for exactly one maximal
+//!   frame).
+//! - Frames of a connection are applied strictly in arrival order, each only
+//!   after its header was validated and its whole payload has arrived; a
+//!   Release fence follows each applied frame, and the doorbell rings after
+//!   each batch. A bad frame closes the connection before anything of it is
+//!   applied.
+//! - An ACK is queued only after the WRITEs it covers are applied, so a
+//!   `Completed` event means the data is visible at the peer.
+//! - Tokens are never reused, so an event for a socket that was closed
+//!   meanwhile finds no owner and is ignored.
+
+use crate::frame::{self, DataFrame, FrameError, FrameHeader, HEADER_LEN, HELLO_FRAME_LEN, Hello};
+use crate::link::{Shared, Status};
+use mio::event::Event;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use ordo_fabric::{Doorbell, FailureCause, MemberId, Region, copy_untorn};
+use std::collections::HashMap;
+use std::io::{self, Read as _, Write as _};
+use std::net::{Shutdown, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::time::{Duration, Instant};
+
+pub(crate) const LISTENER: Token = Token(0);
+pub(crate) const WAKER: Token = Token(1);
+const FIRST_TOKEN: usize = 2;
+/// At most this many accepted connections may be in their handshake at once.
+const MAX_HANDSHAKES: usize = 64;
+/// Reads from one connection per turn before the others get theirs: a peer
+/// that sends without pause cannot starve the rest (the connection is
+/// revisited after the next, non-blocking, poll).
+const READS_PER_TURN: usize = 16;
+
+/// What the I/O thread needs to know besides the shared state.
+pub(crate) struct IoConfig {
+    pub(crate) hello: Hello,
+    pub(crate) region: Region,
+    pub(crate) doorbell: Doorbell,
+    pub(crate) max_frame_bytes: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) reconnect_interval: Duration,
+}
+
+/// Which side of a handshake we are.
+#[derive(Clone, Copy, Debug)]
+enum Role {
+    /// We dialed peer index `usize` and wait for the connect, then its HELLO.
+    Dial(usize),
+    /// We accepted; we wait for the dialer's HELLO, then answer.
+    Accept,
+}
+
+struct Handshake {
+    stream: TcpStream,
+    role: Role,
+    remote: Option<SocketAddr>,
+    /// The peer's HELLO as it arrives (exactly one frame is read, no more).
+    buf: [u8; HELLO_FRAME_LEN],
+    filled: usize,
+    hello_sent: bool,
+    deadline: Instant,
+}
+
+/// The read side of an established connection.
+struct Conn {
+    token: Token,
+    generation: u64,
+    stream: Arc<TcpStream>,
+    /// Unprocessed bytes are `rbuf[start..filled]`.
+    start: usize,
+    filled: usize,
+    /// Sequence number of the last WRITE applied.
+    applied_seq: u64,
+}
+
+struct PeerIo {
+    id: MemberId,
+    addr: SocketAddr,
+    /// Whether we dial this peer (its id is higher than ours).
+    we_dial: bool,
+    dial_at: Option<Instant>,
+    dialing: Option<Token>,
+    conn: Option<Conn>,
+    /// The connection used up its read budget and may have more to read.
+    read_again: bool,
+    /// Receive buffer: one header plus one maximal payload.
+    rbuf: Box<[u8]>,
+}
+
+pub(crate) struct IoThread {
+    poll: Poll,
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    config: IoConfig,
+    peers: Vec<PeerIo>,
+    handshakes: HashMap<Token, Handshake>,
+    conn_tokens: HashMap<Token, usize>,
+    next_token: usize,
+    next_generation: u64,
+}
+
+/// Why a connection ended.
+enum Closed {
+    Lost(io::Error),
+    Eof,
+    BadFrame(FrameError),
+}
+
+impl IoThread {
+    pub(crate) fn new(poll: Poll, listener: TcpListener, shared: Arc<Shared>, config: IoConfig) -> IoThread {
+        let member = shared.member;
+        let now = Instant::now();
+        let peers = shared
+            .links
+            .iter()
+            .map(|link| PeerIo {
+                id: link.id,
+                addr: link.addr,
+                we_dial: member < link.id,
+                dial_at: (member < link.id).then_some(now),
+                dialing: None,
+                conn: None,
+                read_again: false,
+                rbuf: vec![0u8; HEADER_LEN + config.max_frame_bytes].into_boxed_slice(),
+            })
+            .collect();
+        IoThread {
+            poll,
+            listener,
+            shared,
+            config,
+            peers,
+            handshakes: HashMap::new(),
+            conn_tokens: HashMap::new(),
+            next_token: FIRST_TOKEN,
+            next_generation: 1,
+        }
+    }
+
+    /// The thread's body: runs until the fabric is dropped.
+    pub(crate) fn run(mut self) {
+        let mut events = Events::with_capacity(256);
+        let member = self.shared.member;
+        if let Err(e) = self.poll.registry().register(&mut self.listener, LISTENER, Interest::READABLE) {
+            tracing::error!(member, error = %e, "tcp fabric cannot poll its listener; no peer can connect");
+        }
+        while !self.shared.shutdown.load(Ordering::Acquire) {
+            self.start_due_dials();
+            let timeout = if self.peers.iter().any(|p| p.read_again) {
+                Some(Duration::ZERO)
+            } else {
+                self.next_timer().map(|at| at.saturating_duration_since(Instant::now()))
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!(member, error = %e, "tcp fabric poll failed; I/O thread stops");
+                break;
+            }
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.on_acceptable(),
+                    WAKER => self.on_wake(),
+                    token => self.on_socket_event(token, event),
+                }
+            }
+            for index in 0..self.peers.len() {
+                if std::mem::take(&mut self.peers[index].read_again) {
+                    self.on_conn_ready(index);
+                }
+            }
+            self.expire_handshakes();
+        }
+        self.close_all();
+    }
+
+    fn token(&mut self) -> Token {
+        let t = Token(self.next_token);
+        self.next_token += 1;
+        t
+    }
+
+    /// The earliest dial or handshake deadline, if any.
+    fn next_timer(&self) -> Option<Instant> {
+        let dials =
+            self.peers.iter().filter(|p| p.dialing.is_none() && p.conn.is_none()).filter_map(|p| p.dial_at);
+        let handshakes = self.handshakes.values().map(|h| h.deadline);
+        dials.chain(handshakes).min()
+    }
+
+    fn start_due_dials(&mut self) {
+        let now = Instant::now();
+        for index in 0..self.peers.len() {
+            let peer = &self.peers[index];
+            let due = peer.dial_at.is_some_and(|at| at <= now);
+            if !peer.we_dial || !due || peer.dialing.is_some() || peer.conn.is_some() {
+                continue;
+            }
+            let addr = peer.addr;
+            self.peers[index].dial_at = None;
+            match TcpStream::connect(addr) {
+                Ok(mut stream) => {
+                    let token = self.token();
+                    let interest = Interest::READABLE | Interest::WRITABLE;
+                    if let Err(e) = self.poll.registry().register(&mut stream, token, interest) {
+                        tracing::warn!(member = self.shared.member, peer = self.peers[index].id, error = %e, "cannot poll a dialed stream");
+                        self.schedule_dial(index, now);
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    self.peers[index].dialing = Some(token);
+                    self.handshakes.insert(
+                        token,
+                        Handshake {
+                            stream,
+                            role: Role::Dial(index),
+                            remote: Some(addr),
+                            buf: [0; HELLO_FRAME_LEN],
+                            filled: 0,
+                            hello_sent: false,
+                            deadline: now + self.config.connect_timeout,
+                        },
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(member = self.shared.member, peer = self.peers[index].id, error = %e, "dial failed");
+                    self.schedule_dial(index, now);
+                }
+            }
+        }
+    }
+
+    fn schedule_dial(&mut self, index: usize, now: Instant) {
+        let peer = &mut self.peers[index];
+        if peer.we_dial {
+            peer.dial_at = Some(now + self.config.reconnect_interval);
+        }
+    }
+
+    fn on_acceptable(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, remote)) => {
+                    if self.handshakes.len() >= MAX_HANDSHAKES {
+                        tracing::warn!(member = self.shared.member, %remote, "too many handshakes in progress; refusing a connection");
+                        continue;
+                    }
+                    let token = self.token();
+                    let interest = Interest::READABLE | Interest::WRITABLE;
+                    if let Err(e) = self.poll.registry().register(&mut stream, token, interest) {
+                        tracing::warn!(member = self.shared.member, %remote, error = %e, "cannot poll an accepted stream");
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    self.handshakes.insert(
+                        token,
+                        Handshake {
+                            stream,
+                            role: Role::Accept,
+                            remote: Some(remote),
+                            buf: [0; HELLO_FRAME_LEN],
+                            filled: 0,
+                            hello_sent: false,
+                            deadline: Instant::now() + self.config.connect_timeout,
+                        },
+                    );
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // E.g. EMFILE or a connection reset before accept: keep serving.
+                    tracing::warn!(member = self.shared.member, error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The waker rang: a dial was requested, or the caller failed a link
+    /// (closing its connection) and our read side must go too.
+    fn on_wake(&mut self) {
+        let now = Instant::now();
+        for index in 0..self.peers.len() {
+            let (requested, stale) = {
+                let mut state = self.shared.links[index].lock();
+                let requested = std::mem::take(&mut state.dial_requested);
+                let stale = self.peers[index].conn.as_ref().is_some_and(|c| !state.is_current(c.generation));
+                (requested, stale)
+            };
+            if stale {
+                self.drop_conn_io(index, now);
+            }
+            let peer = &mut self.peers[index];
+            if requested && peer.we_dial && peer.dialing.is_none() && peer.conn.is_none() {
+                peer.dial_at = Some(now);
+            }
+        }
+    }
+
+    fn on_socket_event(&mut self, token: Token, event: &Event) {
+        if self.handshakes.contains_key(&token) {
+            self.drive_handshake(token, event);
+        } else if let Some(&index) = self.conn_tokens.get(&token) {
+            self.on_conn_ready(index);
+        }
+        // Otherwise the socket was closed already: a stale event.
+    }
+
+    fn drive_handshake(&mut self, token: Token, event: &Event) {
+        let member = self.shared.member;
+        let Some(mut hs) = self.handshakes.remove(&token) else { return };
+        match self.advance_handshake(&mut hs, event) {
+            Ok(None) => {
+                self.handshakes.insert(token, hs);
+            }
+            Ok(Some(hello)) => self.promote(token, hs, hello),
+            Err(reason) => {
+                match &reason {
+                    HandshakeError::Refused(e) => {
+                        tracing::error!(member, remote = ?hs.remote, claimed = ?claimed_member(&hs), reason = %e, "refusing tcp fabric connection")
+                    }
+                    HandshakeError::Io(e) => {
+                        tracing::debug!(member, remote = ?hs.remote, error = %e, "handshake failed")
+                    }
+                }
+                self.end_handshake(hs);
+            }
+        }
+    }
+
+    /// Progresses a handshake; `Ok(Some(hello))` once the peer's HELLO is in
+    /// and valid (and, on the accepting side, our answer is sent).
+    fn advance_handshake(
+        &mut self,
+        hs: &mut Handshake,
+        event: &Event,
+    ) -> Result<Option<Hello>, HandshakeError> {
+        if let Role::Dial(_) = hs.role
+            && !hs.hello_sent
+        {
+            if let Some(e) = hs.stream.take_error().map_err(HandshakeError::Io)? {
+                return Err(HandshakeError::Io(e));
+            }
+            match hs.stream.peer_addr() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected && !event.is_error() => return Ok(None),
+                Err(e) => return Err(HandshakeError::Io(e)),
+            }
+            send_hello(&hs.stream, &self.config.hello.encode())?;
+            hs.hello_sent = true;
+        }
+        // Read exactly one HELLO frame: what follows it stays in the socket
+        // for the connection's receive path.
+        while hs.filled < HELLO_FRAME_LEN {
+            match (&hs.stream).read(&mut hs.buf[hs.filled..]) {
+                Ok(0) => return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into())),
+                Ok(n) => {
+                    hs.filled += n;
+                    if hs.filled >= HEADER_LEN {
+                        // Refuse a wrong first frame before waiting for more of it.
+                        let header = FrameHeader::decode(hs.buf[..HEADER_LEN].try_into().expect("header"));
+                        if header.kind != frame::FrameKind::Hello as u8 {
+                            return Err(HandshakeError::Refused(FrameError::ExpectedHello {
+                                kind: header.kind,
+                            }));
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(HandshakeError::Io(e)),
+            }
+        }
+        let hello = Hello::decode(&hs.buf).map_err(HandshakeError::Refused)?;
+        hello.check_matches(&self.config.hello).map_err(HandshakeError::Refused)?;
+        let me = self.shared.member;
+        let acceptable = match hs.role {
+            Role::Dial(index) => hello.member == self.peers[index].id,
+            Role::Accept => hello.member < me && self.peers.iter().any(|p| p.id == hello.member),
+        };
+        if !acceptable {
+            return Err(HandshakeError::Refused(FrameError::UnexpectedMember(hello.member)));
+        }
+        if let Role::Accept = hs.role {
+            send_hello(&hs.stream, &self.config.hello.encode())?;
+            hs.hello_sent = true;
+        }
+        Ok(Some(hello))
+    }
+
+    fn end_handshake(&mut self, hs: Handshake) {
+        let _ = hs.stream.shutdown(Shutdown::Both);
+        if let Role::Dial(index) = hs.role {
+            self.peers[index].dialing = None;
+            self.schedule_dial(index, Instant::now());
+        }
+        // Dropping the stream closes it, which also removes it from the poll.
+    }
+
+    fn expire_handshakes(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<Token> =
+            self.handshakes.iter().filter(|(_, hs)| hs.deadline <= now).map(|(t, _)| *t).collect();
+        for token in expired {
+            if let Some(hs) = self.handshakes.remove(&token) {
+                tracing::warn!(member = self.shared.member, remote = ?hs.remote, "handshake timed out");
+                self.end_handshake(hs);
+            }
+        }
+    }
+
+    /// The handshake is done: the stream becomes peer `hello.member`'s connection.
+    fn promote(&mut self, token: Token, hs: Handshake, hello: Hello) {
+        let now = Instant::now();
+        let index = self.peers.iter().position(|p| p.id == hello.member).expect("checked in the handshake");
+        if let Role::Dial(i) = hs.role {
+            debug_assert_eq!(i, index);
+            self.peers[index].dialing = None;
+        }
+        // Our read side of an older connection goes (the link drops its write side).
+        self.drop_conn_io(index, now);
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let stream = Arc::new(hs.stream);
+        let status = self.shared.links[index].lock().install(
+            hello.member,
+            stream.clone(),
+            generation,
+            hello.incarnation,
+        );
+        tracing::info!(
+            member = self.shared.member,
+            peer = hello.member,
+            incarnation = hello.incarnation,
+            standby = (status == Status::Suspected),
+            "tcp fabric link connected"
+        );
+        self.peers[index].conn =
+            Some(Conn { token, generation, stream, start: 0, filled: 0, applied_seq: 0 });
+        self.conn_tokens.insert(token, index);
+        {
+            let (lock, condvar) = &self.shared.installed;
+            let _guard = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            condvar.notify_all();
+        }
+        // Edge-triggered: bytes that came with or after the HELLO raise no
+        // new event, so look at the socket now.
+        self.on_conn_ready(index);
+    }
+
+    /// A connection's socket is ready: read and apply, then flush.
+    fn on_conn_ready(&mut self, index: usize) {
+        let now = Instant::now();
+        match self.receive(index) {
+            Ok(budget_used) => self.peers[index].read_again = budget_used,
+            Err(closed) => {
+                let peer = self.peers[index].id;
+                let cause = match closed {
+                    Closed::BadFrame(reason) => {
+                        tracing::error!(member = self.shared.member, peer, %reason, "bad frame from peer; closing its connection");
+                        FailureCause::BadFrame
+                    }
+                    Closed::Eof => {
+                        tracing::info!(member = self.shared.member, peer, "peer closed its connection");
+                        FailureCause::ConnectionLost
+                    }
+                    Closed::Lost(e) => {
+                        tracing::info!(member = self.shared.member, peer, error = %e, "connection to peer lost");
+                        FailureCause::ConnectionLost
+                    }
+                };
+                self.fail_conn(index, cause, now);
+                return;
+            }
+        }
+        let Some(generation) = self.peers[index].conn.as_ref().map(|c| c.generation) else { return };
+        let flushed = {
+            let mut state = self.shared.links[index].lock();
+            if state.is_current(generation) { state.flush() } else { Ok(()) }
+        };
+        if let Err(e) = flushed {
+            tracing::info!(member = self.shared.member, peer = self.peers[index].id, error = %e, "send to peer failed");
+            self.fail_conn(index, FailureCause::ConnectionLost, now);
+        }
+    }
+
+    /// Fails the link (if this connection is still its current one) and
+    /// drops our read side.
+    fn fail_conn(&mut self, index: usize, cause: FailureCause, now: Instant) {
+        if let Some(conn) = &self.peers[index].conn {
+            let mut state = self.shared.links[index].lock();
+            if state.is_current(conn.generation) {
+                state.fail(self.peers[index].id, cause, now);
+            }
+        }
+        self.drop_conn_io(index, now);
+    }
+
+    fn drop_conn_io(&mut self, index: usize, now: Instant) {
+        if let Some(conn) = self.peers[index].conn.take() {
+            self.conn_tokens.remove(&conn.token);
+            let _ = conn.stream.shutdown(Shutdown::Both);
+            self.schedule_dial(index, now);
+        }
+    }
+
+    /// Reads until the socket would block (`Ok(false)`) or the turn's read
+    /// budget is used (`Ok(true)`), applying every complete frame and
+    /// acknowledging signaled ones after each read.
+    fn receive(&mut self, index: usize) -> Result<bool, Closed> {
+        let peer = &mut self.peers[index];
+        let Some(conn) = peer.conn.as_mut() else { return Ok(false) };
+        let region = &self.config.region;
+        let link = &self.shared.links[index];
+        for _ in 0..READS_PER_TURN {
+            if conn.filled == peer.rbuf.len() {
+                // Full, so the frame at `start` is incomplete and `start > 0`
+                // (the buffer holds one maximal frame): move it to the front.
+                debug_assert!(conn.start > 0);
+                peer.rbuf.copy_within(conn.start..conn.filled, 0);
+                conn.filled -= conn.start;
+                conn.start = 0;
+            }
+            let n = match (&*conn.stream).read(&mut peer.rbuf[conn.filled..]) {
+                Ok(0) => return Err(Closed::Eof),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Closed::Lost(e)),
+            };
+            conn.filled += n;
+            let mut applied = false;
+            let mut ack_needed = false;
+            let mut result = Ok(());
+            while conn.filled - conn.start >= HEADER_LEN {
+                let at = conn.start;
+                let header = FrameHeader::decode(peer.rbuf[at..at + HEADER_LEN].try_into().expect("header"));
+                let frame = match frame::check_data_header(
+                    &header,
+                    self.config.max_frame_bytes,
+                    region.len(),
+                    conn.applied_seq + 1,
+                ) {
+                    Ok(frame) => frame,
+                    Err(e) => {
+                        result = Err(Closed::BadFrame(e));
+                        break;
+                    }
+                };
+                match frame {
+                    DataFrame::Write { offset, len, seq, signaled } => {
+                        if conn.filled - at < HEADER_LEN + len {
+                            if at + HEADER_LEN + len > peer.rbuf.len() {
+                                peer.rbuf.copy_within(at..conn.filled, 0);
+                                conn.filled -= at;
+                                conn.start = 0;
+                            }
+                            break;
+                        }
+                        // SAFETY: `offset + len <= region.len()` was checked by
+                        // check_data_header; the source is our own buffer.
+                        unsafe {
+                            copy_untorn(
+                                region.as_ptr().add(offset),
+                                peer.rbuf.as_ptr().add(at + HEADER_LEN),
+                                len,
+                            )
+                        };
+                        // Every store of this frame happens-before any store
+                        // of a later frame, e.g. the guard that publishes it.
+                        fence(Ordering::Release);
+                        conn.applied_seq = seq;
+                        conn.start = at + HEADER_LEN + len;
+                        applied = true;
+                        ack_needed |= signaled;
+                    }
+                    DataFrame::Ack { seq } => {
+                        let mut state = link.lock();
+                        if state.is_current(conn.generation) {
+                            let posted = state.next_seq - 1;
+                            if seq < state.acked || seq > posted {
+                                result = Err(Closed::BadFrame(FrameError::BadAck {
+                                    got: seq,
+                                    acked: state.acked,
+                                    posted,
+                                }));
+                                break;
+                            }
+                            state.acked = seq;
+                        }
+                        conn.start = at + HEADER_LEN;
+                    }
+                }
+            }
+            if conn.start == conn.filled {
+                conn.start = 0;
+                conn.filled = 0;
+            }
+            if applied {
+                self.config.doorbell.ring();
+            }
+            if ack_needed {
+                let mut state = link.lock();
+                if state.is_current(conn.generation) {
+                    state.queue_ack(conn.applied_seq);
+                    state.flush().map_err(Closed::Lost)?;
+                }
+            }
+            result?;
+        }
+        Ok(true)
+    }
+
+    fn close_all(&mut self) {
+        for link in &self.shared.links {
+            link.lock().drop_conn();
+        }
+        for peer in &mut self.peers {
+            if let Some(conn) = peer.conn.take() {
+                let _ = conn.stream.shutdown(Shutdown::Both);
+            }
+        }
+        for (_, hs) in self.handshakes.drain() {
+            let _ = hs.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+enum HandshakeError {
+    /// The peer is not one we talk to (wrong cluster, region, version, id).
+    Refused(FrameError),
+    /// The connection failed.
+    Io(io::Error),
+}
+
+fn send_hello(stream: &TcpStream, hello: &[u8; HELLO_FRAME_LEN]) -> Result<(), HandshakeError> {
+    // A fresh connection's send buffer is empty, so the HELLO goes in one
+    // write; anything less means the connection is not usable.
+    match (&*stream).write(hello) {
+        Ok(n) if n == HELLO_FRAME_LEN => Ok(()),
+        Ok(n) => Err(HandshakeError::Io(io::Error::other(format!("short HELLO write of {n} bytes")))),
+        Err(e) => Err(HandshakeError::Io(e)),
+    }
+}
+
+/// The member id a (possibly partial or invalid) HELLO claims, for logs.
+fn claimed_member(hs: &Handshake) -> Option<MemberId> {
+    (hs.filled >= HEADER_LEN + 12)
+        .then(|| u32::from_le_bytes(hs.buf[HEADER_LEN + 8..HEADER_LEN + 12].try_into().expect("4 bytes")))
+}

@@ -1,0 +1,128 @@
+//! Helpers shared by the tcp fabric's integration tests.
+#![allow(dead_code)]
+
+use ordo_fabric::{Fabric, FabricEvent, MemberId};
+use ordo_fabric_tcp::frame::{HELLO_FRAME_LEN, Hello, PROTOCOL_VERSION, cluster_hash};
+use ordo_fabric_tcp::{TcpFabric, TcpOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+pub const CLUSTER: &str = "ordo-tcp-tests";
+
+/// Options on an ephemeral loopback port, with a write timeout that rides
+/// out a loaded 2-core test machine.
+pub fn options(member: MemberId, region_len: usize) -> TcpOptions {
+    let mut o = TcpOptions::new(member, "127.0.0.1:0".parse().unwrap(), region_len);
+    o.cluster = CLUSTER.to_string();
+    o.send_buffer_bytes = 2 << 20;
+    o.write_timeout = Duration::from_secs(5);
+    o.connect_timeout = Duration::from_secs(10);
+    o.reconnect_interval = Duration::from_millis(20);
+    o
+}
+
+/// A group of `n` members (ids `0..n`), every link up; `tweak` adjusts options.
+pub fn group(n: usize, region_len: usize, tweak: impl Fn(&mut TcpOptions)) -> Vec<TcpFabric> {
+    let bindings: Vec<_> = (0..n)
+        .map(|i| {
+            let mut o = options(i as MemberId, region_len);
+            tweak(&mut o);
+            TcpFabric::bind(o).expect("bind")
+        })
+        .collect();
+    let addrs: Vec<SocketAddr> = bindings.iter().map(|b| b.local_addr()).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = bindings
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let peers: Vec<(MemberId, SocketAddr)> =
+                    (0..n).filter(|&j| j != i).map(|j| (j as MemberId, addrs[j])).collect();
+                s.spawn(move || b.connect(peers).expect("connect"))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("connect thread")).collect()
+    })
+}
+
+/// Polls `f` until `pred` holds for an event, collecting all events; panics
+/// after `limit`.
+pub fn wait_for_event(
+    f: &mut TcpFabric,
+    limit: Duration,
+    mut pred: impl FnMut(&FabricEvent) -> bool,
+) -> Vec<FabricEvent> {
+    let deadline = Instant::now() + limit;
+    let mut events = Vec::new();
+    loop {
+        let before = events.len();
+        f.poll_events(&mut events);
+        if events[before..].iter().any(&mut pred) {
+            return events;
+        }
+        assert!(Instant::now() < deadline, "expected event not seen within {limit:?}: {events:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until `cond` holds, sleeping briefly between checks.
+pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A hand-driven peer: a raw std stream that speaks (or breaks) the protocol.
+pub struct FakePeer {
+    pub stream: TcpStream,
+    pub their_hello: Hello,
+}
+
+/// The HELLO a correct member `member` of the test cluster would send.
+pub fn hello(member: MemberId, region_len: usize, incarnation: u64) -> Hello {
+    Hello {
+        version: PROTOCOL_VERSION,
+        member,
+        region_len: region_len as u64,
+        cluster_hash: cluster_hash(CLUSTER),
+        incarnation,
+    }
+}
+
+impl FakePeer {
+    /// Dials `addr`, sends `ours`, and reads the fabric's HELLO back.
+    pub fn connect(addr: SocketAddr, ours: &Hello) -> FakePeer {
+        let mut stream = TcpStream::connect(addr).expect("dial the fabric");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream.write_all(&ours.encode()).unwrap();
+        let mut buf = [0u8; HELLO_FRAME_LEN];
+        stream.read_exact(&mut buf).expect("the fabric answers with a HELLO");
+        let their_hello = Hello::decode(&buf).expect("a valid HELLO");
+        FakePeer { stream, their_hello }
+    }
+
+    /// Asserts that the fabric closes the stream (EOF or reset) within `limit`,
+    /// skipping whatever it sent before.
+    pub fn expect_closed(&mut self, limit: Duration) {
+        expect_closed(&mut self.stream, limit);
+    }
+}
+
+/// Asserts that the other end closes `stream` within `limit`.
+pub fn expect_closed(stream: &mut TcpStream, limit: Duration) {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + limit;
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return,
+            Err(e) => panic!("stream not closed by the fabric: {e}"),
+        }
+        assert!(Instant::now() < deadline, "stream not closed by the fabric within {limit:?}");
+    }
+}

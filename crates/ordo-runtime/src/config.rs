@@ -1,0 +1,778 @@
+//! The configuration: a TOML file (like Derecho's `derecho.cfg`) with
+//! overrides from the environment and the command line.
+//!
+//! # Loading ([`OrdoConfig::load`])
+//! 1. The file (if any) is parsed and checked against the schema: a syntax
+//!    error, a value of the wrong type or an unknown key is reported with the
+//!    file name and the parser's line and column. Every key has a default,
+//!    so the file may be empty or absent.
+//! 2. Overrides are applied, as dotted keys, to the parsed TOML before it is
+//!    deserialized: first environment variables `ORDO__<SECTION>__<KEY>`
+//!    (the prefix `ORDO__` is removed, `__` separates levels, names are
+//!    lower-cased: `ORDO__FABRIC__BACKEND=tcp` sets `fabric.backend`), then
+//!    CLI `--set key=value` pairs in order. So precedence is
+//!    **file < environment < CLI**, and a later CLI pair beats an earlier one.
+//!    A value is read as a TOML literal when it is one (`42`, `true`,
+//!    `[1, 2, 3]`, `"quoted"`, `{ id = 1, addr = "h:1" }`), else as a string
+//!    (`tcp`, `127.0.0.1:7000`); quote it to force a string.
+//! 3. [`OrdoConfig::validate`] checks what types cannot: membership, sizes,
+//!    ranges, the selected backend's section.
+//!
+//! Operator mistakes are [`ConfigError`]s with a message naming the key;
+//! nothing here panics on input.
+
+use crate::idle::IdleStrategy;
+use crate::runner::{CorePinning, RunnerOptions, ThreadingMode};
+use ordo_fabric::MemberId;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Prefix of environment variables that override config keys.
+pub const ENV_PREFIX: &str = "ORDO__";
+
+/// Separator of levels in an environment variable name.
+pub const ENV_SEPARATOR: &str = "__";
+
+/// A member's whole configuration. See the crate docs for an example file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OrdoConfig {
+    /// `[member]`: who this process is.
+    pub member: MemberConfig,
+    /// `[group]`: the top-level group.
+    pub group: GroupConfig,
+    /// `[fabric]`: the one-sided write fabric.
+    pub fabric: FabricConfig,
+    /// `[runtime]`: threads and idling.
+    pub runtime: RuntimeConfig,
+}
+
+/// `[member]`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemberConfig {
+    /// `id`: this member's id (default 0). Must be in `group.members`.
+    pub id: MemberId,
+}
+
+/// `[group]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupConfig {
+    /// `members`: every member's id, this one included (default `[0]`).
+    pub members: Vec<MemberId>,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig { members: vec![0] }
+    }
+}
+
+/// `fabric.backend`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// Shared memory on one host (`ordo-fabric-shm`).
+    #[default]
+    Shm,
+    /// TCP streams, across hosts (`ordo-fabric-tcp`).
+    Tcp,
+}
+
+/// `[fabric]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FabricConfig {
+    /// `backend`: `"shm"` (default) or `"tcp"`.
+    pub backend: Backend,
+    /// `region_bytes`: length of every member's region; a positive multiple
+    /// of 64 (default 1 MiB).
+    pub region_bytes: usize,
+    /// `write_timeout_ms`: a signaled write not completed in this time
+    /// raises a suspicion of its peer (default 1000).
+    pub write_timeout_ms: u64,
+    /// `[fabric.shm]`
+    pub shm: ShmConfig,
+    /// `[fabric.tcp]`
+    pub tcp: TcpConfig,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig {
+            backend: Backend::Shm,
+            region_bytes: 1 << 20,
+            write_timeout_ms: 1000,
+            shm: ShmConfig::default(),
+            tcp: TcpConfig::default(),
+        }
+    }
+}
+
+impl FabricConfig {
+    /// `write_timeout_ms` as a duration.
+    pub fn write_timeout(&self) -> Duration {
+        Duration::from_millis(self.write_timeout_ms)
+    }
+}
+
+/// `[fabric.shm]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShmConfig {
+    /// `dir`: directory of the region files, a tmpfs (default `/dev/shm`).
+    pub dir: PathBuf,
+    /// `cluster`: name shared by one group's members; separates groups on a
+    /// host (default `"ordo"`). Letters, digits, `-`, `_`, `.` only.
+    pub cluster: String,
+    /// `liveness_check_us`: least time between two liveness checks of one
+    /// peer's process (default 1000).
+    pub liveness_check_us: u64,
+    /// `open_timeout_ms`: how long start-up waits for every peer's region
+    /// file (default 10000).
+    pub open_timeout_ms: u64,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        ShmConfig {
+            dir: PathBuf::from("/dev/shm"),
+            cluster: "ordo".to_owned(),
+            liveness_check_us: 1000,
+            open_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl ShmConfig {
+    /// `liveness_check_us` as a duration.
+    pub fn liveness_check_interval(&self) -> Duration {
+        Duration::from_micros(self.liveness_check_us)
+    }
+
+    /// `open_timeout_ms` as a duration.
+    pub fn open_timeout(&self) -> Duration {
+        Duration::from_millis(self.open_timeout_ms)
+    }
+}
+
+/// `[fabric.tcp]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpConfig {
+    /// `listen`: `host:port` this member accepts peers on. If absent, the
+    /// address of this member's own entry in `peers` (so one file listing
+    /// every member can serve the whole group). No default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// `peers`: `[{ id, addr }]`, one per other group member (an entry for
+    /// this member itself is allowed and only used as the listen default).
+    pub peers: Vec<TcpPeer>,
+    /// `max_frame_bytes`: largest frame accepted or sent (default 1 MiB).
+    pub max_frame_bytes: usize,
+    /// `send_buffer_bytes`: bytes queued per peer before posting reports
+    /// back-pressure (default 4 MiB); at least `max_frame_bytes`.
+    pub send_buffer_bytes: usize,
+    /// `connect_timeout_ms`: one connection attempt's limit (default 1000).
+    pub connect_timeout_ms: u64,
+    /// `reconnect_interval_ms`: time between reconnection attempts
+    /// (default 100).
+    pub reconnect_interval_ms: u64,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            listen: None,
+            peers: Vec::new(),
+            max_frame_bytes: 1 << 20,
+            send_buffer_bytes: 4 << 20,
+            connect_timeout_ms: 1000,
+            reconnect_interval_ms: 100,
+        }
+    }
+}
+
+impl TcpConfig {
+    /// The address `member` listens on: `listen`, else its entry in `peers`.
+    pub fn listen_addr(&self, member: MemberId) -> Option<&str> {
+        self.listen.as_deref().or_else(|| self.peer_addr(member))
+    }
+
+    /// The address of `member` in `peers`.
+    pub fn peer_addr(&self, member: MemberId) -> Option<&str> {
+        self.peers.iter().find(|p| p.id == member).map(|p| p.addr.as_str())
+    }
+
+    /// `connect_timeout_ms` as a duration.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+
+    /// `reconnect_interval_ms` as a duration.
+    pub fn reconnect_interval(&self) -> Duration {
+        Duration::from_millis(self.reconnect_interval_ms)
+    }
+}
+
+/// One entry of `fabric.tcp.peers`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpPeer {
+    /// The peer's member id.
+    pub id: MemberId,
+    /// Its `host:port`.
+    pub addr: String,
+}
+
+/// `[runtime]`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// `threading`: `"dedicated"` (default) or `"shared"`.
+    pub threading: ThreadingMode,
+    /// `pin_cores`: pin runner threads to cores, round-robin (default false).
+    pub pin_cores: bool,
+    /// `[runtime.idle]`
+    pub idle: IdleConfig,
+}
+
+/// `runtime.idle.strategy`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdleStrategyKind {
+    /// [`IdleStrategy::BusySpin`]
+    BusySpin,
+    /// [`IdleStrategy::SpinThenYield`]
+    SpinThenYield,
+    /// [`IdleStrategy::BackoffPark`] (default)
+    #[default]
+    BackoffPark,
+}
+
+/// `[runtime.idle]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdleConfig {
+    /// `strategy`: `"busy-spin"`, `"spin-then-yield"` or `"backoff-park"`
+    /// (default).
+    pub strategy: IdleStrategyKind,
+    /// `spins`: idle duty cycles spent spinning (default 200).
+    pub spins: u32,
+    /// `yields`: idle duty cycles spent yielding after that (backoff-park
+    /// only; default 50).
+    pub yields: u32,
+    /// `park_min_us`: first park timeout, > 0 (default 20).
+    pub park_min_us: u64,
+    /// `park_max_us`: longest park timeout, ≥ `park_min_us` (default 1000).
+    /// Bounds how late a parked member notices work nobody rang for.
+    pub park_max_us: u64,
+}
+
+impl Default for IdleConfig {
+    fn default() -> Self {
+        let IdleStrategy::BackoffPark { spins, yields, park_min, park_max } = IdleStrategy::DEFAULT else {
+            unreachable!("the default idle strategy is backoff-park")
+        };
+        IdleConfig {
+            strategy: IdleStrategyKind::BackoffPark,
+            spins,
+            yields,
+            park_min_us: park_min.as_micros() as u64,
+            park_max_us: park_max.as_micros() as u64,
+        }
+    }
+}
+
+impl IdleConfig {
+    /// The runtime strategy this section describes.
+    pub fn strategy(&self) -> IdleStrategy {
+        match self.strategy {
+            IdleStrategyKind::BusySpin => IdleStrategy::BusySpin,
+            IdleStrategyKind::SpinThenYield => IdleStrategy::SpinThenYield { spins: self.spins },
+            IdleStrategyKind::BackoffPark => IdleStrategy::BackoffPark {
+                spins: self.spins,
+                yields: self.yields,
+                park_min: Duration::from_micros(self.park_min_us),
+                park_max: Duration::from_micros(self.park_max_us),
+            },
+        }
+    }
+}
+
+/// Where an override came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OverrideOrigin {
+    /// The environment variable of this name.
+    Env(String),
+    /// A CLI `--set` pair.
+    Cli,
+}
+
+impl fmt::Display for OverrideOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OverrideOrigin::Env(var) => write!(f, "environment variable {var}"),
+            OverrideOrigin::Cli => f.write_str("--set"),
+        }
+    }
+}
+
+/// Why a configuration could not be loaded. Every message names the file
+/// or the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, has a value of the wrong type, or an
+    /// unknown key. `line` and `column` are 1-based.
+    #[error("{}: {message}", location(path, *line, *column))]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Line of the error, when the parser knows it.
+        line: Option<usize>,
+        /// Column of the error, when the parser knows it.
+        column: Option<usize>,
+        /// The parser's message.
+        message: String,
+    },
+    /// An override is malformed, or gives a key a bad value or an unknown key.
+    #[error("invalid override `{text}` from {origin}: {reason}")]
+    Override {
+        /// Where it came from.
+        origin: OverrideOrigin,
+        /// The override as given (`key=value`).
+        text: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The configuration is well-formed but inconsistent.
+    #[error("invalid configuration: {0}")]
+    Invalid(#[from] ValidationError),
+}
+
+fn location(path: &Path, line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!("{}:{l}:{c}", path.display()),
+        _ => path.display().to_string(),
+    }
+}
+
+/// A well-formed but inconsistent configuration; [`key`](Self::key) names
+/// the key at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// `group.members` is empty.
+    #[error("`group.members` is empty; a group needs at least one member")]
+    EmptyGroup,
+    /// `group.members` repeats an id.
+    #[error("`group.members` lists member {id} more than once")]
+    DuplicateMember { id: MemberId },
+    /// `member.id` is not a member of the group.
+    #[error("`member.id` = {id} is not in `group.members` = {members:?}")]
+    MemberNotInGroup { id: MemberId, members: Vec<MemberId> },
+    /// `fabric.region_bytes` is 0 or not a multiple of 64.
+    #[error("`fabric.region_bytes` = {value} must be a positive multiple of 64")]
+    RegionBytes { value: usize },
+    /// A key that must be positive is 0.
+    #[error("`{key}` must be greater than 0")]
+    Zero { key: &'static str },
+    /// `runtime.idle.park_min_us` > `runtime.idle.park_max_us`.
+    #[error(
+        "`runtime.idle.park_min_us` = {park_min_us} is greater than `runtime.idle.park_max_us` = {park_max_us}"
+    )]
+    ParkRange { park_min_us: u64, park_max_us: u64 },
+    /// `fabric.shm.dir` is empty.
+    #[error("`fabric.shm.dir` is empty")]
+    ShmDir,
+    /// `fabric.shm.cluster` is empty or has characters unfit for a file name.
+    #[error(
+        "`fabric.shm.cluster` = {value:?} must be non-empty and use only letters, digits, '-', '_' and '.'"
+    )]
+    ShmCluster { value: String },
+    /// The tcp backend has no listen address.
+    #[error("the tcp backend needs `fabric.tcp.listen` (or an entry for member {id} in `fabric.tcp.peers`)")]
+    TcpListenMissing { id: MemberId },
+    /// An address is not `host:port`.
+    #[error("`{key}` = {value:?} is not a host:port address: {reason}")]
+    BadAddress { key: String, value: String, reason: &'static str },
+    /// A group member (other than this one) has no entry in `fabric.tcp.peers`.
+    #[error("`fabric.tcp.peers` has no entry for group member {id}")]
+    TcpPeerMissing { id: MemberId },
+    /// `fabric.tcp.peers` names a member not in the group.
+    #[error("`fabric.tcp.peers` lists member {id}, which is not in `group.members`")]
+    TcpPeerNotInGroup { id: MemberId },
+    /// `fabric.tcp.peers` names a member twice.
+    #[error("`fabric.tcp.peers` lists member {id} more than once")]
+    TcpPeerDuplicate { id: MemberId },
+    /// A frame could never fit in the send buffer.
+    #[error(
+        "`fabric.tcp.max_frame_bytes` = {max_frame_bytes} is greater than `fabric.tcp.send_buffer_bytes` = {send_buffer_bytes}"
+    )]
+    FrameExceedsSendBuffer { max_frame_bytes: usize, send_buffer_bytes: usize },
+}
+
+impl ValidationError {
+    /// The dotted key at fault.
+    pub fn key(&self) -> String {
+        match self {
+            ValidationError::EmptyGroup | ValidationError::DuplicateMember { .. } => "group.members".into(),
+            ValidationError::MemberNotInGroup { .. } => "member.id".into(),
+            ValidationError::RegionBytes { .. } => "fabric.region_bytes".into(),
+            ValidationError::Zero { key } => (*key).into(),
+            ValidationError::ParkRange { .. } => "runtime.idle.park_min_us".into(),
+            ValidationError::ShmDir => "fabric.shm.dir".into(),
+            ValidationError::ShmCluster { .. } => "fabric.shm.cluster".into(),
+            ValidationError::TcpListenMissing { .. } => "fabric.tcp.listen".into(),
+            ValidationError::BadAddress { key, .. } => key.clone(),
+            ValidationError::TcpPeerMissing { .. }
+            | ValidationError::TcpPeerNotInGroup { .. }
+            | ValidationError::TcpPeerDuplicate { .. } => "fabric.tcp.peers".into(),
+            ValidationError::FrameExceedsSendBuffer { .. } => "fabric.tcp.max_frame_bytes".into(),
+        }
+    }
+}
+
+/// One parsed override: `key` (dotted) = `value`.
+struct Override {
+    origin: OverrideOrigin,
+    text: String,
+    path: Vec<String>,
+    value: toml::Value,
+}
+
+impl Override {
+    fn error(&self, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Override { origin: self.origin.clone(), text: self.text.clone(), reason: reason.into() }
+    }
+}
+
+fn parse_override(
+    origin: OverrideOrigin,
+    text: String,
+    key: &str,
+    raw: &str,
+) -> Result<Override, ConfigError> {
+    let bad = |reason: &str| ConfigError::Override {
+        origin: origin.clone(),
+        text: text.clone(),
+        reason: reason.to_owned(),
+    };
+    let path: Vec<String> = key.split('.').map(str::to_owned).collect();
+    let valid_segment =
+        |s: &String| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !path.iter().all(valid_segment) {
+        return Err(bad("the key must be dotted names of letters, digits, '_' and '-'"));
+    }
+    let value = parse_literal(raw);
+    Ok(Override { origin, text, path, value })
+}
+
+/// A TOML literal if `raw` is one, else the string itself.
+fn parse_literal(raw: &str) -> toml::Value {
+    raw.trim().parse::<toml::Value>().unwrap_or_else(|_| toml::Value::String(raw.to_owned()))
+}
+
+/// `ORDO__FABRIC__BACKEND` → `fabric.backend`; `None` for other variables.
+fn env_key(var: &str) -> Option<String> {
+    let rest = var.strip_prefix(ENV_PREFIX)?;
+    Some(rest.split(ENV_SEPARATOR).map(str::to_ascii_lowercase).collect::<Vec<_>>().join("."))
+}
+
+fn collect_overrides(
+    env: impl IntoIterator<Item = (String, String)>,
+    cli_sets: &[String],
+) -> Result<Vec<Override>, ConfigError> {
+    let mut env: Vec<(String, String)> =
+        env.into_iter().filter(|(var, _)| var.starts_with(ENV_PREFIX)).collect();
+    // Deterministic order whatever order the environment comes in.
+    env.sort();
+    let mut overrides = Vec::with_capacity(env.len() + cli_sets.len());
+    for (var, value) in env {
+        let key = env_key(&var).expect("filtered on the prefix");
+        let text = format!("{key}={value}");
+        overrides.push(parse_override(OverrideOrigin::Env(var), text, &key, &value)?);
+    }
+    for set in cli_sets {
+        let Some((key, value)) = set.split_once('=') else {
+            return Err(ConfigError::Override {
+                origin: OverrideOrigin::Cli,
+                text: set.clone(),
+                reason: "expected key=value".to_owned(),
+            });
+        };
+        overrides.push(parse_override(OverrideOrigin::Cli, set.clone(), key.trim(), value)?);
+    }
+    Ok(overrides)
+}
+
+/// Sets `over.path` in `table`, creating tables on the way.
+fn apply_override(table: &mut toml::Table, over: &Override) -> Result<(), ConfigError> {
+    let (leaf, parents) = over.path.split_last().expect("a key has at least one segment");
+    let mut current = table;
+    for (depth, segment) in parents.iter().enumerate() {
+        let entry = current.entry(segment.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        current = match entry {
+            toml::Value::Table(t) => t,
+            _ => {
+                let prefix = over.path[..=depth].join(".");
+                return Err(over.error(format!("`{prefix}` is a value, not a section")));
+            }
+        };
+    }
+    current.insert(leaf.clone(), over.value.clone());
+    Ok(())
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+fn parse_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
+    let (line, column) = match error.span() {
+        Some(span) => {
+            let (l, c) = line_column(text, span.start);
+            (Some(l), Some(c))
+        }
+        None => (None, None),
+    };
+    ConfigError::Parse { path: path.to_owned(), line, column, message: error.message().trim().to_owned() }
+}
+
+impl OrdoConfig {
+    /// Loads the configuration: the file at `path` (all defaults if `None`),
+    /// then overrides from `env` (pass `std::env::vars()`; only `ORDO__*`
+    /// variables are read), then `cli_sets` (`key=value`), then
+    /// [`validate`](Self::validate). See the module docs.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        cli_sets: &[String],
+    ) -> Result<OrdoConfig, ConfigError> {
+        let (text, path) = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: p.to_owned(), source })?;
+                (text, p.to_owned())
+            }
+            None => (String::new(), PathBuf::from("<no config file>")),
+        };
+        Self::load_str(&text, &path, env, cli_sets)
+    }
+
+    /// Like [`load`](Self::load) with the file's contents given; `origin`
+    /// names them in errors.
+    pub fn load_str(
+        text: &str,
+        origin: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+        cli_sets: &[String],
+    ) -> Result<OrdoConfig, ConfigError> {
+        // The file alone, against the schema: errors carry line and column.
+        let from_file: OrdoConfig = toml::from_str(text).map_err(|e| parse_error(origin, text, &e))?;
+        let overrides = collect_overrides(env, cli_sets)?;
+        let config = if overrides.is_empty() {
+            from_file
+        } else {
+            let table: toml::Table = text.parse().map_err(|e| parse_error(origin, text, &e))?;
+            let mut merged = table.clone();
+            for over in &overrides {
+                apply_override(&mut merged, over)?;
+            }
+            match toml::Value::Table(merged).try_into::<OrdoConfig>() {
+                Ok(config) => config,
+                Err(error) => return Err(blame_override(&table, &overrides, &error)),
+            }
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The configuration as a TOML document (every key, defaults included);
+    /// loading it gives back an equal configuration.
+    pub fn to_toml_string(&self) -> String {
+        toml::to_string_pretty(self).expect("an OrdoConfig always serializes to TOML")
+    }
+
+    /// Checks what the types cannot. Only the section of the selected
+    /// backend is checked beyond its types.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let members = &self.group.members;
+        if members.is_empty() {
+            return Err(ValidationError::EmptyGroup);
+        }
+        let mut seen = HashSet::new();
+        for &id in members {
+            if !seen.insert(id) {
+                return Err(ValidationError::DuplicateMember { id });
+            }
+        }
+        if !members.contains(&self.member.id) {
+            return Err(ValidationError::MemberNotInGroup { id: self.member.id, members: members.clone() });
+        }
+
+        let fabric = &self.fabric;
+        if fabric.region_bytes == 0 || !fabric.region_bytes.is_multiple_of(64) {
+            return Err(ValidationError::RegionBytes { value: fabric.region_bytes });
+        }
+        positive(fabric.write_timeout_ms, "fabric.write_timeout_ms")?;
+        match fabric.backend {
+            Backend::Shm => self.validate_shm()?,
+            Backend::Tcp => self.validate_tcp()?,
+        }
+
+        let idle = &self.runtime.idle;
+        positive(idle.park_min_us, "runtime.idle.park_min_us")?;
+        positive(idle.park_max_us, "runtime.idle.park_max_us")?;
+        if idle.park_min_us > idle.park_max_us {
+            return Err(ValidationError::ParkRange {
+                park_min_us: idle.park_min_us,
+                park_max_us: idle.park_max_us,
+            });
+        }
+        Ok(())
+    }
+
+    fn validate_shm(&self) -> Result<(), ValidationError> {
+        let shm = &self.fabric.shm;
+        if shm.dir.as_os_str().is_empty() {
+            return Err(ValidationError::ShmDir);
+        }
+        let cluster_ok = !shm.cluster.is_empty()
+            && shm.cluster.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !cluster_ok {
+            return Err(ValidationError::ShmCluster { value: shm.cluster.clone() });
+        }
+        positive(shm.liveness_check_us, "fabric.shm.liveness_check_us")?;
+        positive(shm.open_timeout_ms, "fabric.shm.open_timeout_ms")?;
+        Ok(())
+    }
+
+    fn validate_tcp(&self) -> Result<(), ValidationError> {
+        let tcp = &self.fabric.tcp;
+        let me = self.member.id;
+        if let Some(listen) = &tcp.listen {
+            check_address("fabric.tcp.listen", listen)?;
+        }
+        let mut seen = HashSet::new();
+        for (i, peer) in tcp.peers.iter().enumerate() {
+            if !seen.insert(peer.id) {
+                return Err(ValidationError::TcpPeerDuplicate { id: peer.id });
+            }
+            if !self.group.members.contains(&peer.id) {
+                return Err(ValidationError::TcpPeerNotInGroup { id: peer.id });
+            }
+            check_address(&format!("fabric.tcp.peers[{i}].addr"), &peer.addr)?;
+        }
+        if tcp.listen_addr(me).is_none() {
+            return Err(ValidationError::TcpListenMissing { id: me });
+        }
+        if let Some(&id) = self.group.members.iter().find(|&&id| id != me && !seen.contains(&id)) {
+            return Err(ValidationError::TcpPeerMissing { id });
+        }
+        positive(tcp.max_frame_bytes as u64, "fabric.tcp.max_frame_bytes")?;
+        positive(tcp.send_buffer_bytes as u64, "fabric.tcp.send_buffer_bytes")?;
+        if tcp.max_frame_bytes > tcp.send_buffer_bytes {
+            return Err(ValidationError::FrameExceedsSendBuffer {
+                max_frame_bytes: tcp.max_frame_bytes,
+                send_buffer_bytes: tcp.send_buffer_bytes,
+            });
+        }
+        positive(tcp.connect_timeout_ms, "fabric.tcp.connect_timeout_ms")?;
+        positive(tcp.reconnect_interval_ms, "fabric.tcp.reconnect_interval_ms")?;
+        Ok(())
+    }
+
+    /// `runtime.idle` as the runtime's strategy.
+    pub fn idle_strategy(&self) -> IdleStrategy {
+        self.runtime.idle.strategy()
+    }
+
+    /// `runtime.threading`.
+    pub fn threading(&self) -> ThreadingMode {
+        self.runtime.threading
+    }
+
+    /// `runtime.pin_cores` as a pinning policy.
+    pub fn core_pinning(&self) -> CorePinning {
+        if self.runtime.pin_cores { CorePinning::RoundRobin } else { CorePinning::None }
+    }
+
+    /// The [`RunnerOptions`] the `[runtime]` section describes.
+    pub fn runner_options(&self) -> RunnerOptions {
+        RunnerOptions::new(self.threading(), self.idle_strategy()).with_pinning(self.core_pinning())
+    }
+
+    /// Every member but this one, in increasing id order.
+    pub fn peers(&self) -> Vec<MemberId> {
+        let mut peers: Vec<MemberId> =
+            self.group.members.iter().copied().filter(|&id| id != self.member.id).collect();
+        peers.sort_unstable();
+        peers
+    }
+}
+
+fn positive(value: u64, key: &'static str) -> Result<(), ValidationError> {
+    if value == 0 { Err(ValidationError::Zero { key }) } else { Ok(()) }
+}
+
+/// Checks `host:port` (a bracketed IPv6 host allowed); no name lookup.
+fn check_address(key: &str, value: &str) -> Result<(), ValidationError> {
+    let bad = |reason| ValidationError::BadAddress { key: key.to_owned(), value: value.to_owned(), reason };
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return Err(bad("missing `:port`"));
+    };
+    if host.is_empty() {
+        return Err(bad("empty host"));
+    }
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err(bad("an IPv6 host must be in brackets"));
+    }
+    match port.parse::<u16>() {
+        Ok(0) => Err(bad("port 0")),
+        Ok(_) => Ok(()),
+        Err(_) => Err(bad("the port is not a number in 1..=65535")),
+    }
+}
+
+/// Finds the override to blame for a schema error after merging: the first
+/// in-effect override (not replaced by a later one of the same key) that
+/// breaks the file's table on its own; reports that override's own error.
+fn blame_override(file: &toml::Table, overrides: &[Override], error: &toml::de::Error) -> ConfigError {
+    let one_line = |e: &toml::de::Error| e.to_string().trim().replace('\n', "; ");
+    for (i, over) in overrides.iter().enumerate() {
+        if overrides[i + 1..].iter().any(|later| later.path == over.path) {
+            continue;
+        }
+        let mut alone = file.clone();
+        if let Err(e) = apply_override(&mut alone, over) {
+            return e;
+        }
+        if let Err(own) = toml::Value::Table(alone).try_into::<OrdoConfig>() {
+            return over.error(one_line(&own));
+        }
+    }
+    // Only the combination fails (not expected with this schema).
+    ConfigError::Override {
+        origin: OverrideOrigin::Cli,
+        text: overrides.iter().map(|o| o.text.as_str()).collect::<Vec<_>>().join(" "),
+        reason: one_line(error),
+    }
+}
