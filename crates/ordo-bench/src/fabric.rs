@@ -23,9 +23,9 @@ use hdrhistogram::Histogram;
 use ordo_fabric::Fabric;
 use ordo_fabric_shm::{ShmFabric, ShmOptions};
 use serde::Serialize;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use crate::peer::{PeerChild, spawn_peer};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Backends `ordo bench fabric` can measure.
@@ -215,6 +215,28 @@ fn measure_backend<F: Fabric>(
     Ok(rows)
 }
 
+/// Exercises a connected peer in `Serve` role across processes: ping-pongs
+/// at 8 B and 4 KiB (each pong's payload checked under its guard) and
+/// streams 1 KiB and 10 KiB messages (each message's first and last words
+/// checked by the peer under the guard), then tells it to exit. Any
+/// violation is an `Err`. Used by the multi-process tests.
+pub fn exercise<F: Fabric>(f: &mut F, spin: bool) -> Result<(), String> {
+    let waiter = Waiter {
+        park: if spin { None } else { f.doorbell().cloned() },
+        spins_before_park: 200,
+        deadline: Duration::from_secs(30),
+    };
+    let mut c = Coordinator { cmd: 0, ping: 0, stream: 0 };
+    for size in [8, 4096] {
+        c.pingpong(f, &waiter, size, 200)?;
+    }
+    for size in [1024, 10 * 1024] {
+        c.stream_n(f, &waiter, size, slots_for(size).min(8), 3000)?;
+    }
+    c.command(f, Op::Exit, 8, 0, 0)?;
+    c.wait_done(f, &waiter)
+}
+
 struct Coordinator {
     cmd: u64,
     ping: u64,
@@ -320,6 +342,7 @@ impl Coordinator {
             for m in next..=free_upto {
                 let slot = STREAM + (m as usize % slots) * size;
                 f.region().store_release(slot, m);
+                f.region().store_release(slot + size - 8, !m);
                 post(f, 1, slot, size)?;
             }
             f.region().store_release(STREAM_SEQ, free_upto);
@@ -349,67 +372,6 @@ pub fn memcpy_bandwidth(size: usize, slots: usize, time: Duration) -> f64 {
         }
     }
     (copies as f64 * size as f64) / start.elapsed().as_secs_f64()
-}
-
-/// A spawned peer process; killed if dropped before it exits.
-struct PeerChild {
-    child: Child,
-    listen: Option<std::net::SocketAddr>,
-}
-
-impl PeerChild {
-    fn wait(mut self, limit: Duration) -> Result<(), String> {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return if status.success() { Ok(()) } else { Err(format!("exited with {status}")) };
-            }
-            if start.elapsed() > limit {
-                return Err("did not exit".into());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for PeerChild {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn spawn_peer(
-    exe: &PathBuf,
-    backend: Backend,
-    cluster: &str,
-    spin: bool,
-    pinned: bool,
-    coordinator: Option<std::net::SocketAddr>,
-) -> Result<PeerChild, String> {
-    let mut cmd = Command::new(exe);
-    cmd.args(["fabric-peer", "--backend", backend.name(), "--cluster", cluster, "--role", "serve"]);
-    if let Some(addr) = coordinator {
-        cmd.args(["--tcp-peer", &addr.to_string()]);
-    }
-    if spin {
-        cmd.arg("--spin");
-    }
-    if pinned {
-        cmd.args(["--core", "1"]);
-    }
-    let tcp = backend == Backend::Tcp;
-    cmd.stdout(if tcp { Stdio::piped() } else { Stdio::null() }).stderr(Stdio::inherit());
-    let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", exe.display()))?;
-    let mut peer = PeerChild { child, listen: None };
-    if let Some(stdout) = peer.child.stdout.take() {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
-        peer.listen = line.strip_prefix("LISTEN ").and_then(|s| s.trim().parse().ok());
-    }
-    Ok(peer)
 }
 
 /// Cross-process cache-line ping-pong through a shared mapping: returns

@@ -12,8 +12,10 @@
 use crate::protocol::*;
 use ordo_fabric::Fabric;
 use ordo_fabric_shm::{ShmFabric, ShmOptions};
-use std::io::Write as _;
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Which backend a peer uses.
 #[derive(Clone, Debug)]
@@ -99,7 +101,9 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
         match op {
             Op::Exit => {
                 f.region().store_release(DONE, last_cmd);
-                post(&mut f, 0, DONE, 8)?;
+                // The coordinator may be gone already; exiting is what matters.
+                let _ = post(&mut f, 0, DONE, 8);
+                std::thread::sleep(Duration::from_millis(20));
                 return Ok(());
             }
             Op::PingPong => {
@@ -125,9 +129,12 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
                     let seen = f.region().load_acquire(STREAM_SEQ);
                     for j in stream + 1..=seen {
                         let slot = STREAM + ((j as usize) % slots) * size;
-                        let got = f.region().load_acquire(slot);
-                        if got != j {
-                            return Err(format!("stream message {j}: slot holds {got}"));
+                        let (first, last) = (f.region().load_acquire(slot), f.region().load_acquire(slot + size - 8));
+                        if first != j || last != !j {
+                            return Err(format!(
+                                "stream message {j} not visible under guard {seen}: words {first} {:#x}",
+                                last
+                            ));
                         }
                     }
                     stream = seen;
@@ -152,3 +159,76 @@ fn announce(line: &str) {
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
+
+/// A spawned peer process; killed if dropped before it exits.
+pub struct PeerChild {
+    pub child: Child,
+    /// The tcp peer's listen address, once it reported it.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+impl PeerChild {
+    /// Waits for the peer to exit; `Err` unless it exits successfully.
+    pub fn wait(mut self, limit: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return if status.success() { Ok(()) } else { Err(format!("exited with {status}")) };
+            }
+            if start.elapsed() > limit {
+                return Err("did not exit".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl PeerChild {
+    /// Kills the peer with SIGKILL (as a crash) and reaps it.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PeerChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Spawns `exe fabric-peer ...` as member 1 of a two-member group.
+pub fn spawn_peer(
+    exe: &PathBuf,
+    backend: crate::fabric::Backend,
+    cluster: &str,
+    spin: bool,
+    pinned: bool,
+    coordinator: Option<std::net::SocketAddr>,
+) -> Result<PeerChild, String> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["fabric-peer", "--backend", backend.name(), "--cluster", cluster, "--role", "serve"]);
+    if let Some(addr) = coordinator {
+        cmd.args(["--tcp-peer", &addr.to_string()]);
+    }
+    if spin {
+        cmd.arg("--spin");
+    }
+    if pinned {
+        cmd.args(["--core", "1"]);
+    }
+    let tcp = backend == crate::fabric::Backend::Tcp;
+    cmd.stdout(if tcp { Stdio::piped() } else { Stdio::null() }).stderr(Stdio::inherit());
+    let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", exe.display()))?;
+    let mut peer = PeerChild { child, listen: None };
+    if let Some(stdout) = peer.child.stdout.take() {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
+        peer.listen = line.strip_prefix("LISTEN ").and_then(|s| s.trim().parse().ok());
+    }
+    Ok(peer)
+}
+
