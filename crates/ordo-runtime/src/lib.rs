@@ -80,6 +80,7 @@ mod clock;
 pub mod config;
 mod idle;
 mod runner;
+pub mod wiring;
 
 pub use agent::Agent;
 pub use agent_loop::{AgentLoop, ParkBell, RunnerStats, Step};
@@ -89,6 +90,7 @@ pub use config::{
     OverrideOrigin, RuntimeConfig, ShmConfig, TcpConfig, TcpPeer, ValidationError,
 };
 pub use idle::{IdleAction, IdleStrategy, Idler};
+pub use wiring::{HeartbeatAgent, MemberFabric, WiringError, connect_fabric};
 pub use runner::{
     AgentPanic, CorePinning, Joined, Runner, RunnerError, RunnerHandle, RunnerOptions, ThreadingMode,
 };

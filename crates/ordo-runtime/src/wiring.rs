@@ -1,0 +1,210 @@
+//! Wiring: from an [`OrdoConfig`] to a connected fabric endpoint, and the
+//! member heartbeat agent that `ordo member` runs.
+//!
+//! # Invariants
+//! - [`connect_fabric`] validates the configuration first; a bad one is a
+//!   [`WiringError::Config`] naming the key, and nothing is created.
+//! - [`MemberFabric`] dispatches statically (an enum, not `dyn`), so the data
+//!   path stays monomorphic.
+
+use crate::config::{Backend, OrdoConfig};
+use crate::{Agent, ValidationError};
+use ordo_fabric::{
+    Doorbell, Fabric, FabricEvent, MemberId, PostError, ReconnectError, Region, Write, WriteTag,
+};
+use ordo_fabric_shm::{ShmFabric, ShmOptions};
+use ordo_fabric_tcp::{TcpFabric, TcpOptions};
+use ordo_sst::{CounterCol, LayoutBuilder, Sst};
+use std::net::{SocketAddr, ToSocketAddrs};
+
+/// A member's fabric endpoint, whichever backend the config chose.
+pub enum MemberFabric {
+    /// `fabric.backend = "shm"`.
+    Shm(ShmFabric),
+    /// `fabric.backend = "tcp"`.
+    Tcp(TcpFabric),
+}
+
+macro_rules! dispatch {
+    ($self:expr, $f:ident => $e:expr) => {
+        match $self {
+            MemberFabric::Shm($f) => $e,
+            MemberFabric::Tcp($f) => $e,
+        }
+    };
+}
+
+impl Fabric for MemberFabric {
+    fn member(&self) -> MemberId {
+        dispatch!(self, f => f.member())
+    }
+    fn peers(&self) -> &[MemberId] {
+        dispatch!(self, f => f.peers())
+    }
+    fn region(&self) -> &Region {
+        dispatch!(self, f => f.region())
+    }
+    #[inline]
+    fn post_write(&mut self, write: Write) -> Result<(), PostError> {
+        dispatch!(self, f => f.post_write(write))
+    }
+    fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
+        dispatch!(self, f => f.poll_events(events))
+    }
+    fn doorbell(&self) -> Option<&Doorbell> {
+        dispatch!(self, f => f.doorbell())
+    }
+    fn is_suspected(&self, peer: MemberId) -> bool {
+        dispatch!(self, f => f.is_suspected(peer))
+    }
+    fn reconnect(&mut self, peer: MemberId) -> Result<u64, ReconnectError> {
+        dispatch!(self, f => f.reconnect(peer))
+    }
+}
+
+/// Why a fabric could not be brought up.
+#[derive(Debug, thiserror::Error)]
+pub enum WiringError {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ValidationError),
+    /// An address in the configuration does not resolve.
+    #[error("fabric.tcp: cannot resolve {addr:?}: {why}")]
+    Address { addr: String, why: String },
+    /// The shm backend failed to start.
+    #[error(transparent)]
+    Shm(#[from] ordo_fabric_shm::ShmError),
+    /// The tcp backend failed to start.
+    #[error(transparent)]
+    Tcp(#[from] ordo_fabric_tcp::TcpError),
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, WiringError> {
+    addr.to_socket_addrs()
+        .map_err(|e| WiringError::Address { addr: addr.into(), why: e.to_string() })?
+        .next()
+        .ok_or_else(|| WiringError::Address { addr: addr.into(), why: "no address".into() })
+}
+
+/// Creates this member's endpoint as the config says, waiting for peers.
+pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> {
+    config.validate()?;
+    let me = config.member.id;
+    let f = &config.fabric;
+    match f.backend {
+        Backend::Shm => {
+            let mut o = ShmOptions::new(f.shm.cluster.clone(), me, config.group.members.clone(), f.region_bytes);
+            o.dir = f.shm.dir.clone();
+            o.open_timeout = f.shm.open_timeout();
+            o.liveness_check_interval = f.shm.liveness_check_interval();
+            Ok(MemberFabric::Shm(ShmFabric::create(o)?))
+        }
+        Backend::Tcp => {
+            let listen = resolve(f.tcp.listen_addr(me).unwrap_or_default())?;
+            let mut o = TcpOptions::new(me, listen, f.region_bytes);
+            o.max_frame_bytes = f.tcp.max_frame_bytes;
+            o.send_buffer_bytes = f.tcp.send_buffer_bytes;
+            o.write_timeout = f.write_timeout();
+            o.connect_timeout = f.tcp.connect_timeout().max(std::time::Duration::from_secs(1));
+            o.reconnect_interval = f.tcp.reconnect_interval();
+            o.cluster = f.shm.cluster.clone();
+            let mut peers = Vec::new();
+            for &p in config.group.members.iter().filter(|p| **p != me) {
+                peers.push((p, resolve(f.tcp.peer_addr(p).unwrap_or_default())?));
+            }
+            Ok(MemberFabric::Tcp(TcpFabric::connect(o.with_peers(peers))?))
+        }
+    }
+}
+
+/// A member's liveness agent: every `interval_ns` it bumps its heartbeat
+/// counter in the SST and pushes it to every peer as a signaled write, so a
+/// dead or unreachable peer is suspected within a write timeout; it tries
+/// to reconnect suspected peers at the same pace. It is the smallest real
+/// user of fabric + SST + runtime, and what `ordo member` runs.
+pub struct HeartbeatAgent<F: Fabric> {
+    fabric: F,
+    sst: Sst,
+    heartbeat: CounterCol,
+    interval_ns: u64,
+    next_beat_ns: u64,
+    beats: i64,
+    events: Vec<FabricEvent>,
+    /// Every fabric event seen, with the time it was seen (ns).
+    pub log: Vec<(u64, FabricEvent)>,
+}
+
+impl<F: Fabric> HeartbeatAgent<F> {
+    /// An agent over `fabric` with an SST at region offset 0.
+    pub fn new(fabric: F, members: &[MemberId], interval_ns: u64) -> Result<Self, ordo_sst::SstError> {
+        let mut b = LayoutBuilder::new();
+        let heartbeat = b.counter("heartbeat");
+        let me = fabric.member();
+        let sst = Sst::new(fabric.region().clone(), 0, b.build(), members, me)?;
+        Ok(HeartbeatAgent {
+            fabric,
+            sst,
+            heartbeat,
+            interval_ns,
+            next_beat_ns: 0,
+            beats: -1,
+            events: Vec::new(),
+            log: Vec::new(),
+        })
+    }
+
+    /// The latest heartbeat seen from each member (row order = sorted ids).
+    pub fn heartbeats(&self) -> Vec<(MemberId, i64, bool)> {
+        self.sst
+            .members()
+            .iter()
+            .enumerate()
+            .map(|(row, &m)| {
+                let suspected = m != self.fabric.member() && self.fabric.is_suspected(m);
+                (m, self.sst.counter(row, self.heartbeat), suspected)
+            })
+            .collect()
+    }
+}
+
+impl<F: Fabric + Send> Agent for HeartbeatAgent<F> {
+    fn name(&self) -> &str {
+        "heartbeat"
+    }
+
+    fn do_work(&mut self, now_ns: u64) -> usize {
+        let mut work = 0;
+        if now_ns >= self.next_beat_ns {
+            self.next_beat_ns = now_ns + self.interval_ns;
+            self.beats += 1;
+            self.sst.set_counter(self.heartbeat, self.beats);
+            let (offset, len) = self.sst.range(self.heartbeat);
+            let peers: Vec<MemberId> = self.fabric.peers().to_vec();
+            for peer in peers {
+                if self.fabric.is_suspected(peer) {
+                    let _ = self.fabric.reconnect(peer);
+                    continue;
+                }
+                let tag = WriteTag(self.beats as u64);
+                match self.fabric.post_write(Write::signaled(peer, offset, len, tag)) {
+                    Ok(()) | Err(PostError::PeerSuspected(_)) | Err(PostError::Backpressure(_)) => {}
+                    Err(e) => panic!("heartbeat write is always valid: {e}"),
+                }
+            }
+            work += 1;
+        }
+        self.fabric.poll_events(&mut self.events);
+        for e in self.events.drain(..) {
+            if !matches!(e, FabricEvent::Completed { .. }) {
+                tracing::info!(?e, "fabric event");
+                self.log.push((now_ns, e));
+                work += 1;
+            }
+        }
+        work
+    }
+
+    fn doorbell(&self) -> Option<Doorbell> {
+        self.fabric.doorbell().cloned()
+    }
+}
