@@ -2,6 +2,9 @@
 //!
 //! - `ordo bench fabric` — fabric latency and bandwidth beside the machine's
 //!   physical limits (see `ordo_bench::fabric`).
+//! - `ordo config` — print the effective configuration (file < env < CLI).
+//! - `ordo member` — bring up this member's fabric from the configuration
+//!   and run its SST heartbeat agent, reporting peers' liveness.
 //! - `ordo fabric-peer` — the remote member that benchmarks and the
 //!   multi-process tests spawn (hidden from help).
 
@@ -22,9 +25,35 @@ enum Command {
     /// Run a benchmark and report its figures.
     #[command(subcommand)]
     Bench(Bench),
+    /// Print the effective configuration after environment and --set overrides.
+    Config(ConfigArgs),
+    /// Join the group named by the configuration and report peers' heartbeats.
+    Member(MemberArgs),
     /// The remote member of a benchmark or a multi-process test.
     #[command(hide = true)]
     FabricPeer(PeerArgs),
+}
+
+#[derive(Args)]
+struct ConfigArgs {
+    /// TOML configuration file (every key has a default).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Override a key, e.g. --set fabric.backend=tcp (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+}
+
+#[derive(Args)]
+struct MemberArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Heartbeat interval in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long)]
+    for_s: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -98,6 +127,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(Bench::Fabric(args)) => bench_fabric(args),
+        Command::Config(args) => load_config(&args).map(|c| print!("{}", c.to_toml_string())),
+        Command::Member(args) => member(args),
         Command::FabricPeer(args) => fabric_peer(args),
     };
     match result {
@@ -162,4 +193,41 @@ fn fabric_peer(args: PeerArgs) -> Result<(), String> {
 
 fn core_pin(core: usize) {
     ordo_bench::peer::pin(core);
+}
+
+fn load_config(args: &ConfigArgs) -> Result<ordo_runtime::OrdoConfig, String> {
+    ordo_runtime::OrdoConfig::load(args.config.as_deref(), std::env::vars(), &args.sets)
+        .map_err(|e| e.to_string())
+}
+
+fn member(args: MemberArgs) -> Result<(), String> {
+    use ordo_runtime::{HeartbeatAgent, Runner, connect_fabric};
+    let config = load_config(&args.config)?;
+    eprintln!(
+        "member {} of {:?}: connecting over {:?}...",
+        config.member.id, config.group.members, config.fabric.backend
+    );
+    let fabric = connect_fabric(&config).map_err(|e| e.to_string())?;
+    let agent = HeartbeatAgent::new(fabric, &config.group.members, args.heartbeat_ms.max(1) * 1_000_000)
+        .map_err(|e| e.to_string())?;
+    let runner = Runner::start(vec![agent], &config.runner_options()).map_err(|e| e.to_string())?;
+    let start = std::time::Instant::now();
+    let limit = args.for_s.map(Duration::from_secs);
+    loop {
+        std::thread::sleep(Duration::from_secs(1).min(limit.unwrap_or(Duration::MAX)));
+        if limit.is_some_and(|l| start.elapsed() >= l) || runner.is_finished() {
+            break;
+        }
+        eprintln!("  up {:>4} s", start.elapsed().as_secs());
+    }
+    let joined = runner.join();
+    let agent = &joined.agents[0];
+    println!("{:<8} {:>10} {:>10}", "member", "heartbeat", "state");
+    for (m, beat, suspected) in agent.heartbeats() {
+        println!("{m:<8} {beat:>10} {:>10}", if suspected { "suspected" } else { "alive" });
+    }
+    for (t, e) in &agent.log {
+        println!("  at {:.3} s: {e:?}", *t as f64 / 1e9);
+    }
+    Ok(())
 }

@@ -28,7 +28,16 @@ const LAYERS: &[(&str, u32)] = &[
 ];
 
 /// Crates that must stay free of I/O backends and the runtime (sans-I/O).
-const PURE: &[&str] = &["ordo-fault", "ordo-fabric", "ordo-sst", "ordo-ring", "ordo-sim", "ordo-vsync", "ordo-acuerdo", "ordo-raft"];
+const PURE: &[&str] = &[
+    "ordo-fault",
+    "ordo-fabric",
+    "ordo-sst",
+    "ordo-ring",
+    "ordo-sim",
+    "ordo-vsync",
+    "ordo-acuerdo",
+    "ordo-raft",
+];
 const IMPURE: &[&str] = &["ordo-runtime", "ordo-fabric-shm", "ordo-fabric-tcp"];
 
 #[test]

@@ -18,13 +18,13 @@
 //!   mapping: the floor of any cross-core notification.
 
 use crate::machine::MachineInfo;
+use crate::peer::{PeerChild, spawn_peer};
 use crate::protocol::*;
 use hdrhistogram::Histogram;
 use ordo_fabric::Fabric;
 use ordo_fabric_shm::{ShmFabric, ShmOptions};
 use serde::Serialize;
 use std::path::PathBuf;
-use crate::peer::{PeerChild, spawn_peer};
 use std::process::Command;
 use std::time::{Duration, Instant};
 

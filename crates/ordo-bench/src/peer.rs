@@ -129,7 +129,8 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
                     let seen = f.region().load_acquire(STREAM_SEQ);
                     for j in stream + 1..=seen {
                         let slot = STREAM + ((j as usize) % slots) * size;
-                        let (first, last) = (f.region().load_acquire(slot), f.region().load_acquire(slot + size - 8));
+                        let (first, last) =
+                            (f.region().load_acquire(slot), f.region().load_acquire(slot + size - 8));
                         if first != j || last != !j {
                             return Err(format!(
                                 "stream message {j} not visible under guard {seen}: words {first} {:#x}",
@@ -231,4 +232,3 @@ pub fn spawn_peer(
     }
     Ok(peer)
 }
-

@@ -94,7 +94,12 @@ pub struct ShmOptions {
 
 impl ShmOptions {
     /// Options with defaults: `/dev/shm`, 10 s open timeout, 1 ms liveness.
-    pub fn new(cluster: impl Into<String>, member: MemberId, members: Vec<MemberId>, region_len: usize) -> Self {
+    pub fn new(
+        cluster: impl Into<String>,
+        member: MemberId,
+        members: Vec<MemberId>,
+        region_len: usize,
+    ) -> Self {
         ShmOptions {
             dir: PathBuf::from("/dev/shm"),
             cluster: cluster.into(),
@@ -251,7 +256,10 @@ impl ShmFabric {
         peer_ids.sort_unstable();
         peer_ids.dedup();
         if !options.members.contains(&options.member) {
-            return Err(ShmError::BadOptions(format!("member {} is not in {:?}", options.member, options.members)));
+            return Err(ShmError::BadOptions(format!(
+                "member {} is not in {:?}",
+                options.member, options.members
+            )));
         }
         if options.region_len == 0 || options.region_len % 64 != 0 {
             return Err(ShmError::BadOptions(format!(
@@ -274,7 +282,9 @@ impl ShmFabric {
             )
         };
         let mut fabric = ShmFabric {
-            doorbell: unsafe { Doorbell::from_raw(own.mapping.doorbell_words(), own.clone(), own.mapping.inode) },
+            doorbell: unsafe {
+                Doorbell::from_raw(own.mapping.doorbell_words(), own.clone(), own.mapping.inode)
+            },
             options,
             own,
             region,
@@ -302,7 +312,8 @@ impl ShmFabric {
         }
         // Our own bell, if another member owns it, lives in that mapping.
         if bell_owner != fabric.options.member {
-            let m = fabric.links.iter().find(|l| l.id == bell_owner).expect("owner is a peer").mapping.clone();
+            let m =
+                fabric.links.iter().find(|l| l.id == bell_owner).expect("owner is a peer").mapping.clone();
             // SAFETY: the words live in the peer's mapping, which `m` keeps alive.
             fabric.doorbell = unsafe { Doorbell::from_raw(m.doorbell_words(), m.clone(), m.inode) };
         }
@@ -328,7 +339,8 @@ impl ShmFabric {
         if !try_lock(&file, libc::LOCK_EX) {
             return Err(ShmError::AlreadyRunning { member: options.member, path });
         }
-        file.set_len((HEADER_LEN + options.region_len) as u64).map_err(io_err("sizing region file", &path))?;
+        file.set_len((HEADER_LEN + options.region_len) as u64)
+            .map_err(io_err("sizing region file", &path))?;
         let map = MmapOptions::new().map_raw(&file).map_err(io_err("mapping region file", &path))?;
         let inode = file.metadata().map_err(io_err("stat of region file", &path))?.ino();
         let incarnation = new_incarnation();
@@ -374,7 +386,10 @@ impl ShmFabric {
         let meta = file.metadata().map_err(|e| e.to_string())?;
         let want = (HEADER_LEN + self.options.region_len) as u64;
         if meta.len() != want {
-            return Err(format!("file is {} bytes, expected {want} (still being created, or another region size)", meta.len()));
+            return Err(format!(
+                "file is {} bytes, expected {want} (still being created, or another region size)",
+                meta.len()
+            ));
         }
         let map = MmapOptions::new().map_raw(&file).map_err(|e| e.to_string())?;
         let mapping = Mapping { file, map, inode: meta.ino(), incarnation: 0 };
@@ -410,7 +425,11 @@ impl ShmFabric {
         } else if owner == self.options.member {
             // SAFETY: our own header's words, kept alive by `own`.
             return Some(unsafe {
-                Doorbell::from_raw(self.own.mapping.doorbell_words(), self.own.clone(), self.own.mapping.inode)
+                Doorbell::from_raw(
+                    self.own.mapping.doorbell_words(),
+                    self.own.clone(),
+                    self.own.mapping.inode,
+                )
             });
         } else {
             self.links.iter().find(|l| l.id == owner)?.mapping.clone()
@@ -532,7 +551,8 @@ impl Fabric for ShmFabric {
             return Ok(self.links[i].mapping.incarnation);
         }
         let path = self.options.path_of(peer);
-        let mapping = self.try_open_peer(peer, &path).map_err(|why| ReconnectError::Unreachable(peer, why))?;
+        let mapping =
+            self.try_open_peer(peer, &path).map_err(|why| ReconnectError::Unreachable(peer, why))?;
         if mapping.inode == self.links[i].mapping.inode {
             return Err(ReconnectError::Unreachable(peer, "no new incarnation yet".into()));
         }

@@ -31,7 +31,12 @@ impl Harness for ShmHarness {
         group(&unique_cluster("conf"), n, region_len.next_multiple_of(64))
     }
 
-    fn run(&mut self, members: Vec<ShmFabric>, parts: Vec<Part<ShmFabric>>, limit: Duration) -> Vec<ShmFabric> {
+    fn run(
+        &mut self,
+        members: Vec<ShmFabric>,
+        parts: Vec<Part<ShmFabric>>,
+        limit: Duration,
+    ) -> Vec<ShmFabric> {
         conformance::run_on_threads(members, parts, limit)
     }
 

@@ -284,7 +284,8 @@ impl SendPath {
         let s = &*self.shared;
         let mut k = self.published;
         let reserved = s.reserved.load(Ordering::Acquire);
-        while k < reserved && s.ready[(k % s.layout.window as u64) as usize].load(Ordering::Acquire) == k + 1 {
+        while k < reserved && s.ready[(k % s.layout.window as u64) as usize].load(Ordering::Acquire) == k + 1
+        {
             k += 1;
         }
         k - self.published
@@ -425,7 +426,12 @@ impl RingReceiver {
         if len > self.layout.max_payload {
             return Err(RingError::BadLength { index: k, len, max: self.layout.max_payload });
         }
-        Ok(MessageMeta { index: k, flags: (word >> 32) as u32, len, payload_offset: hdr + MESSAGE_HEADER_LEN })
+        Ok(MessageMeta {
+            index: k,
+            flags: (word >> 32) as u32,
+            len,
+            payload_offset: hdr + MESSAGE_HEADER_LEN,
+        })
     }
 
     /// The payload of a scanned message, read in place.

@@ -90,10 +90,10 @@ pub use config::{
     OverrideOrigin, RuntimeConfig, ShmConfig, TcpConfig, TcpPeer, ValidationError,
 };
 pub use idle::{IdleAction, IdleStrategy, Idler};
-pub use wiring::{HeartbeatAgent, MemberFabric, WiringError, connect_fabric};
 pub use runner::{
     AgentPanic, CorePinning, Joined, Runner, RunnerError, RunnerHandle, RunnerOptions, ThreadingMode,
 };
+pub use wiring::{HeartbeatAgent, MemberFabric, WiringError, connect_fabric};
 
 /// The example configuration shown in the crate docs (every key, with
 /// comments); it loads and validates.

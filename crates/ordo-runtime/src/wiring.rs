@@ -93,7 +93,8 @@ pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> 
     let f = &config.fabric;
     match f.backend {
         Backend::Shm => {
-            let mut o = ShmOptions::new(f.shm.cluster.clone(), me, config.group.members.clone(), f.region_bytes);
+            let mut o =
+                ShmOptions::new(f.shm.cluster.clone(), me, config.group.members.clone(), f.region_bytes);
             o.dir = f.shm.dir.clone();
             o.open_timeout = f.shm.open_timeout();
             o.liveness_check_interval = f.shm.liveness_check_interval();

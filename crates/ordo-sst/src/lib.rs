@@ -227,7 +227,13 @@ impl SstLayout {
     pub fn diagram(&self) -> String {
         let mut s = format!("row stride {} bytes\n", self.row_stride);
         for c in &self.columns {
-            s.push_str(&format!("  [{:>6} .. {:>6})  {:<14} {}\n", c.offset, c.offset + c.len, c.kind, c.name));
+            s.push_str(&format!(
+                "  [{:>6} .. {:>6})  {:<14} {}\n",
+                c.offset,
+                c.offset + c.len,
+                c.kind,
+                c.name
+            ));
         }
         s
     }

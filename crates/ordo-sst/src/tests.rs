@@ -25,7 +25,10 @@ fn tables(n: usize) -> (Vec<Loopback>, Vec<Sst>, Cols) {
     let (l, cols) = layout();
     let fabrics = loopback_group(n, 128 + l.table_len(n));
     let members: Vec<MemberId> = (0..n as MemberId).collect();
-    let ssts = fabrics.iter().map(|f| Sst::new(f.region().clone(), 128, l.clone(), &members, f.member()).unwrap()).collect();
+    let ssts = fabrics
+        .iter()
+        .map(|f| Sst::new(f.region().clone(), 128, l.clone(), &members, f.member()).unwrap())
+        .collect();
     (fabrics, ssts, cols)
 }
 
