@@ -22,13 +22,24 @@ pub(crate) fn group(cluster: &str, n: usize, region_len: usize) -> Vec<ShmFabric
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
-struct ShmHarness;
+struct ShmHarness {
+    last: Option<(String, usize, usize)>,
+}
 
 impl Harness for ShmHarness {
     type Fabric = ShmFabric;
 
     fn group(&mut self, n: usize, region_len: usize) -> Vec<ShmFabric> {
-        group(&unique_cluster("conf"), n, region_len.next_multiple_of(64))
+        let cluster = unique_cluster("conf");
+        let len = region_len.next_multiple_of(64);
+        self.last = Some((cluster.clone(), n, len));
+        group(&cluster, n, len)
+    }
+
+    fn restart(&mut self, member: MemberId) -> Option<ShmFabric> {
+        let (cluster, n, len) = self.last.clone()?;
+        let members: Vec<MemberId> = (0..n as MemberId).collect();
+        Some(ShmFabric::create(ShmOptions::new(cluster, member, members, len)).expect("restart"))
     }
 
     fn run(
@@ -47,7 +58,7 @@ impl Harness for ShmHarness {
 
 #[test]
 fn conformance_suite() {
-    conformance::run_all(&mut ShmHarness);
+    conformance::run_all(&mut ShmHarness { last: None });
 }
 
 #[test]

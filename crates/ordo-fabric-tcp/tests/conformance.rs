@@ -4,16 +4,34 @@
 mod common;
 
 use ordo_fabric::conformance::{self, Harness, Part};
+use ordo_fabric::{Fabric, MemberId};
 use ordo_fabric_tcp::TcpFabric;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-struct TcpHarness;
+/// Remembers the last group's addresses so a member can be restarted at
+/// its old address (where the survivors redial it).
+struct TcpHarness {
+    last: Vec<(MemberId, SocketAddr)>,
+    region_len: usize,
+}
 
 impl Harness for TcpHarness {
     type Fabric = TcpFabric;
 
     fn group(&mut self, n: usize, region_len: usize) -> Vec<TcpFabric> {
-        common::group(n, region_len, |_| {})
+        let g = common::group(n, region_len, |_| {});
+        self.last = g.iter().map(|f| (f.member(), f.local_addr())).collect();
+        self.region_len = region_len;
+        g
+    }
+
+    fn restart(&mut self, member: MemberId) -> Option<TcpFabric> {
+        let (_, addr) = *self.last.iter().find(|(m, _)| *m == member)?;
+        let mut o = common::options(member, self.region_len);
+        o.listen = addr;
+        let peers = self.last.iter().copied().filter(|(m, _)| *m != member).collect();
+        Some(TcpFabric::bind(o).expect("rebind the old address").connect(peers).expect("reconnect"))
     }
 
     fn run(
@@ -32,5 +50,5 @@ impl Harness for TcpHarness {
 
 #[test]
 fn tcp_passes_the_conformance_suite() {
-    conformance::run_all(&mut TcpHarness);
+    conformance::run_all(&mut TcpHarness { last: Vec::new(), region_len: 0 });
 }

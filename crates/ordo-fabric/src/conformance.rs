@@ -50,6 +50,14 @@ pub trait Harness {
         drop(member);
     }
 
+    /// Starts a new incarnation of `member` of the last group created (after
+    /// it was killed), or `None` if the harness cannot. Enables
+    /// [`reconnect_after_restart`].
+    fn restart(&mut self, member: MemberId) -> Option<Self::Fabric> {
+        let _ = member;
+        None
+    }
+
     /// Whether the backend has a doorbell that incoming writes ring.
     fn has_doorbell(&self) -> bool;
 
@@ -72,6 +80,60 @@ pub fn run_all<H: Harness>(h: &mut H) {
         doorbell_wakeup(h);
     }
     suspicion_after_peer_dies(h);
+    reconnect_after_restart(h);
+}
+
+/// Guarantee 5, the way back: after member 1 dies and a new incarnation of
+/// it starts, `reconnect` succeeds (reporting `Reconnected` once), writes
+/// flow again, and nothing posted to the dead incarnation shows up in the
+/// new one's region. Skipped when the harness cannot restart members.
+pub fn reconnect_after_restart<H: Harness>(h: &mut H) {
+    let mut g = h.group(2, 4096);
+    let victim = g.pop().expect("two members");
+    h.kill(victim);
+    let mut events = Vec::new();
+    let start = Instant::now();
+    let mut tag = 0;
+    while !g[0].is_suspected(1) {
+        assert!(start.elapsed() < Duration::from_secs(30), "dead peer never suspected");
+        tag += 1;
+        g[0].region().store_release(0, 0xDEAD);
+        let _ = g[0].post_write(Write::signaled(1, 0, 8, WriteTag(tag)));
+        g[0].poll_events(&mut events);
+        h.pause();
+    }
+    let Some(new) = h.restart(1) else { return };
+    let start = Instant::now();
+    let incarnation = loop {
+        match g[0].reconnect(1) {
+            Ok(i) => break i,
+            Err(crate::ReconnectError::Unreachable(..)) => {
+                assert!(start.elapsed() < Duration::from_secs(30), "never reconnected");
+                h.pause();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    events.clear();
+    g[0].poll_events(&mut events);
+    let reconnected = events.iter().filter(|e| matches!(e, FabricEvent::Reconnected { peer: 1, .. })).count();
+    assert_eq!(reconnected, 1, "one Reconnected event: {events:?}");
+    assert!(events.contains(&FabricEvent::Reconnected { peer: 1, incarnation }));
+    assert!(!g[0].is_suspected(1));
+    g.push(new);
+    g[0].region().store_release(8, 77);
+    g[0].post_write(Write::new(1, 8, 8)).unwrap();
+    h.run(
+        g,
+        vec![
+            Box::new(|_f| true),
+            Box::new(|f| {
+                assert_ne!(f.region().load_acquire(0), 0xDEAD, "a write to the dead incarnation landed");
+                f.region().load_acquire(8) == 77
+            }),
+        ],
+        Duration::from_secs(30),
+    );
 }
 
 /// Posts `write`, retrying (with `progress` between tries) while the backend
