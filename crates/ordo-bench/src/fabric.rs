@@ -102,6 +102,7 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
     } else {
         Plan { pings: 30_000, stream_time: Duration::from_secs(1) }
     };
+    let machine = MachineInfo::current();
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let pinned = cores.len() >= 2;
     if pinned {
@@ -163,7 +164,7 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
         status.map_err(|e| format!("{} peer: {e}", backend.name()))?;
         rows.append(&mut backend_rows);
     }
-    Ok(FabricReport { benchmark: "fabric", machine: MachineInfo::current(), quick: opts.quick, pinned, rows })
+    Ok(FabricReport { benchmark: "fabric", machine, quick: opts.quick, pinned, rows })
 }
 
 fn measure_backend<F: Fabric>(
@@ -412,7 +413,7 @@ fn cacheline_pingpong(exe: &PathBuf, rounds: u64, pinned: bool) -> Result<(f64, 
         let mut spins = 0u32;
         while pong.load(Acquire) < i {
             spins += 1;
-            if spins % 4096 == 0 && Instant::now() > deadline {
+            if spins.is_multiple_of(4096) && Instant::now() > deadline {
                 return Err("cache-line peer stopped answering".into());
             }
             std::hint::spin_loop();
@@ -444,7 +445,7 @@ pub fn cacheline_peer(path: &std::path::Path, rounds: u64) -> Result<(), String>
         let mut spins = 0u32;
         while ping.load(Acquire) < i {
             spins += 1;
-            if spins % 4096 == 0 && Instant::now() > deadline {
+            if spins.is_multiple_of(4096) && Instant::now() > deadline {
                 return Err("coordinator stopped pinging".into());
             }
             std::hint::spin_loop();

@@ -41,7 +41,10 @@ impl MachineInfo {
             .map(|kb| kb * 1024)
             .unwrap_or(0);
         MachineInfo {
-            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            // Online CPUs of the machine (not this thread's affinity mask,
+            // which a pinned benchmark narrows to one).
+            // SAFETY: sysconf has no preconditions.
+            cpus: usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1),
             cpu_model,
             kernel,
             virtualized,

@@ -85,7 +85,7 @@ impl Waiter {
                 return Ok(());
             }
             spins += 1;
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 fabric.poll_events(&mut events);
                 if let Some(FabricEvent::Suspected { peer, cause }) =
                     events.iter().find(|e| matches!(e, FabricEvent::Suspected { .. }))

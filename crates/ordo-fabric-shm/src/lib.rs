@@ -68,8 +68,8 @@ const OFF_STATE: usize = 40;
 const OFF_DOORBELL: usize = 128;
 const STATE_READY: u32 = 1;
 
-const _: () = assert!(OFF_DOORBELL % 64 == 0 && OFF_DOORBELL + 64 <= HEADER_LEN);
-const _: () = assert!(HEADER_LEN % 4096 == 0, "the region must start page-aligned");
+const _: () = assert!(OFF_DOORBELL.is_multiple_of(64) && OFF_DOORBELL + 64 <= HEADER_LEN);
+const _: () = assert!(HEADER_LEN.is_multiple_of(4096), "the region must start page-aligned");
 
 /// How to create a member's endpoint on the shm fabric.
 #[derive(Clone, Debug)]
@@ -261,7 +261,7 @@ impl ShmFabric {
                 options.member, options.members
             )));
         }
-        if options.region_len == 0 || options.region_len % 64 != 0 {
+        if options.region_len == 0 || !options.region_len.is_multiple_of(64) {
             return Err(ShmError::BadOptions(format!(
                 "region_len {} must be a positive multiple of 64",
                 options.region_len

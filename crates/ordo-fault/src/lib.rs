@@ -169,7 +169,6 @@ pub const ENABLED: bool = cfg!(feature = "enabled");
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     #[test]
     fn never_fires_without_an_injector() {

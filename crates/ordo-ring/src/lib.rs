@@ -50,7 +50,7 @@ pub const MESSAGE_HEADER_LEN: usize = 64;
 /// Bytes of the ring header (the published counter, on its own line).
 pub const RING_HEADER_LEN: usize = 64;
 
-const _: () = assert!(MESSAGE_HEADER_LEN % 64 == 0 && RING_HEADER_LEN % 64 == 0);
+const _: () = assert!(MESSAGE_HEADER_LEN.is_multiple_of(64) && RING_HEADER_LEN.is_multiple_of(64));
 
 /// Geometry of one ring; identical for every sender of a ring set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +139,7 @@ struct Shared {
 /// ring): a producer handle for application threads and the send path for
 /// the predicate thread.
 pub fn sender(region: Region, ring_offset: usize, layout: RingLayout) -> (SlotProducer, SendPath) {
-    assert!(ring_offset % 64 == 0, "rings are cache-line aligned");
+    assert!(ring_offset.is_multiple_of(64), "rings are cache-line aligned");
     assert!(ring_offset + layout.ring_len() <= region.len(), "ring does not fit in the region");
     let shared = Arc::new(Shared {
         region,

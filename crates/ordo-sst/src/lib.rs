@@ -288,7 +288,7 @@ impl Sst {
         members: &[MemberId],
         me: MemberId,
     ) -> Result<Sst, SstError> {
-        if base % 64 != 0 {
+        if !base.is_multiple_of(64) {
             return Err(SstError::Misaligned(base));
         }
         let mut sorted = members.to_vec();
