@@ -32,11 +32,15 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
+    /// The shared-memory fabric (`ordo-fabric-shm`).
     Shm,
+    /// The tcp fabric (`ordo-fabric-tcp`), over loopback.
     Tcp,
 }
 
 impl Backend {
+    /// The backend's name: `shm` or `tcp`, as on the command line and in the
+    /// report.
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Shm => "shm",
@@ -50,6 +54,7 @@ impl Backend {
 pub struct FabricBenchOptions {
     /// The `ordo` executable to spawn peers with.
     pub exe: PathBuf,
+    /// Backends to measure, in this order.
     pub backends: Vec<Backend>,
     /// Reduced run (under a minute).
     pub quick: bool,
@@ -60,25 +65,39 @@ pub struct FabricBenchOptions {
 pub struct Row {
     /// `shm`, `tcp`, or a limit: `memcpy`, `cacheline-pingpong`.
     pub backend: String,
+    /// Message size in bytes (8 for the cache-line ping-pong).
     pub size_bytes: usize,
+    /// Median one-way latency in ns (half the round trip, after warm-up);
+    /// `None` where latency is not measured (memcpy).
     pub latency_ns_p50: Option<f64>,
+    /// 99th-percentile one-way latency in ns, as [`Row::latency_ns_p50`].
     pub latency_ns_p99: Option<f64>,
+    /// Streaming (or memcpy) bandwidth in bytes per second; `None` where
+    /// bandwidth is not measured (8 B, cache-line ping-pong).
     pub bandwidth_bytes_per_s: Option<f64>,
     /// memcpy bandwidth at the same size and footprint, same run.
     pub memcpy_bytes_per_s: Option<f64>,
     /// bandwidth / memcpy.
     pub bandwidth_vs_memcpy: Option<f64>,
+    /// Round trips the latency percentiles are taken over (0 where none).
     pub latency_samples: u64,
+    /// Messages in the measured streaming run (0 where none).
     pub messages_streamed: u64,
 }
 
 /// The whole report (`--json` prints it).
 #[derive(Clone, Debug, Serialize)]
 pub struct FabricReport {
+    /// Always `"fabric"`: names the benchmark in the JSON output.
     pub benchmark: &'static str,
+    /// The machine the run was on.
     pub machine: MachineInfo,
+    /// Whether this was the reduced run ([`FabricBenchOptions::quick`]).
     pub quick: bool,
+    /// Whether coordinator and peer were pinned to different cores (done
+    /// only where there are at least two).
     pub pinned: bool,
+    /// The physical limits' rows, then one row per backend and size.
     pub rows: Vec<Row>,
 }
 
@@ -428,7 +447,7 @@ fn cacheline_pingpong(exe: &PathBuf, rounds: u64, pinned: bool) -> Result<(f64, 
     Ok((hist.value_at_quantile(0.5) as f64 / 2.0, hist.value_at_quantile(0.99) as f64 / 2.0, hist.len()))
 }
 
-/// The peer side of [`cacheline_pingpong`].
+/// The peer side of the cross-process cache-line ping-pong.
 pub fn cacheline_peer(path: &std::path::Path, rounds: u64) -> Result<(), String> {
     let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(|e| e.to_string())?;
     let map = memmap2::MmapOptions::new().map_raw(&file).map_err(|e| e.to_string())?;

@@ -15,6 +15,8 @@
 //!   (a bounded idle deadline), so a crashed benchmark leaves nothing
 //!   spinning.
 
+#![warn(missing_docs)]
+
 pub mod fabric;
 pub mod machine;
 pub mod peer;

@@ -21,11 +21,19 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Debug)]
 pub enum PeerBackend {
     /// shm: the cluster name (files in /dev/shm).
-    Shm { cluster: String },
+    Shm {
+        /// Cluster name shared with the coordinator; it names the region files.
+        cluster: String,
+    },
     /// tcp: the peer listens on an ephemeral loopback port, prints
     /// `LISTEN <addr>` on stdout, and waits for member 0 (listening at
     /// `coordinator`) to dial it.
-    Tcp { cluster: String, coordinator: std::net::SocketAddr },
+    Tcp {
+        /// Cluster name shared with the coordinator (checked in the handshake).
+        cluster: String,
+        /// The address member 0 (the coordinator) listens on.
+        coordinator: std::net::SocketAddr,
+    },
 }
 
 /// What the peer does once connected.
@@ -40,7 +48,9 @@ pub enum Role {
 /// Options of a peer process.
 #[derive(Clone, Debug)]
 pub struct PeerOptions {
+    /// The backend and how to reach the coordinator on it.
     pub backend: PeerBackend,
+    /// What to do once connected.
     pub role: Role,
     /// Core to pin to, if any.
     pub core: Option<usize>,
@@ -163,6 +173,7 @@ fn announce(line: &str) {
 
 /// A spawned peer process; killed if dropped before it exits.
 pub struct PeerChild {
+    /// The spawned peer process.
     pub child: Child,
     /// The tcp peer's listen address, once it reported it.
     pub listen: Option<std::net::SocketAddr>,

@@ -39,6 +39,8 @@
 //!   `doorbell_owner` (itself by default); members driven by one thread in the
 //!   shared threading mode name the same owner, so one futex wakes them all.
 
+#![warn(missing_docs)]
+
 use memmap2::{MmapOptions, MmapRaw};
 use ordo_fabric::{
     Doorbell, DoorbellWords, Fabric, FabricEvent, FailureCause, MemberId, PostError, ReconnectError, Region,
@@ -132,15 +134,32 @@ pub enum ShmError {
     BadOptions(String),
     /// A live process already owns this member's file.
     #[error("member {member} is already running (its region file {path} is locked)")]
-    AlreadyRunning { member: MemberId, path: PathBuf },
+    AlreadyRunning {
+        /// The member this endpoint was to be.
+        member: MemberId,
+        /// Its region file, locked by another live process.
+        path: PathBuf,
+    },
     /// A peer's file did not become ready in time.
     #[error("peer {member} did not become ready within {timeout:?} ({path}): {why}")]
-    PeerNotReady { member: MemberId, path: PathBuf, timeout: Duration, why: String },
+    PeerNotReady {
+        /// The peer that was not ready.
+        member: MemberId,
+        /// The peer's region file.
+        path: PathBuf,
+        /// How long was waited (the `open_timeout` option).
+        timeout: Duration,
+        /// Why the last attempt to open the file failed.
+        why: String,
+    },
     /// A file system or mapping call failed.
     #[error("{what} {path}: {source}")]
     Io {
+        /// What was being done, e.g. "creating region file".
         what: &'static str,
+        /// The file it was done to.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },

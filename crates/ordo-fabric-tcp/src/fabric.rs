@@ -119,7 +119,9 @@ pub enum TcpError {
     /// The listen address could not be bound (in use, not local, ...).
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address that could not be bound.
         addr: SocketAddr,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
@@ -128,7 +130,14 @@ pub enum TcpError {
     Io(#[from] std::io::Error),
     /// Some links were not up within `connect_timeout`.
     #[error("member {member}: no link to peers {missing:?} within {timeout:?}")]
-    ConnectTimeout { member: MemberId, missing: Vec<MemberId>, timeout: Duration },
+    ConnectTimeout {
+        /// This endpoint's member id.
+        member: MemberId,
+        /// Peers with no link up at the deadline.
+        missing: Vec<MemberId>,
+        /// How long was waited (the `connect_timeout` option).
+        timeout: Duration,
+    },
 }
 
 /// A bound but not yet connected endpoint: first step of the two-step

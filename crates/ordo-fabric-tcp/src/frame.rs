@@ -223,9 +223,21 @@ pub fn cluster_hash(name: &str) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataFrame {
     /// Store `len` bytes at `offset`; `seq` is the next expected one.
-    Write { offset: usize, len: usize, seq: u64, signaled: bool },
+    Write {
+        /// Byte offset in the region; `offset + len` lies inside it.
+        offset: usize,
+        /// Payload length in bytes (at most the receiver's frame limit).
+        len: usize,
+        /// This WRITE's sequence number (checked equal to the expected one).
+        seq: u64,
+        /// Whether the sender asked for a completion (`FLAG_SIGNALED`).
+        signaled: bool,
+    },
     /// The peer has applied every WRITE we sent with sequence ≤ `seq`.
-    Ack { seq: u64 },
+    Ack {
+        /// Highest applied WRITE sequence number (cumulative).
+        seq: u64,
+    },
 }
 
 /// Why a frame was refused. Any of these closes the connection.

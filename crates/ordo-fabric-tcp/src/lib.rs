@@ -73,6 +73,8 @@
 //! behind one mutex per peer. Dropping the fabric wakes the I/O thread
 //! (a `mio::Waker`), which closes every socket and exits; `drop` joins it.
 
+#![warn(missing_docs)]
+
 pub mod frame;
 mod io;
 mod link;

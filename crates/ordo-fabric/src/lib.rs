@@ -40,6 +40,8 @@
 //! Allocate or make a syscall per write on the shm data path; apply a frame
 //! that lies outside the region; block forever on a dead peer.
 
+#![warn(missing_docs)]
+
 pub mod conformance;
 mod doorbell;
 pub mod loopback;
@@ -116,13 +118,35 @@ impl fmt::Display for FailureCause {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricEvent {
     /// The signaled write `tag` to `peer` is visible in the peer's region.
-    Completed { peer: MemberId, tag: WriteTag },
+    Completed {
+        /// The peer the write was posted to.
+        peer: MemberId,
+        /// The tag the write was posted with.
+        tag: WriteTag,
+    },
     /// The signaled write `tag` to `peer` may not have been applied.
-    Failed { peer: MemberId, tag: WriteTag, cause: FailureCause },
+    Failed {
+        /// The peer the write was posted to.
+        peer: MemberId,
+        /// The tag the write was posted with.
+        tag: WriteTag,
+        /// Why the write failed.
+        cause: FailureCause,
+    },
     /// `peer` is suspected of having failed; reported once per link failure.
-    Suspected { peer: MemberId, cause: FailureCause },
+    Suspected {
+        /// The suspected peer; its link is down from now on.
+        peer: MemberId,
+        /// What made the fabric suspect it.
+        cause: FailureCause,
+    },
     /// The link to `peer` is up again, to incarnation `incarnation`.
-    Reconnected { peer: MemberId, incarnation: u64 },
+    Reconnected {
+        /// The peer whose link is back up.
+        peer: MemberId,
+        /// The peer's new incarnation the link now leads to.
+        incarnation: u64,
+    },
 }
 
 /// Why a write could not be posted. Posting never partially applies.
@@ -133,10 +157,22 @@ pub enum PostError {
     UnknownPeer(MemberId),
     /// The byte range does not lie inside the region.
     #[error("write [{offset}, {offset}+{len}) lies outside the region of {region_len} bytes")]
-    OutOfBounds { offset: usize, len: usize, region_len: usize },
+    OutOfBounds {
+        /// Requested start of the write, in bytes from the region's start.
+        offset: usize,
+        /// Requested length of the write, in bytes.
+        len: usize,
+        /// Length of the region, in bytes.
+        region_len: usize,
+    },
     /// The write is larger than the backend accepts in one piece.
     #[error("write of {len} bytes exceeds the maximum of {max} bytes")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// Requested length of the write, in bytes.
+        len: usize,
+        /// Largest write the backend accepts, in bytes.
+        max: usize,
+    },
     /// The link to the peer is down; see [`FabricEvent::Suspected`].
     #[error("peer {0} is suspected; its link is down")]
     PeerSuspected(MemberId),

@@ -24,6 +24,8 @@
 //!   fault points reached, so a simulation that reaches the same points in the
 //!   same order replays exactly.
 
+#![warn(missing_docs)]
+
 #![forbid(unsafe_code)]
 
 /// Marks a rare path. Evaluates to `true` when the simulator decides that this

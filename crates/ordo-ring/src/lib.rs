@@ -41,6 +41,8 @@
 //!   length); a bad one is a [`RingError`], and the receiver's state does
 //!   not move.
 
+#![warn(missing_docs)]
+
 use ordo_fabric::{Fabric, MemberId, PostError, Region, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -88,9 +88,17 @@ pub enum Step {
     /// Idle; yielded the core.
     Yielded,
     /// Idle; parked for at most `timeout`. `woken`: a ring ended it.
-    Parked { timeout: Duration, woken: bool },
+    Parked {
+        /// The longest the park could last, as chosen by the idle backoff.
+        timeout: Duration,
+        /// `true` if a doorbell ring ended the park, `false` if it timed out.
+        woken: bool,
+    },
     /// Idle, but the re-check after `prepare_park` did `work`; not parked.
-    ParkCancelled { work: usize },
+    ParkCancelled {
+        /// Work items the re-check's duty cycle did (always > 0).
+        work: usize,
+    },
     /// The stop flag is set; nothing was done.
     Stopped,
 }

@@ -177,7 +177,8 @@ pub struct TcpConfig {
     /// `send_buffer_bytes`: bytes queued per peer before posting reports
     /// back-pressure (default 4 MiB); at least `max_frame_bytes`.
     pub send_buffer_bytes: usize,
-    /// `connect_timeout_ms`: one connection attempt's limit (default 1000).
+    /// `connect_timeout_ms`: how long start-up waits for links to every peer
+    /// (default 10000).
     pub connect_timeout_ms: u64,
     /// `reconnect_interval_ms`: time between reconnection attempts
     /// (default 100).
@@ -191,7 +192,7 @@ impl Default for TcpConfig {
             peers: Vec::new(),
             max_frame_bytes: 1 << 20,
             send_buffer_bytes: 4 << 20,
-            connect_timeout_ms: 1000,
+            connect_timeout_ms: 10_000,
             reconnect_interval_ms: 100,
         }
     }
@@ -378,21 +379,40 @@ pub enum ValidationError {
     EmptyGroup,
     /// `group.members` repeats an id.
     #[error("`group.members` lists member {id} more than once")]
-    DuplicateMember { id: MemberId },
+    DuplicateMember {
+        /// The repeated member id.
+        id: MemberId,
+    },
     /// `member.id` is not a member of the group.
     #[error("`member.id` = {id} is not in `group.members` = {members:?}")]
-    MemberNotInGroup { id: MemberId, members: Vec<MemberId> },
+    MemberNotInGroup {
+        /// The value of `member.id`.
+        id: MemberId,
+        /// The value of `group.members`.
+        members: Vec<MemberId>,
+    },
     /// `fabric.region_bytes` is 0 or not a multiple of 64.
     #[error("`fabric.region_bytes` = {value} must be a positive multiple of 64")]
-    RegionBytes { value: usize },
+    RegionBytes {
+        /// The value of `fabric.region_bytes`, in bytes.
+        value: usize,
+    },
     /// A key that must be positive is 0.
     #[error("`{key}` must be greater than 0")]
-    Zero { key: &'static str },
+    Zero {
+        /// The dotted key that is 0.
+        key: &'static str,
+    },
     /// `runtime.idle.park_min_us` > `runtime.idle.park_max_us`.
     #[error(
         "`runtime.idle.park_min_us` = {park_min_us} is greater than `runtime.idle.park_max_us` = {park_max_us}"
     )]
-    ParkRange { park_min_us: u64, park_max_us: u64 },
+    ParkRange {
+        /// The value of `runtime.idle.park_min_us`, in microseconds.
+        park_min_us: u64,
+        /// The value of `runtime.idle.park_max_us`, in microseconds.
+        park_max_us: u64,
+    },
     /// `fabric.shm.dir` is empty.
     #[error("`fabric.shm.dir` is empty")]
     ShmDir,
@@ -400,27 +420,54 @@ pub enum ValidationError {
     #[error(
         "`fabric.shm.cluster` = {value:?} must be non-empty and use only letters, digits, '-', '_' and '.'"
     )]
-    ShmCluster { value: String },
+    ShmCluster {
+        /// The value of `fabric.shm.cluster`.
+        value: String,
+    },
     /// The tcp backend has no listen address.
     #[error("the tcp backend needs `fabric.tcp.listen` (or an entry for member {id} in `fabric.tcp.peers`)")]
-    TcpListenMissing { id: MemberId },
+    TcpListenMissing {
+        /// This member's id (`member.id`).
+        id: MemberId,
+    },
     /// An address is not `host:port`.
     #[error("`{key}` = {value:?} is not a host:port address: {reason}")]
-    BadAddress { key: String, value: String, reason: &'static str },
+    BadAddress {
+        /// The dotted key holding the address.
+        key: String,
+        /// The address as given.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A group member (other than this one) has no entry in `fabric.tcp.peers`.
     #[error("`fabric.tcp.peers` has no entry for group member {id}")]
-    TcpPeerMissing { id: MemberId },
+    TcpPeerMissing {
+        /// The group member without an entry.
+        id: MemberId,
+    },
     /// `fabric.tcp.peers` names a member not in the group.
     #[error("`fabric.tcp.peers` lists member {id}, which is not in `group.members`")]
-    TcpPeerNotInGroup { id: MemberId },
+    TcpPeerNotInGroup {
+        /// The member id listed in `fabric.tcp.peers` but not in the group.
+        id: MemberId,
+    },
     /// `fabric.tcp.peers` names a member twice.
     #[error("`fabric.tcp.peers` lists member {id} more than once")]
-    TcpPeerDuplicate { id: MemberId },
+    TcpPeerDuplicate {
+        /// The member id listed more than once.
+        id: MemberId,
+    },
     /// A frame could never fit in the send buffer.
     #[error(
         "`fabric.tcp.max_frame_bytes` = {max_frame_bytes} is greater than `fabric.tcp.send_buffer_bytes` = {send_buffer_bytes}"
     )]
-    FrameExceedsSendBuffer { max_frame_bytes: usize, send_buffer_bytes: usize },
+    FrameExceedsSendBuffer {
+        /// The value of `fabric.tcp.max_frame_bytes`, in bytes.
+        max_frame_bytes: usize,
+        /// The value of `fabric.tcp.send_buffer_bytes`, in bytes.
+        send_buffer_bytes: usize,
+    },
 }
 
 impl ValidationError {

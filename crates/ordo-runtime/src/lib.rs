@@ -73,6 +73,7 @@
 //! ([`EXAMPLE_CONFIG`]):
 //!
 #![doc = concat!("```toml\n", include_str!("../example.toml"), "```")]
+#![warn(missing_docs)]
 
 mod agent;
 mod agent_loop;

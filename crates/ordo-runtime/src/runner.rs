@@ -96,7 +96,12 @@ pub enum RunnerError {
     /// The OS refused to create a thread. Threads already started were
     /// stopped and joined.
     #[error("cannot spawn runner thread `{thread}`: {source}")]
-    Spawn { thread: String, source: std::io::Error },
+    Spawn {
+        /// Name of the thread that could not be created.
+        thread: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// `CorePinning::Cores` with an empty list.
     #[error("core pinning was asked for with an empty list of cores")]
     NoCores,

@@ -70,7 +70,12 @@ pub enum WiringError {
     Config(#[from] ValidationError),
     /// An address in the configuration does not resolve.
     #[error("fabric.tcp: cannot resolve {addr:?}: {why}")]
-    Address { addr: String, why: String },
+    Address {
+        /// The address as written in the configuration.
+        addr: String,
+        /// Why resolving it failed (or "no address" if it resolved to none).
+        why: String,
+    },
     /// The shm backend failed to start.
     #[error(transparent)]
     Shm(#[from] ordo_fabric_shm::ShmError),
@@ -106,7 +111,7 @@ pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> 
             o.max_frame_bytes = f.tcp.max_frame_bytes;
             o.send_buffer_bytes = f.tcp.send_buffer_bytes;
             o.write_timeout = f.write_timeout();
-            o.connect_timeout = f.tcp.connect_timeout().max(std::time::Duration::from_secs(1));
+            o.connect_timeout = f.tcp.connect_timeout();
             o.reconnect_interval = f.tcp.reconnect_interval();
             o.cluster = f.shm.cluster.clone();
             let mut peers = Vec::new();

@@ -50,6 +50,8 @@
 //!   [`Fabric`] the caller owns; engines may instead take the ranges from
 //!   [`Sst::range`] and emit them as effects.
 
+#![warn(missing_docs)]
+
 use ordo_fabric::{Fabric, MemberId, PostError, Region, Write};
 
 /// A counter column (`i64 ≥ -1`, starts at -1).
@@ -244,7 +246,14 @@ impl SstLayout {
 pub enum SstError {
     /// The table does not fit in the region at `base`.
     #[error("SST of {needed} bytes at offset {base} does not fit in a region of {region_len} bytes")]
-    DoesNotFit { base: usize, needed: usize, region_len: usize },
+    DoesNotFit {
+        /// Requested start of the table, in bytes from the region's start.
+        base: usize,
+        /// Size of the table, in bytes.
+        needed: usize,
+        /// Length of the region, in bytes.
+        region_len: usize,
+    },
     /// `base` is not cache-line aligned.
     #[error("SST base offset {0} is not 64-byte aligned")]
     Misaligned(usize),
