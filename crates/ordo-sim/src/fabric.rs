@@ -1,0 +1,233 @@
+//! [`SimFabric`]: a member's endpoint on the simulated fabric, implementing
+//! [`ordo_fabric::Fabric`].
+//!
+//! # Invariants (on top of the world's, see `world.rs`)
+//! - A posted write's bytes are captured from the poster's region *at post
+//!   time*; changing the local region afterwards does not change the write.
+//! - Writes land through [`Region::write_bytes`], i.e. with
+//!   [`ordo_fabric::copy_untorn`]: no torn aligned words.
+//! - Posting never partially applies: every error leaves the world as it was.
+//! - `reconnect` succeeds only on a link that was declared down and only
+//!   while the peer is alive and not partitioned from this member; it then
+//!   connects to the peer's *current* incarnation and reports
+//!   [`FabricEvent::Reconnected`].
+//! - An endpoint belongs to one incarnation of its member: after that
+//!   incarnation crashed, it posts nothing (`PeerSuspected`), reports no
+//!   events and cannot reconnect. Clones of an endpoint share everything.
+//! - There is no doorbell: the simulator itself wakes the member when a write
+//!   lands in its region.
+
+use crate::world::{InFlightWrite, LinkState, World};
+use ordo_fabric::{
+    Doorbell, Fabric, FabricEvent, MemberId, PostError, ReconnectError, Region, Write, check_range,
+};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+impl World {
+    fn current(&self, member: MemberId, incarnation: u64) -> bool {
+        let m = &self.members[member as usize];
+        m.alive && m.incarnation == incarnation
+    }
+
+    pub(crate) fn fabric_post(
+        &mut self,
+        member: MemberId,
+        incarnation: u64,
+        w: Write,
+    ) -> Result<(), PostError> {
+        if w.peer == member || w.peer >= self.cfg.members {
+            return Err(PostError::UnknownPeer(w.peer));
+        }
+        check_range(w.offset, w.len, self.cfg.region_len)?;
+        let max = self.cfg.fabric.max_write_len;
+        if w.len > max {
+            return Err(PostError::TooLarge { len: w.len, max });
+        }
+        if !self.current(member, incarnation) {
+            return Err(PostError::PeerSuspected(w.peer));
+        }
+        let k = self.idx(member, w.peer);
+        let limit = self.cfg.fabric.max_inflight_per_link;
+        match self.links[k].state {
+            LinkState::Down => return Err(PostError::PeerSuspected(w.peer)),
+            _ if self.flights[k].queue.len() >= limit || self.links[k].pending.len() >= limit => {
+                return Err(PostError::Backpressure(w.peer));
+            }
+            _ => {}
+        }
+        // From here on the post is accepted.
+        self.stats.writes_posted += 1;
+        if let Some(tag) = w.signal {
+            self.links[k].pending.push_back(tag);
+        }
+        if matches!(self.links[k].state, LinkState::Broken { .. }) {
+            self.stats.writes_lost += 1;
+            return Ok(());
+        }
+        let dst = &self.members[w.peer as usize];
+        if self.is_cut(member, w.peer) || !dst.alive || dst.incarnation != self.links[k].peer_incarnation {
+            self.stats.writes_lost += 1;
+            self.break_link(member, w.peer);
+            return Ok(());
+        }
+        let mut bytes = vec![0u8; w.len];
+        self.members[member as usize].region.read_bytes(w.offset, &mut bytes);
+        let f = &self.cfg.fabric;
+        let mut delay = self.rng_fabric.range(f.delay_min_ns, f.delay_max_ns);
+        if self.rng_fabric.chance(f.spike_ppm) {
+            delay += self.rng_fabric.range(0, f.spike_max_ns);
+        }
+        let land = (self.now_ns() + delay).max(self.flights[k].last_land_ns);
+        self.flights[k].last_land_ns = land;
+        let id = self.fresh_id();
+        self.flights[k].queue.push_back(InFlightWrite { id, offset: w.offset, bytes, signal: w.signal });
+        self.schedule(land, crate::world::Event::Land { src: member, dst: w.peer, id });
+        Ok(())
+    }
+
+    pub(crate) fn fabric_reconnect(
+        &mut self,
+        member: MemberId,
+        incarnation: u64,
+        peer: MemberId,
+    ) -> Result<u64, ReconnectError> {
+        if peer == member || peer >= self.cfg.members {
+            return Err(ReconnectError::UnknownPeer(peer));
+        }
+        if !self.current(member, incarnation) {
+            return Err(ReconnectError::Unreachable(peer, "this endpoint's member crashed".into()));
+        }
+        let k = self.idx(member, peer);
+        match self.links[k].state {
+            LinkState::Up => Ok(self.links[k].peer_incarnation),
+            LinkState::Broken { .. } => Err(ReconnectError::Unreachable(
+                peer,
+                "link failure not yet detected; wait for Suspected".into(),
+            )),
+            LinkState::Down if !self.members[peer as usize].alive => {
+                Err(ReconnectError::Unreachable(peer, "peer is dead".into()))
+            }
+            LinkState::Down if self.is_cut(member, peer) => {
+                Err(ReconnectError::Unreachable(peer, "peer is partitioned away".into()))
+            }
+            LinkState::Down => {
+                let peer_incarnation = self.members[peer as usize].incarnation;
+                let link = &mut self.links[k];
+                debug_assert!(link.pending.is_empty() && self.flights[k].queue.is_empty());
+                link.epoch += 1;
+                link.peer_incarnation = peer_incarnation;
+                link.state = LinkState::Up;
+                self.members[member as usize]
+                    .events
+                    .push_back(FabricEvent::Reconnected { peer, incarnation: peer_incarnation });
+                self.stats.reconnects += 1;
+                tracing::debug!(member, peer, peer_incarnation, now = self.now_ns(), "reconnected");
+                Ok(peer_incarnation)
+            }
+        }
+    }
+
+    pub(crate) fn fabric_poll(&mut self, member: MemberId, incarnation: u64, out: &mut Vec<FabricEvent>) {
+        if self.current(member, incarnation) {
+            out.extend(self.members[member as usize].events.drain(..));
+        }
+    }
+
+    pub(crate) fn fabric_suspects(&self, member: MemberId, incarnation: u64, peer: MemberId) -> bool {
+        if !self.current(member, incarnation) {
+            return true;
+        }
+        peer != member
+            && peer < self.cfg.members
+            && self.links[self.idx(member, peer)].state == LinkState::Down
+    }
+}
+
+/// One member's endpoint (of one incarnation) on the simulated fabric.
+#[derive(Clone)]
+pub struct SimFabric {
+    member: MemberId,
+    incarnation: u64,
+    peers: Vec<MemberId>,
+    region: Region,
+    world: Arc<Mutex<World>>,
+}
+
+impl fmt::Debug for SimFabric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimFabric")
+            .field("member", &self.member)
+            .field("incarnation", &self.incarnation)
+            .finish()
+    }
+}
+
+impl SimFabric {
+    /// The endpoint of `member`'s current incarnation.
+    pub fn attach(world: &Arc<Mutex<World>>, member: MemberId) -> SimFabric {
+        let w = world.lock().expect("world lock");
+        assert!(member < w.members(), "member {member} does not exist");
+        SimFabric {
+            member,
+            incarnation: w.incarnation(member),
+            peers: (0..w.members()).filter(|p| *p != member).collect(),
+            region: w.region(member),
+            world: world.clone(),
+        }
+    }
+
+    /// One endpoint per member of `world`, element `i` for member `i`.
+    pub fn attach_all(world: &Arc<Mutex<World>>) -> Vec<SimFabric> {
+        let n = world.lock().expect("world lock").members();
+        (0..n).map(|m| SimFabric::attach(world, m)).collect()
+    }
+
+    /// The incarnation this endpoint belongs to.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// The world this endpoint lives in.
+    pub fn world(&self) -> &Arc<Mutex<World>> {
+        &self.world
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, World> {
+        self.world.lock().expect("world lock")
+    }
+}
+
+impl Fabric for SimFabric {
+    fn member(&self) -> MemberId {
+        self.member
+    }
+
+    fn peers(&self) -> &[MemberId] {
+        &self.peers
+    }
+
+    fn region(&self) -> &Region {
+        &self.region
+    }
+
+    fn post_write(&mut self, write: Write) -> Result<(), PostError> {
+        self.lock().fabric_post(self.member, self.incarnation, write)
+    }
+
+    fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
+        self.lock().fabric_poll(self.member, self.incarnation, events)
+    }
+
+    fn doorbell(&self) -> Option<&Doorbell> {
+        None
+    }
+
+    fn is_suspected(&self, peer: MemberId) -> bool {
+        self.lock().fabric_suspects(self.member, self.incarnation, peer)
+    }
+
+    fn reconnect(&mut self, peer: MemberId) -> Result<u64, ReconnectError> {
+        self.lock().fabric_reconnect(self.member, self.incarnation, peer)
+    }
+}
