@@ -5,6 +5,7 @@
 //! - `ordo config` — print the effective configuration (file < env < CLI).
 //! - `ordo member` — bring up this member's fabric from the configuration
 //!   and run its SST heartbeat agent, reporting peers' liveness.
+//! - `ordo sim` — replay a simulated run by seed, or check a batch of seeds.
 //! - `ordo fabric-peer` — the remote member that benchmarks and the
 //!   multi-process tests spawn (hidden from help).
 
@@ -29,6 +30,9 @@ enum Command {
     Config(ConfigArgs),
     /// Join the group named by the configuration and report peers' heartbeats.
     Member(MemberArgs),
+    /// Run the deterministic simulator: replay one seed, or check many.
+    #[cfg(feature = "sim")]
+    Sim(SimArgs),
     /// The remote member of a benchmark or a multi-process test.
     #[command(hide = true)]
     FabricPeer(PeerArgs),
@@ -54,6 +58,32 @@ struct MemberArgs {
     /// Stop after this many seconds (default: run until killed).
     #[arg(long)]
     for_s: Option<u64>,
+}
+
+#[cfg(feature = "sim")]
+#[derive(Args)]
+struct SimArgs {
+    /// Workload to run (omit to list them).
+    #[arg(long)]
+    workload: Option<String>,
+    /// Replay exactly this seed.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Run this many fresh seeds (from --base-seed, default: the clock).
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// First seed of a --seeds batch.
+    #[arg(long)]
+    base_seed: Option<u64>,
+    /// Turn the nemesis (partitions, crashes, restarts) off.
+    #[arg(long)]
+    no_faults: bool,
+    /// Probability, in parts per million, that a reached fault point fires.
+    #[arg(long, default_value_t = 20_000)]
+    fault_point_ppm: u32,
+    /// Print the report of a single seed as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -129,6 +159,8 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Fabric(args)) => bench_fabric(args),
         Command::Config(args) => load_config(&args).map(|c| print!("{}", c.to_toml_string())),
         Command::Member(args) => member(args),
+        #[cfg(feature = "sim")]
+        Command::Sim(args) => sim(args),
         Command::FabricPeer(args) => fabric_peer(args),
     };
     match result {
@@ -230,4 +262,68 @@ fn member(args: MemberArgs) -> Result<(), String> {
         println!("  at {:.3} s: {e:?}", *t as f64 / 1e9);
     }
     Ok(())
+}
+
+#[cfg(feature = "sim")]
+fn sim(args: SimArgs) -> Result<(), String> {
+    let Some(name) = args.workload else {
+        println!("workloads:");
+        for w in ordo_sim::workloads::REGISTRY {
+            println!("  {:<18} {}", w.name, w.summary);
+        }
+        return Ok(());
+    };
+    let opts = ordo_sim::RunOptions {
+        faults: !args.no_faults,
+        fault_point_ppm: args.fault_point_ppm,
+        ..ordo_sim::RunOptions::default()
+    };
+    if let Some(seed) = args.seed {
+        let report = ordo_sim::run_workload(&name, seed, &opts).map_err(|f| f.to_string())?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        } else {
+            println!(
+                "{} seed {}: passed ({:?}) — {} members, {:.3} simulated ms, {} steps, {} writes landed, \
+                 {} datagrams sent ({} lost, {} duplicated), {} faults, {} fault points fired, history {} entries (digest {:#018x})",
+                report.workload,
+                report.seed,
+                report.outcome,
+                report.members,
+                report.sim_time_ns as f64 / 1e6,
+                report.steps,
+                report.writes_landed,
+                report.datagrams_sent,
+                report.datagrams_lost,
+                report.datagrams_duplicated,
+                report.faults_fired,
+                report.fault_points_fired,
+                report.history_len,
+                report.history_digest
+            );
+        }
+        return Ok(());
+    }
+    let count = args.seeds.unwrap_or(100);
+    let base = args.base_seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    let start = std::time::Instant::now();
+    let report = ordo_sim::run_seeds(&name, (0..count).map(|i| base.wrapping_add(i)), &opts);
+    println!(
+        "{name}: {} runs from base seed {base}, {} passed, {} failed, {} faults, {} fault points fired, in {:.1?}",
+        report.runs,
+        report.passed,
+        report.failures.len(),
+        report.faults_fired,
+        report.fault_points_fired,
+        start.elapsed()
+    );
+    for f in report.failures.iter().take(10) {
+        println!("  {f}");
+    }
+    if report.failures.is_empty() { Ok(()) } else { Err(format!("{} seeds failed", report.failures.len())) }
 }

@@ -25,7 +25,6 @@
 //!   same order replays exactly.
 
 #![warn(missing_docs)]
-
 #![forbid(unsafe_code)]
 
 /// Marks a rare path. Evaluates to `true` when the simulator decides that this

@@ -100,16 +100,40 @@ impl RingLayout {
 pub enum RingError {
     /// The header of message `index` does not carry its index.
     #[error("message {index}: slot holds index {found}")]
-    WrongIndex { index: u64, found: u64 },
+    WrongIndex {
+        /// The message expected in the slot.
+        index: u64,
+        /// The index the slot's header carries.
+        found: u64,
+    },
     /// The header of message `index` claims a payload longer than a slot.
     #[error("message {index}: length {len} exceeds the slot payload of {max}")]
-    BadLength { index: u64, len: usize, max: usize },
+    BadLength {
+        /// The message.
+        index: u64,
+        /// The length its header claims, in bytes.
+        len: usize,
+        /// The slot's payload capacity, in bytes.
+        max: usize,
+    },
     /// The counter went below what was already consumed.
     #[error("counter went back to {published} after {consumed} were consumed")]
-    CounterWentBack { published: u64, consumed: u64 },
+    CounterWentBack {
+        /// The counter as read.
+        published: u64,
+        /// Messages this receiver already consumed.
+        consumed: u64,
+    },
     /// The counter claims more messages than the window can hold unread.
     #[error("counter claims {published} messages, {consumed} consumed, window {window}")]
-    CounterTooFar { published: u64, consumed: u64, window: usize },
+    CounterTooFar {
+        /// The counter as read.
+        published: u64,
+        /// Messages this receiver already consumed.
+        consumed: u64,
+        /// Slots in the ring.
+        window: usize,
+    },
 }
 
 /// A committed message's header fields plus its payload location.
@@ -345,6 +369,11 @@ impl SendPath {
 
     /// Posts a plan's writes to each of `peers` (data first, then counter).
     /// Suspected peers are skipped. Returns the number of writes posted.
+    ///
+    /// On an error (e.g. back-pressure) some peers may have the batch and
+    /// others not: post the same plan again. Re-posting is harmless — the
+    /// slots hold the same bytes and the counter the same value — and keeps
+    /// every peer's FIFO order (data before counter).
     pub fn post<F: Fabric>(plan: &PushPlan, fabric: &mut F, peers: &[MemberId]) -> Result<usize, PostError> {
         let mut posted = 0;
         for &peer in peers {

@@ -4,7 +4,7 @@
 use ordo_fabric::conformance::{Harness, run_all};
 use ordo_fabric::{Fabric, FabricEvent, FailureCause, PostError, Write, WriteTag};
 use ordo_sim::workloads::stream::StreamEvent;
-use ordo_sim::workloads::{datagram_stream, fabric_stream};
+use ordo_sim::workloads::{datagram_stream, fabric_stream, ring_multicast};
 use ordo_sim::{
     NetAddr, RunOptions, SeedBatch, SimConfig, SimFabric, SimHarness, SimSocket, World, run_seeds,
     run_workload, simulate, workloads,
@@ -186,6 +186,25 @@ fn datagram_stream_fresh_seeds() {
     fresh_seeds(datagram_stream::NAME);
 }
 
+/// The ring workload has no nemesis (failure-free SMC path); what it must
+/// exercise instead is the ring's rare path: a `fault!` point that pushes
+/// only part of a ready batch.
+#[test]
+fn ring_multicast_fresh_seeds() {
+    let batch = SeedBatch::from_env(500);
+    eprintln!("{}: {} seeds from base {}", ring_multicast::NAME, batch.count, batch.base);
+    let report = run_seeds(ring_multicast::NAME, batch.seeds(), &RunOptions::default());
+    assert!(
+        report.failures.is_empty(),
+        "{} failing seeds; first: {}",
+        report.failures.len(),
+        report.failures[0]
+    );
+    if batch.count >= 100 {
+        assert!(report.fault_points_fired > 0, "ring.send.partial_batch never fired");
+    }
+}
+
 /// Seeds that must keep passing: interesting runs, and every seed that ever
 /// failed (add it here with a note when you fix the bug it found).
 const PINNED: &[(&str, u64)] = &[
@@ -195,6 +214,9 @@ const PINNED: &[(&str, u64)] = &[
     (datagram_stream::NAME, 0),
     (datagram_stream::NAME, 1),
     (datagram_stream::NAME, 12345),
+    (ring_multicast::NAME, 0),
+    (ring_multicast::NAME, 1),
+    (ring_multicast::NAME, 12345),
 ];
 
 #[test]
@@ -240,7 +262,7 @@ fn a_run_without_enough_time_fails_liveness_with_its_replay_command() {
 
 #[test]
 fn registry_lists_every_workload() {
-    assert_eq!(workloads(), &["fabric-stream", "datagram-stream"]);
+    assert_eq!(workloads(), &["fabric-stream", "datagram-stream", "ring-multicast"]);
     let h: ordo_sim::History<StreamEvent> = ordo_sim::History::new(1);
     assert!(h.is_empty());
 }

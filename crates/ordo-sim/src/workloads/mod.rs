@@ -26,6 +26,7 @@
 
 pub mod datagram_stream;
 pub mod fabric_stream;
+pub mod ring_multicast;
 pub mod stream;
 
 use crate::history::Checker;
@@ -65,7 +66,8 @@ pub struct Scenario<E> {
 }
 
 /// Every workload, in the order the CLI lists them.
-pub static REGISTRY: &[Workload] = &[fabric_stream::WORKLOAD, datagram_stream::WORKLOAD];
+pub static REGISTRY: &[Workload] =
+    &[fabric_stream::WORKLOAD, datagram_stream::WORKLOAD, ring_multicast::WORKLOAD];
 
 /// The workload called `name`.
 pub fn find(name: &str) -> Option<&'static Workload> {
