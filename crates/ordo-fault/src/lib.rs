@@ -170,6 +170,8 @@ pub const ENABLED: bool = cfg!(feature = "enabled");
 
 #[cfg(test)]
 mod tests {
+    #[cfg(feature = "enabled")]
+    use super::*;
 
     #[test]
     fn never_fires_without_an_injector() {
