@@ -8,8 +8,10 @@
 //!   (payload write + guard write; for 8 B the guard word is the payload),
 //!   half the round trip, p50 and p99 over all samples after a warm-up;
 //! - **streaming bandwidth**: `size`-byte writes into a ring of slots at the
-//!   peer, each published by a guard, with the peer acknowledging what it
-//!   saw (flow control), for a fixed time.
+//!   peer; the writer fills every free slot, then publishes the batch with
+//!   one guard write; the peer checks the newest message under each guard
+//!   it sees (first and last word) and acknowledges (flow control). Timed
+//!   over a fixed duration after a calibration run.
 //!
 //! Physical limits measured alongside:
 //! - **memcpy** of `size` bytes into a ring of the same geometry (same
@@ -251,7 +253,7 @@ pub fn exercise<F: Fabric>(f: &mut F, spin: bool) -> Result<(), String> {
         c.pingpong(f, &waiter, size, 200)?;
     }
     for size in [1024, 10 * 1024] {
-        c.stream_n(f, &waiter, size, slots_for(size).min(8), 3000)?;
+        c.stream_n(f, &waiter, size, slots_for(size).min(8), 3000, Op::Sink)?;
     }
     c.command(f, Op::Exit, 8, 0, 0)?;
     c.wait_done(f, &waiter)
@@ -333,11 +335,11 @@ impl Coordinator {
         // Calibrate the count on a short run, then measure.
         let calibration = 200u64;
         let start = Instant::now();
-        self.stream_n(f, w, size, slots, calibration)?;
+        self.stream_n(f, w, size, slots, calibration, Op::SinkSampled)?;
         let per_msg = start.elapsed().as_secs_f64() / calibration as f64;
         let count = ((time.as_secs_f64() / per_msg) as u64).clamp(1000, 50_000_000);
         let start = Instant::now();
-        self.stream_n(f, w, size, slots, count)?;
+        self.stream_n(f, w, size, slots, count, Op::SinkSampled)?;
         let elapsed = start.elapsed().as_secs_f64();
         Ok(((count as f64 * size as f64) / elapsed, count))
     }
@@ -352,8 +354,9 @@ impl Coordinator {
         size: usize,
         slots: usize,
         count: u64,
+        op: Op,
     ) -> Result<(), String> {
-        self.command(f, Op::Sink, size, count, slots)?;
+        self.command(f, op, size, count, slots)?;
         let end = self.stream + count;
         while self.stream < end {
             let next = self.stream + 1;

@@ -105,7 +105,7 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
         let size = r.load_acquire(CMD_SIZE) as usize;
         let count = r.load_acquire(CMD_COUNT);
         let slots = r.load_acquire(CMD_SLOTS) as usize;
-        if size > MAX_SIZE || size == 0 || (op == Op::Sink && (slots == 0 || slots * size > STREAM_BYTES)) {
+        if size > MAX_SIZE || size == 0 || (matches!(op, Op::Sink | Op::SinkSampled) && (slots == 0 || slots * size > STREAM_BYTES)) {
             return Err(format!("bad command: size {size} slots {slots}"));
         }
         match op {
@@ -132,12 +132,13 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
                     post(&mut f, 0, PONG, 8)?;
                 }
             }
-            Op::Sink => {
+            Op::Sink | Op::SinkSampled => {
                 let target = stream + count;
                 while stream < target {
                     waiter.until(&mut f, |f| f.region().load_acquire(STREAM_SEQ) > stream)?;
                     let seen = f.region().load_acquire(STREAM_SEQ);
-                    for j in stream + 1..=seen {
+                    let first_checked = if op == Op::Sink { stream + 1 } else { seen };
+                    for j in first_checked..=seen {
                         let slot = STREAM + ((j as usize) % slots) * size;
                         let (first, last) =
                             (f.region().load_acquire(slot), f.region().load_acquire(slot + size - 8));

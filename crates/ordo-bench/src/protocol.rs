@@ -86,6 +86,11 @@ pub enum Op {
     Sink = 2,
     /// Exit.
     Exit = 3,
+    /// Like [`Op::Sink`], but checks only the newest message of each batch
+    /// it observes: the receiver does not pull every slot's cache lines
+    /// back to its core, as a consumer of a one-sided write stream (an RDMA
+    /// write benchmark) would not. Used for bandwidth figures.
+    SinkSampled = 4,
 }
 
 impl Op {
@@ -96,6 +101,7 @@ impl Op {
             1 => Some(Op::PingPong),
             2 => Some(Op::Sink),
             3 => Some(Op::Exit),
+            4 => Some(Op::SinkSampled),
             _ => None,
         }
     }
