@@ -105,7 +105,10 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
         let size = r.load_acquire(CMD_SIZE) as usize;
         let count = r.load_acquire(CMD_COUNT);
         let slots = r.load_acquire(CMD_SLOTS) as usize;
-        if size > MAX_SIZE || size == 0 || (matches!(op, Op::Sink | Op::SinkSampled) && (slots == 0 || slots * size > STREAM_BYTES)) {
+        if size > MAX_SIZE
+            || size == 0
+            || (matches!(op, Op::Sink | Op::SinkSampled) && (slots == 0 || slots * size > STREAM_BYTES))
+        {
             return Err(format!("bad command: size {size} slots {slots}"));
         }
         match op {
