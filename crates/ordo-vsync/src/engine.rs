@@ -1,0 +1,673 @@
+//! The vsync engine: one per member, serving every subgroup the member
+//! belongs to from one predicate loop ([`Engine::poll`]).
+//!
+//! # Invariants (asserted where cheap; a violation is a bug and panics)
+//! - `delivered_num ≤ min over members of received_num` and both only grow.
+//! - Messages are delivered in seq order, `seq = round × S + rank`, each
+//!   exactly once; null rounds are skipped but occupy their seq.
+//! - A sender's slot is reused only after every member's `delivered_num`
+//!   covers every round in it (ordered), or every member consumed it
+//!   (unordered).
+//! - `delivered_num` is set (and pushed) only after the delivery upcall for
+//!   those messages returned, so no slot is overwritten while an upcall reads
+//!   it in place.
+//! - Null-sends only answer a received message whose round is ahead of this
+//!   sender's: with no application sends, no nulls (quiescence).
+//! - A peer's bad ring data is recorded in [`Engine::faults`] and that
+//!   sender's ring is not consumed further; it never panics the engine.
+
+use crate::config::{ConfigError, DeliveryMode, GroupConfig, Switches};
+use crate::layout::GroupLayout;
+use crate::stats::SubgroupStats;
+use ordo_fabric::{MemberId, Region};
+use ordo_ring::{MessageMeta, RingError, RingReceiver, SendPath, SlotGuard, SlotProducer};
+use ordo_sst::Sst;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Flag of a slot that carries null rounds; the low 30 bits are the count.
+pub const NULL_FLAG: u32 = 1 << 30;
+/// Mask of the null count.
+pub const NULL_COUNT_MASK: u32 = NULL_FLAG - 1;
+
+/// A write the runtime must post to every peer of `subgroup` (or of the
+/// top-level group when `subgroup` is `None`), in the order emitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Push {
+    /// Whose peers receive it.
+    pub subgroup: Option<usize>,
+    /// Region offset.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// What one [`Engine::poll`] asks of the runtime.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Writes to post, in order.
+    pub pushes: Vec<Push>,
+}
+
+impl Effects {
+    /// Clears for reuse (keeps the allocation).
+    pub fn clear(&mut self) {
+        self.pushes.clear();
+    }
+}
+
+/// One delivered message. The payload is read in place from the sender's
+/// ring and valid only during the upcall.
+#[derive(Clone, Copy, Debug)]
+pub struct Delivered<'a> {
+    /// Subgroup index.
+    pub subgroup: usize,
+    /// The sender.
+    pub sender: MemberId,
+    /// Position in the subgroup's total order (ordered mode), or -1.
+    pub seq: i64,
+    /// The sender's round of this message.
+    pub round: u64,
+    /// The payload.
+    pub payload: &'a [u8],
+}
+
+/// Receives delivered batches (spindle §III-D: one upcall per batch). It is
+/// called on the predicate thread and must not block: hand heavy work to a
+/// worker queue.
+pub trait DeliverySink {
+    /// Messages delivered together, in delivery order.
+    fn deliver(&mut self, batch: &[Delivered<'_>]);
+}
+
+impl<F: FnMut(&[Delivered<'_>])> DeliverySink for F {
+    fn deliver(&mut self, batch: &[Delivered<'_>]) {
+        self(batch)
+    }
+}
+
+/// Why a send did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// Every slot holds a message not yet delivered everywhere; retry.
+    #[error("no free slot (back-pressure)")]
+    WouldBlock,
+    /// The payload exceeds the subgroup's `max_payload`.
+    #[error("message of {len} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// Requested length.
+        len: usize,
+        /// The subgroup's maximum.
+        max: usize,
+    },
+    /// The member is wedged (a view change is under way).
+    #[error("the group is wedged")]
+    Wedged,
+}
+
+/// An application thread's handle for sending in one subgroup: acquires a
+/// slot without locks and builds the message in place (spindle §III-A).
+#[derive(Clone)]
+pub struct Sender {
+    subgroup: usize,
+    producer: SlotProducer,
+    max_payload: usize,
+    wedged: Arc<AtomicBool>,
+    declared_inactive: Arc<AtomicU64>,
+}
+
+impl Sender {
+    /// The subgroup this handle sends in.
+    pub fn subgroup(&self) -> usize {
+        self.subgroup
+    }
+
+    /// Largest payload.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Builds a `len`-byte message in place with `build` and commits it; or
+    /// `Err(WouldBlock)` at once if no slot is free.
+    pub fn try_send_with(&self, len: usize, build: impl FnOnce(&mut [u8])) -> Result<(), SendError> {
+        if len > self.max_payload {
+            return Err(SendError::TooLarge { len, max: self.max_payload });
+        }
+        if self.wedged.load(Ordering::Acquire) {
+            return Err(SendError::Wedged);
+        }
+        let mut slot = self.producer.try_acquire().ok_or(SendError::WouldBlock)?;
+        build(&mut slot.payload()[..len]);
+        slot.commit(len, 0);
+        Ok(())
+    }
+
+    /// Announces that this sender will not send for `rounds` rounds
+    /// (spindle §III-B, declared inactivity): the engine sends that many
+    /// null rounds at once, so no one waits for this sender.
+    pub fn declare_inactive(&self, rounds: u64) {
+        self.declared_inactive.fetch_add(rounds, Ordering::AcqRel);
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    round_start: u64,
+    rounds: u64,
+    /// (offset, len) of an application payload; None for null rounds.
+    payload: Option<(usize, usize)>,
+}
+
+struct SubgroupState {
+    senders: Vec<MemberId>,
+    n_senders: u64,
+    my_rank: Option<usize>,
+    member_rows: Vec<usize>,
+    ordered: bool,
+    send: Option<SendPath>,
+    producer: Option<SlotProducer>,
+    declared_inactive: Arc<AtomicU64>,
+    /// Σ (rounds − 1) over this member's null slots: rounds sent =
+    /// slots reserved + extra_rounds.
+    extra_rounds: i64,
+    /// Total rounds this member must have sent (null-send target).
+    null_target: u64,
+    receivers: Vec<RingReceiver>,
+    /// Rounds received from each sender.
+    rounds: Vec<u64>,
+    /// Received, not yet delivered entries per sender (ordered mode).
+    pending: Vec<VecDeque<Entry>>,
+    /// Own slots not yet reclaimable: (slot index, last seq it covers).
+    own_slots: VecDeque<(u64, i64)>,
+    own_last_seq: i64,
+    /// A sender whose ring held bad data: not consumed any more.
+    poisoned: Vec<bool>,
+    delivered_num: i64,
+    stats: SubgroupStats,
+}
+
+/// A fault a peer caused (bad ring data); the engine keeps running.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerFault {
+    /// Subgroup.
+    pub subgroup: usize,
+    /// The sender whose ring was bad.
+    pub sender: MemberId,
+    /// What was wrong.
+    pub error: RingError,
+}
+
+/// One member's vsync engine. See the module docs.
+pub struct Engine {
+    cfg: GroupConfig,
+    layout: GroupLayout,
+    me: MemberId,
+    region: Region,
+    sst: Sst,
+    subgroups: Vec<SubgroupState>,
+    /// Indices of the subgroups this member belongs to.
+    mine: Vec<usize>,
+    wedged: Arc<AtomicBool>,
+    wedge_pushed: bool,
+    metas: Vec<MessageMeta>,
+    faults: Vec<PeerFault>,
+}
+
+impl Engine {
+    /// The engine of member `me` over `region` (which must be at least
+    /// [`GroupLayout::region_len`] bytes), and a [`Sender`] for every
+    /// subgroup `me` sends in (`None` elsewhere).
+    pub fn new(
+        cfg: GroupConfig,
+        me: MemberId,
+        region: Region,
+    ) -> Result<(Engine, Vec<Option<Sender>>), ConfigError> {
+        cfg.validate()?;
+        if !cfg.members.contains(&me) {
+            return Err(ConfigError::Group(format!("member {me} is not in {:?}", cfg.members)));
+        }
+        let layout = GroupLayout::new(&cfg);
+        if region.len() < layout.region_len {
+            return Err(ConfigError::Group(format!(
+                "region of {} bytes is smaller than the {} bytes this group needs",
+                region.len(),
+                layout.region_len
+            )));
+        }
+        let sst = Sst::new(region.clone(), 0, layout.sst.clone(), &cfg.members, me)
+            .map_err(|e| ConfigError::Group(e.to_string()))?;
+        let wedged = Arc::new(AtomicBool::new(false));
+        let mut subgroups = Vec::new();
+        let mut senders = Vec::new();
+        let mut mine = Vec::new();
+        for (g, s) in cfg.subgroups.iter().enumerate() {
+            let my_rank = s.senders.iter().position(|x| *x == me);
+            let member = s.members.contains(&me);
+            if member {
+                mine.push(g);
+            }
+            let declared_inactive = Arc::new(AtomicU64::new(0));
+            let (send, producer) = match my_rank {
+                Some(rank) if member => {
+                    let (p, sp) = ordo_ring::sender(region.clone(), layout.ring(g, rank), layout.rings[g]);
+                    senders.push(Some(Sender {
+                        subgroup: g,
+                        producer: p.clone(),
+                        max_payload: s.max_payload,
+                        wedged: wedged.clone(),
+                        declared_inactive: declared_inactive.clone(),
+                    }));
+                    (Some(sp), Some(p))
+                }
+                _ => {
+                    senders.push(None);
+                    (None, None)
+                }
+            };
+            let mut rows: Vec<usize> = s.members.iter().map(|m| sst.row_of(*m).expect("validated")).collect();
+            rows.sort_unstable();
+            let n = s.senders.len();
+            subgroups.push(SubgroupState {
+                senders: s.senders.clone(),
+                n_senders: n as u64,
+                my_rank,
+                member_rows: rows,
+                ordered: s.mode == DeliveryMode::Ordered,
+                send,
+                producer,
+                declared_inactive,
+                extra_rounds: 0,
+                null_target: 0,
+                receivers: (0..n)
+                    .map(|r| RingReceiver::new(region.clone(), layout.ring(g, r), layout.rings[g]))
+                    .collect(),
+                rounds: vec![0; n],
+                pending: (0..n).map(|_| VecDeque::with_capacity(s.window)).collect(),
+                own_slots: VecDeque::with_capacity(s.window),
+                own_last_seq: -1,
+                poisoned: vec![false; n],
+                delivered_num: -1,
+                stats: SubgroupStats::default(),
+            });
+        }
+        let engine = Engine {
+            cfg,
+            layout,
+            me,
+            region,
+            sst,
+            subgroups,
+            mine,
+            wedged,
+            wedge_pushed: false,
+            metas: Vec::new(),
+            faults: Vec::new(),
+        };
+        Ok((engine, senders))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GroupConfig {
+        &self.cfg
+    }
+
+    /// The region layout.
+    pub fn layout(&self) -> &GroupLayout {
+        &self.layout
+    }
+
+    /// This member.
+    pub fn member(&self) -> MemberId {
+        self.me
+    }
+
+    /// The peers a push of `subgroup` goes to (members other than this one;
+    /// the whole top-level group for `None`).
+    pub fn peers(&self, subgroup: Option<usize>) -> Vec<MemberId> {
+        let list = match subgroup {
+            Some(g) => &self.cfg.subgroups[g].members,
+            None => &self.cfg.members,
+        };
+        list.iter().copied().filter(|m| *m != self.me).collect()
+    }
+
+    /// Counters of subgroup `g` at this member.
+    pub fn stats(&self, g: usize) -> &SubgroupStats {
+        &self.subgroups[g].stats
+    }
+
+    /// Seq of the last message delivered in subgroup `g` here.
+    pub fn delivered_num(&self, g: usize) -> i64 {
+        self.subgroups[g].delivered_num
+    }
+
+    /// Bad data peers wrote into their rings, as seen here.
+    pub fn faults(&self) -> &[PeerFault] {
+        &self.faults
+    }
+
+    /// Stops sending and delivering in every subgroup and tells the group
+    /// (the first step of a view change; spindle §II-A). Receiving goes on.
+    pub fn wedge(&mut self) {
+        self.wedged.store(true, Ordering::Release);
+    }
+
+    /// Whether this member is wedged.
+    pub fn is_wedged(&self) -> bool {
+        self.wedged.load(Ordering::Acquire)
+    }
+
+    /// Whether every slot this member published in every subgroup has been
+    /// reclaimed and nothing is ready to send (used to wait for the end of
+    /// a run).
+    pub fn is_idle(&self) -> bool {
+        self.subgroups
+            .iter()
+            .all(|s| s.send.as_ref().is_none_or(|sp| sp.ready() == 0 && sp.reclaimable() == sp.published()))
+    }
+
+    /// One evaluation of every predicate of every subgroup: send, receive
+    /// (and null-send), deliver, reclaim. Emits pushes into `effects` and
+    /// calls `sink` with each delivered batch. Returns the work done.
+    pub fn poll(&mut self, effects: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+        let switches = self.cfg.switches;
+        let wedged = self.wedged.load(Ordering::Acquire);
+        let mut work = 0;
+        if wedged && !self.wedge_pushed {
+            self.sst.set_flag(self.layout.wedged);
+            let (offset, len) = self.sst.range(self.layout.wedged);
+            effects.pushes.push(Push { subgroup: None, offset, len });
+            self.wedge_pushed = true;
+            work += 1;
+        }
+        for i in 0..self.mine.len() {
+            let g = self.mine[i];
+            if !wedged {
+                work += self.send(g, switches, effects);
+            }
+            work += self.receive(g, switches, effects, sink);
+            if !wedged && switches.null_sends {
+                work += self.send_nulls(g);
+            }
+            if !wedged && self.subgroups[g].ordered {
+                work += self.deliver(g, switches, effects, sink);
+            }
+            work += self.reclaim(g);
+        }
+        work
+    }
+
+    fn push_block(&mut self, g: usize, effects: &mut Effects) {
+        let (offset, len) = self.sst.range(self.layout.subgroups[g].block());
+        effects.pushes.push(Push { subgroup: Some(g), offset, len });
+        let s = &mut self.subgroups[g];
+        s.stats.pushes += 1;
+        s.stats.writes += (s.member_rows.len() - 1) as u64;
+    }
+
+    /// Send predicate: push every ready contiguous slot (one per push with
+    /// send batching off), data then counter.
+    fn send(&mut self, g: usize, switches: Switches, effects: &mut Effects) -> usize {
+        let peers = (self.subgroups[g].member_rows.len() - 1) as u64;
+        let s = &mut self.subgroups[g];
+        let Some(sp) = s.send.as_mut() else { return 0 };
+        let limit = if switches.send_batching { u64::MAX } else { 1 };
+        let Some(plan) = sp.plan(limit) else { return 0 };
+        for (offset, len) in plan.writes() {
+            effects.pushes.push(Push { subgroup: Some(g), offset, len });
+            s.stats.pushes += 1;
+            s.stats.writes += peers;
+        }
+        s.stats.send_batches.record(plan.messages());
+        1
+    }
+
+    /// Receive predicate: every new message of every sender in one scan
+    /// (one message per evaluation with receive batching off), then one
+    /// push of the subgroup's counters. Unordered subgroups deliver here.
+    fn receive(
+        &mut self,
+        g: usize,
+        switches: Switches,
+        effects: &mut Effects,
+        sink: &mut impl DeliverySink,
+    ) -> usize {
+        let limit = if switches.receive_batching { u64::MAX } else { 1 };
+        let cols = self.layout.subgroups[g];
+        let region = self.region.clone();
+        let mut got = 0u64;
+        let mut batch: Vec<Delivered<'_>> = Vec::new();
+        let s = &mut self.subgroups[g];
+        let n = s.n_senders;
+        for j in 0..n as usize {
+            if got >= limit {
+                break;
+            }
+            if s.poisoned[j] {
+                continue;
+            }
+            self.metas.clear();
+            let found = match s.receivers[j].scan(limit - got, &mut self.metas) {
+                Ok(found) => found,
+                Err(error) => {
+                    s.poisoned[j] = true;
+                    self.faults.push(PeerFault { subgroup: g, sender: s.senders[j], error });
+                    continue;
+                }
+            };
+            if found == 0 {
+                continue;
+            }
+            for meta in &self.metas {
+                let (rounds, payload) = if meta.flags & NULL_FLAG != 0 {
+                    (u64::from(meta.flags & NULL_COUNT_MASK), None)
+                } else if meta.flags & SlotGuard::ABANDONED != 0 {
+                    (1, None)
+                } else {
+                    (1, Some((meta.payload_offset, meta.len)))
+                };
+                let entry = Entry { round_start: s.rounds[j], rounds, payload };
+                s.rounds[j] += rounds;
+                if Some(j) == s.my_rank {
+                    if rounds > 0 {
+                        s.own_last_seq = ((entry.round_start + rounds - 1) * n + j as u64) as i64;
+                    }
+                    s.own_slots.push_back((meta.index, s.own_last_seq));
+                    match payload {
+                        Some((_, len)) => {
+                            s.stats.messages_sent += 1;
+                            s.stats.bytes_sent += len as u64;
+                        }
+                        None => {
+                            s.stats.null_slots += 1;
+                            s.stats.nulls_sent += rounds;
+                        }
+                    }
+                }
+                if s.ordered {
+                    if rounds > 0 {
+                        s.pending[j].push_back(entry);
+                    }
+                } else if let Some((offset, len)) = payload {
+                    // SAFETY: the slot is not reused before every member
+                    // (this one included) consumed it: `received_from`
+                    // is pushed only after this upcall returns.
+                    let bytes = unsafe { region.slice(offset, len) };
+                    batch.push(Delivered {
+                        subgroup: g,
+                        sender: s.senders[j],
+                        seq: -1,
+                        round: entry.round_start,
+                        payload: bytes,
+                    });
+                }
+                // Null-send target (spindle §III-B): to precede M(j, k) in
+                // the order, this sender must have sent rounds 0..k (if its
+                // rank is below j) or 0..k-1 (if above). An application
+                // message answers with its round; a null batch only with
+                // its first round: its later rounds carry nothing to
+                // deliver, and a declared inactivity of k rounds must not
+                // make every other sender fill k rounds too.
+                if let Some(me) = s.my_rank
+                    && j != me
+                    && rounds > 0
+                {
+                    let k =
+                        if payload.is_some() { entry.round_start + rounds - 1 } else { entry.round_start };
+                    let need = if me < j { k + 1 } else { k };
+                    s.null_target = s.null_target.max(need);
+                }
+            }
+            s.receivers[j].consume(found);
+            self.sst.set_counter_at(cols.received_from, j, s.receivers[j].consumed() as i64);
+            got += found;
+        }
+        if got == 0 {
+            return 0;
+        }
+        s.stats.receive_batches.record(got);
+        if s.ordered {
+            // received_num: one before the first seq not yet received.
+            let next_missing = (0..n as usize).map(|j| s.rounds[j] * n + j as u64).min().expect("senders");
+            self.sst.set_counter(cols.received_num, next_missing as i64 - 1);
+        } else if !batch.is_empty() {
+            let s = &mut self.subgroups[g];
+            s.stats.messages_delivered += batch.len() as u64;
+            s.stats.bytes_delivered += batch.iter().map(|d| d.payload.len() as u64).sum::<u64>();
+            s.stats.delivery_batches.record(batch.len() as u64);
+            sink.deliver(&batch);
+        }
+        drop(batch);
+        self.push_block(g, effects);
+        1
+    }
+
+    /// Sends the null rounds the receive predicate found necessary, and any
+    /// declared inactivity, as one slot carrying a count.
+    fn send_nulls(&mut self, g: usize) -> usize {
+        let s = &mut self.subgroups[g];
+        let Some(producer) = s.producer.as_ref() else { return 0 };
+        let declared = s.declared_inactive.swap(0, Ordering::AcqRel);
+        let sent_rounds = |s: &SubgroupState, reserved: u64| reserved as i64 + s.extra_rounds;
+        let behind = s.null_target as i64 - sent_rounds(s, producer.reserved());
+        if behind <= 0 && declared == 0 {
+            return 0;
+        }
+        let Some(slot) = producer.try_acquire() else {
+            // No free slot: the rounds are owed; try again next time.
+            s.declared_inactive.fetch_add(declared, Ordering::AcqRel);
+            return 0;
+        };
+        // Rounds before this slot: every earlier slot is an application
+        // message (1 round) or one of our null slots (extra_rounds).
+        let before = slot.index() as i64 + s.extra_rounds;
+        let count = (s.null_target as i64 - before).max(0) as u64 + declared;
+        assert!(count < u64::from(NULL_COUNT_MASK), "null count {count} overflows a slot");
+        slot.commit(0, NULL_FLAG | count as u32);
+        s.extra_rounds += count as i64 - 1;
+        1
+    }
+
+    /// Delivery predicate (ordered): everything every member has received,
+    /// in seq order (one seq per evaluation with delivery batching off);
+    /// upcall first, then `delivered_num` is set and pushed.
+    fn deliver(
+        &mut self,
+        g: usize,
+        switches: Switches,
+        effects: &mut Effects,
+        sink: &mut impl DeliverySink,
+    ) -> usize {
+        let cols = self.layout.subgroups[g];
+        let stable = {
+            let s = &self.subgroups[g];
+            s.member_rows.iter().map(|r| self.sst.counter(*r, cols.received_num)).min().expect("members")
+        };
+        let region = self.region.clone();
+        let s = &mut self.subgroups[g];
+        if stable <= s.delivered_num {
+            return 0;
+        }
+        let limit = if switches.delivery_batching { i64::MAX } else { 1 };
+        let n = s.n_senders;
+        let mut batch: Vec<Delivered<'_>> = Vec::new();
+        let mut seq = s.delivered_num + 1;
+        let mut seqs = 0i64;
+        while seq <= stable && seqs < limit {
+            let j = (seq as u64 % n) as usize;
+            let round = seq as u64 / n;
+            let entry = *s.pending[j].front().expect("a stable seq was received here");
+            assert!(
+                entry.round_start <= round && round < entry.round_start + entry.rounds,
+                "seq {seq}: sender rank {j} round {round} not in {entry:?}"
+            );
+            if let Some((offset, len)) = entry.payload {
+                // SAFETY: the sender reuses this slot only after every
+                // member's delivered_num covers it; ours is set after the
+                // upcall below returns.
+                let bytes = unsafe { region.slice(offset, len) };
+                batch.push(Delivered { subgroup: g, sender: s.senders[j], seq, round, payload: bytes });
+            }
+            if round + 1 == entry.round_start + entry.rounds {
+                s.pending[j].pop_front();
+            }
+            seq += 1;
+            seqs += 1;
+        }
+        s.stats.delivery_batches.record(seqs as u64);
+        if !batch.is_empty() {
+            s.stats.messages_delivered += batch.len() as u64;
+            s.stats.bytes_delivered += batch.iter().map(|d| d.payload.len() as u64).sum::<u64>();
+            sink.deliver(&batch);
+        }
+        drop(batch);
+        let s = &mut self.subgroups[g];
+        assert!(seq - 1 > s.delivered_num, "delivered_num grows");
+        s.delivered_num = seq - 1;
+        self.sst.set_counter(cols.delivered_num, s.delivered_num);
+        self.push_block(g, effects);
+        1
+    }
+
+    /// The reuse rule: slots delivered by every member (ordered) or consumed
+    /// by every member (unordered) become reusable.
+    fn reclaim(&mut self, g: usize) -> usize {
+        let cols = self.layout.subgroups[g];
+        let s = &mut self.subgroups[g];
+        let (Some(sp), Some(rank)) = (s.send.as_ref(), s.my_rank) else { return 0 };
+        let upto = if s.ordered {
+            let min_delivered = s
+                .member_rows
+                .iter()
+                .map(|r| self.sst.counter(*r, cols.delivered_num))
+                .min()
+                .expect("members");
+            let mut upto = sp.reclaimable();
+            while let Some(&(index, last_seq)) = s.own_slots.front() {
+                if last_seq > min_delivered {
+                    break;
+                }
+                s.own_slots.pop_front();
+                upto = index + 1;
+            }
+            upto
+        } else {
+            let min = s
+                .member_rows
+                .iter()
+                .map(|r| self.sst.counter_at(*r, cols.received_from, rank).max(0) as u64)
+                .min()
+                .expect("members");
+            while s.own_slots.front().is_some_and(|(i, _)| *i < min) {
+                s.own_slots.pop_front();
+            }
+            min.min(sp.published())
+        };
+        if upto > sp.reclaimable() {
+            sp.set_reclaimable(upto);
+            return 1;
+        }
+        0
+    }
+}

@@ -1,0 +1,47 @@
+//! `vsync`: Derecho's atomic multicast with every Spindle optimization, as a
+//! sans-I/O engine (spindle §II-§III, DESIGN.md §4).
+//!
+//! A top-level group of members is divided into **subgroups**, each with its
+//! members, its senders (in rank order), a window and a maximum payload.
+//! Every sender has a slot ring ([`ordo_ring`]) in every member's region;
+//! every member has a row in the SST ([`ordo_sst`]) with, per subgroup,
+//! `received_num`, `delivered_num` and per-sender receive counts (spindle
+//! Table I).
+//!
+//! **Total order** is round-robin over the senders: message `k` of the
+//! sender with rank `i` has `seq = k × S + i` (S senders). A message is
+//! delivered when every member has received it: `seq ≤ min received_num`
+//! (spindle §II-D). **Unordered** subgroups deliver on receipt.
+//!
+//! The engine does no I/O: [`Engine::poll`] evaluates the send, receive,
+//! null-send, delivery and reclaim predicates of every subgroup over the
+//! local region, emits [`Push`]es for the runtime to post (data before
+//! counters, as the fabric requires) and hands delivered batches to a
+//! [`DeliverySink`]. The same code runs under `ordo-sim` and the runtime.
+//!
+//! The Spindle optimizations are [`Switches`]; [`Switches::BASELINE`] turns
+//! all off to rerun the paper's before/after experiments. Three of them
+//! (posting after unlocking, lock-free sends, batched upcalls) are carried
+//! out by the runtime, which owns threads and locks.
+//!
+//! **Views.** This engine covers one view (the failure-free path). It can be
+//! **wedged** ([`Engine::wedge`]): sends and deliveries stop, the `wedged`
+//! SST flag is pushed, receiving continues — the state a view change starts
+//! from (ragged-edge cleanup reads `received_num` and the rings as they are).
+
+#![warn(missing_docs)]
+
+mod config;
+mod engine;
+mod layout;
+mod stats;
+
+pub use config::{ConfigError, DeliveryMode, GroupConfig, MAX_PAYLOAD, MAX_WINDOW, SubgroupConfig, Switches};
+pub use engine::{
+    Delivered, DeliverySink, Effects, Engine, NULL_COUNT_MASK, NULL_FLAG, PeerFault, Push, SendError, Sender,
+};
+pub use layout::{GroupLayout, SubgroupColumns};
+pub use stats::{BatchHistogram, SubgroupStats};
+
+#[cfg(test)]
+mod tests;
