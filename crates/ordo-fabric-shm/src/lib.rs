@@ -32,9 +32,15 @@
 //!   an Acquire load sees READY and the lock held.
 //! - **FIFO and untorn.** Writes are applied synchronously, in posting order,
 //!   by word-atomic copies, so guarantees 1-3 of `ordo-fabric` hold.
-//! - **Signaled writes** complete at the next `poll_events` if the peer is
-//!   alive at that check, else fail with `PeerDead` (and the peer is
-//!   suspected once; the link stays down until [`Fabric::reconnect`]).
+//! - **Signaled writes** are applied at post time; `poll_events` reports
+//!   them `Completed` unless the peer's latest liveness check (at most
+//!   `liveness_check_interval` old) found it dead, in which case they fail
+//!   with `PeerDead` (and the peer is suspected once; the link stays down
+//!   until [`Fabric::reconnect`]). At most [`MAX_PENDING_SIGNALED`] wait to
+//!   be reported; beyond that, signaled posts return back-pressure.
+//! - **Doorbell words** count parked waiters; a process killed while parked
+//!   leaves its count behind, which only costs ringers a futex-wake syscall
+//!   until that region file is replaced.
 //! - **Doorbell.** A member parks on the doorbell in the header of its
 //!   `doorbell_owner` (itself by default); members driven by one thread in the
 //!   shared threading mode name the same owner, so one futex wakes them all.
@@ -69,6 +75,9 @@ const OFF_DOORBELL_OWNER: usize = 36;
 const OFF_STATE: usize = 40;
 const OFF_DOORBELL: usize = 128;
 const STATE_READY: u32 = 1;
+/// Signaled writes whose completion `poll_events` has not reported yet;
+/// beyond it signaled posts return back-pressure (bounded memory).
+pub const MAX_PENDING_SIGNALED: usize = 65_536;
 
 const _: () = assert!(OFF_DOORBELL.is_multiple_of(64) && OFF_DOORBELL + 64 <= HEADER_LEN);
 const _: () = assert!(HEADER_LEN.is_multiple_of(4096), "the region must start page-aligned");
@@ -343,7 +352,17 @@ impl ShmFabric {
         let path = options.path_of(options.member);
         // A file left by a dead incarnation is unlinked; a live one is an error.
         if let Ok(existing) = OpenOptions::new().read(true).write(true).open(&path) {
-            if !try_lock(&existing, libc::LOCK_EX) {
+            // A peer's liveness probe holds a shared lock for an instant;
+            // retry briefly before concluding the owner is alive.
+            let mut locked = false;
+            for _ in 0..20 {
+                if try_lock(&existing, libc::LOCK_EX) {
+                    locked = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            if !locked {
                 return Err(ShmError::AlreadyRunning { member: options.member, path });
             }
             std::fs::remove_file(&path).map_err(io_err("removing stale region file", &path))?;
@@ -518,6 +537,9 @@ impl Fabric for ShmFabric {
         if link.suspected {
             return Err(PostError::PeerSuspected(write.peer));
         }
+        if write.signal.is_some() && self.pending.len() >= MAX_PENDING_SIGNALED {
+            return Err(PostError::Backpressure(write.peer));
+        }
         // SAFETY: both ranges are in bounds (checked) of distinct mappings of
         // region_len bytes; copy_untorn stores word-atomically.
         unsafe {
@@ -527,6 +549,8 @@ impl Fabric for ShmFabric {
                 write.len,
             );
         }
+        // Publish: this write is visible before any later one (a guard).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         if let Some(bell) = &link.bell {
             bell.ring();
         }

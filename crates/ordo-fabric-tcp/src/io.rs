@@ -504,6 +504,8 @@ impl IoThread {
             }
         }
         self.drop_conn_io(index, now);
+        // Suspicion and failed writes are events a parked poller must see.
+        self.config.doorbell.ring();
     }
 
     fn drop_conn_io(&mut self, index: usize, now: Instant) {
@@ -597,6 +599,8 @@ impl IoThread {
                                 break;
                             }
                             state.acked = seq;
+                            // A completion is news for a parked poller too.
+                            applied = true;
                         }
                         conn.start = at + HEADER_LEN;
                     }

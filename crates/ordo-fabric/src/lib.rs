@@ -25,7 +25,11 @@
 //!    on the link is down: posts to that peer return
 //!    [`PostError::PeerSuspected`], and nothing posted after the failure is
 //!    applied (so a guard can never land without its data). Only
-//!    [`Fabric::reconnect`] brings a link back, to a new incarnation.
+//!    [`Fabric::reconnect`] brings a link back — usually to a new
+//!    incarnation, but on tcp possibly to the same process after a timeout:
+//!    either way writes posted before the failure may be missing at the
+//!    peer, so a caller treats a reconnected link as new and re-pushes what
+//!    the peer needs.
 //! 6. **Doorbell.** Where the backend can, a write landing rings the
 //!    receiver's [`Doorbell`], so a poller parked on it wakes up.
 //!
@@ -232,9 +236,12 @@ pub trait Fabric {
     /// Whether `peer` is currently suspected (its link is down).
     fn is_suspected(&self, peer: MemberId) -> bool;
 
-    /// Tries to bring the link to a suspected `peer` back, to a new
-    /// incarnation of it. `Ok(incarnation)` once the link is usable; the
-    /// contents of the peer's region are whatever the new incarnation holds.
+    /// Tries to bring the link to a suspected `peer` back (see guarantee 5).
+    /// `Ok(incarnation)` once the link is usable; the peer's region holds
+    /// whatever its incarnation holds, possibly without writes posted before
+    /// the failure. On a link that is not suspected it returns the current
+    /// incarnation; on one that failed but is not yet suspected (the failure
+    /// not yet detected) it returns `Unreachable`.
     fn reconnect(&mut self, peer: MemberId) -> Result<u64, ReconnectError>;
 }
 

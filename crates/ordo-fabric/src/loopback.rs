@@ -57,6 +57,7 @@ impl Fabric for Loopback {
         let dst = self.regions[w.peer as usize].as_ptr();
         // SAFETY: distinct heap regions of the same length; range checked.
         unsafe { copy_untorn(dst.add(w.offset), src.add(w.offset), w.len) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         Ok(())
     }
     fn poll_events(&mut self, _: &mut Vec<FabricEvent>) {}

@@ -16,14 +16,15 @@
 //! base + 0                 +---------------------------------------------+
 //!                          | published: u64 (guard) | pad to 64           |
 //! base + 64                +---------------------------------------------+
-//!   slot 0                 | len: u32 | flags: u32 | index: u64 | pad 48  |  64-byte message header
+//!   slot 0                 | len: u32 | flags: u32 | index+1: u64 | pad 48 |  64-byte message header
 //!                          | payload: max_payload bytes, padded to 64    |
 //! base + 64 + slot_size    +---------------------------------------------+
 //!   slot 1 ...             |                                             |
 //! base + 64 + w*slot_size  +---------------------------------------------+
 //! ```
 //! Message `k` (counting from 0) lives in slot `k % window`; its header
-//! carries `index = k` so a receiver can verify it.
+//! carries `k + 1` so a receiver can verify it (and a zeroed slot is never
+//! mistaken for message 0).
 //!
 //! # Invariants
 //! - **Publish rule.** Slot bytes are pushed before the counter that covers
@@ -159,6 +160,8 @@ struct Shared {
     reclaimable: AtomicU64,
     /// `ready[k % window] == k + 1` once message `k` is committed.
     ready: Box<[AtomicU64]>,
+    /// Rung after each commit so a parked send path wakes at once.
+    bell: std::sync::OnceLock<ordo_fabric::Doorbell>,
 }
 
 /// Creates the sender side of the ring at `ring_offset` (this member's own
@@ -174,6 +177,7 @@ pub fn sender(region: Region, ring_offset: usize, layout: RingLayout) -> (SlotPr
         reserved: AtomicU64::new(0),
         reclaimable: AtomicU64::new(0),
         ready: (0..layout.window).map(|_| AtomicU64::new(0)).collect(),
+        bell: std::sync::OnceLock::new(),
     });
     (SlotProducer { shared: shared.clone() }, SendPath { shared, published: 0, pushed_bytes: 0, pushes: 0 })
 }
@@ -201,7 +205,9 @@ impl SlotProducer {
         let s = &*self.shared;
         let mut r = s.reserved.load(Ordering::Relaxed);
         loop {
-            if r - s.reclaimable.load(Ordering::Acquire) >= s.layout.window as u64 {
+            // `r` may be stale (loaded before others reserved and the engine
+            // reclaimed past it): then the CAS below fails and reloads it.
+            if r.saturating_sub(s.reclaimable.load(Ordering::Acquire)) >= s.layout.window as u64 {
                 return None;
             }
             match s.reserved.compare_exchange_weak(r, r + 1, Ordering::AcqRel, Ordering::Relaxed) {
@@ -214,6 +220,14 @@ impl SlotProducer {
     /// Largest payload.
     pub fn max_payload(&self) -> usize {
         self.shared.layout.max_payload
+    }
+
+    /// Rings `bell` after every commit from now on (the doorbell the send
+    /// path's thread parks on), so a message committed while the predicate
+    /// thread is parked is sent at once rather than at its next timeout.
+    /// Set once; later calls are ignored.
+    pub fn ring_on_commit(&self, bell: ordo_fabric::Doorbell) {
+        let _ = self.shared.bell.set(bell);
     }
 
     /// Messages reserved so far.
@@ -252,9 +266,13 @@ impl SlotGuard<'_> {
         assert!(len <= s.layout.max_payload, "message of {len} bytes exceeds {}", s.layout.max_payload);
         let hdr = s.layout.slot_offset(s.ring, self.index);
         s.region.atomic_u64(hdr).store(len as u64 | (u64::from(flags) << 32), Ordering::Relaxed);
-        s.region.atomic_u64(hdr + 8).store(self.index, Ordering::Relaxed);
+        // index + 1, so a zeroed (never written) slot never passes as a message.
+        s.region.atomic_u64(hdr + 8).store(self.index + 1, Ordering::Relaxed);
         s.ready[(self.index % s.layout.window as u64) as usize].store(self.index + 1, Ordering::Release);
         self.committed = true;
+        if let Some(bell) = s.bell.get() {
+            bell.ring();
+        }
     }
 }
 
@@ -321,8 +339,8 @@ impl SendPath {
     pub fn set_reclaimable(&self, count: u64) {
         let s = &*self.shared;
         assert!(count <= self.published, "cannot reclaim unpublished message {count}");
-        let old = s.reclaimable.fetch_max(count, Ordering::AcqRel);
-        debug_assert!(old <= count || old >= count);
+        // Monotonic: a smaller count than already declared changes nothing.
+        s.reclaimable.fetch_max(count, Ordering::AcqRel);
     }
 
     /// Messages the engine has declared reclaimable.
@@ -334,6 +352,11 @@ impl SendPath {
     /// one (at most `limit`), marks them published, and returns the writes;
     /// `None` if nothing is ready. With batching off the caller passes
     /// `limit = 1`.
+    ///
+    /// Contract: the caller posts every write of the plan, in order, to
+    /// every peer, before posting any later plan's writes to that peer
+    /// (retrying on back-pressure, never dropping). Otherwise a peer could
+    /// see a counter covering slots it never received.
     pub fn plan(&mut self, limit: u64) -> Option<PushPlan> {
         let mut n = self.ready().min(limit);
         if n == 0 {
@@ -401,13 +424,15 @@ pub struct RingReceiver {
     ring: usize,
     layout: RingLayout,
     consumed: u64,
+    /// End of the last validated scan: what `consume` may reach.
+    scanned: u64,
 }
 
 impl RingReceiver {
     /// The receiver for the ring at `ring_offset`.
     pub fn new(region: Region, ring_offset: usize, layout: RingLayout) -> RingReceiver {
         assert!(ring_offset + layout.ring_len() <= region.len(), "ring does not fit in the region");
-        RingReceiver { region, ring: ring_offset, layout, consumed: 0 }
+        RingReceiver { region, ring: ring_offset, layout, consumed: 0, scanned: 0 }
     }
 
     /// Messages consumed so far.
@@ -424,7 +449,7 @@ impl RingReceiver {
     /// appends the headers of messages `consumed..published` to `out` (up to
     /// `limit`) without consuming them. On a bad header nothing is appended
     /// beyond the last good message and the error is returned.
-    pub fn scan(&self, limit: u64, out: &mut Vec<MessageMeta>) -> Result<u64, RingError> {
+    pub fn scan(&mut self, limit: u64, out: &mut Vec<MessageMeta>) -> Result<u64, RingError> {
         let published = self.published();
         if published < self.consumed {
             return Err(RingError::CounterWentBack { published, consumed: self.consumed });
@@ -441,6 +466,7 @@ impl RingReceiver {
         for k in self.consumed..end {
             out.push(self.meta(k)?);
             n += 1;
+            self.scanned = self.scanned.max(k + 1);
         }
         Ok(n)
     }
@@ -449,9 +475,9 @@ impl RingReceiver {
     pub fn meta(&self, k: u64) -> Result<MessageMeta, RingError> {
         let hdr = self.layout.slot_offset(self.ring, k);
         let word = self.region.load_acquire(hdr);
-        let index = self.region.load_acquire(hdr + 8);
-        if index != k {
-            return Err(RingError::WrongIndex { index: k, found: index });
+        let stored = self.region.load_acquire(hdr + 8);
+        if stored != k.wrapping_add(1) {
+            return Err(RingError::WrongIndex { index: k, found: stored.wrapping_sub(1) });
         }
         let len = (word & 0xFFFF_FFFF) as usize;
         if len > self.layout.max_payload {
@@ -475,9 +501,11 @@ impl RingReceiver {
         unsafe { self.region.slice(meta.payload_offset, meta.len) }
     }
 
-    /// Marks `n` more messages consumed.
+    /// Marks `n` more messages consumed; they must have been returned by a
+    /// [`scan`](Self::scan) (checked against what the scan validated, not
+    /// against the peer's counter, which may have changed since).
     pub fn consume(&mut self, n: u64) {
-        assert!(self.consumed + n <= self.published(), "consuming unpublished messages");
+        assert!(self.consumed + n <= self.scanned, "consuming messages no scan validated");
         self.consumed += n;
     }
 }

@@ -41,7 +41,7 @@ fn a_batch_is_one_data_write_then_the_counter() {
     assert!(plan.data[1].is_none(), "no wrap: one data write");
     assert_eq!(plan.data[0].unwrap(), (ring0 + 64, 4 * l.slot_size() + 64 + 10), "last slot trimmed");
     assert_eq!(SendPath::post(&plan, &mut f[0], &[1]).unwrap(), 2);
-    let rx = RingReceiver::new(f[1].region().clone(), ring0, l);
+    let mut rx = RingReceiver::new(f[1].region().clone(), ring0, l);
     let mut metas = Vec::new();
     assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 5);
     for (i, m) in metas.iter().enumerate() {
@@ -62,6 +62,8 @@ fn a_wrapping_batch_is_two_data_writes() {
     }
     let plan = sp.plan(u64::MAX).unwrap();
     SendPath::post(&plan, &mut f[0], &[1]).unwrap();
+    let mut metas = Vec::new();
+    assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 3);
     rx.consume(3);
     sp.set_reclaimable(3);
     for i in 3..7u8 {
@@ -73,6 +75,7 @@ fn a_wrapping_batch_is_two_data_writes() {
     assert_eq!(plan.data[1].unwrap().0, ring0 + 64, "wrapped part starts at slot 0");
     assert_eq!(SendPath::post(&plan, &mut f[0], &[1]).unwrap(), 3);
     let mut metas = Vec::new();
+    metas.clear();
     rx.scan(u64::MAX, &mut metas).unwrap();
     let got: Vec<u8> = metas.iter().map(|m| rx.payload(m)[0]).collect();
     assert_eq!(got, vec![3, 4, 5, 6]);
@@ -122,9 +125,10 @@ fn lying_headers_and_counters_are_errors_that_change_nothing() {
     let (f, l) = setup(4, 16);
     let ring = l.ring_offset(BASE, 1);
     let r = f[1].region();
-    let rx = RingReceiver::new(r.clone(), ring, l);
+    let mut rx = RingReceiver::new(r.clone(), ring, l);
     // The "sender" claims one message whose header says 1000 bytes.
     r.atomic_u64(ring + 64).store(1000, std::sync::atomic::Ordering::Relaxed);
+    r.atomic_u64(ring + 72).store(1, std::sync::atomic::Ordering::Relaxed);
     r.store_release(ring, 1);
     let mut metas = Vec::new();
     assert_eq!(rx.scan(10, &mut metas), Err(RingError::BadLength { index: 0, len: 1000, max: 16 }));
@@ -132,8 +136,11 @@ fn lying_headers_and_counters_are_errors_that_change_nothing() {
     assert_eq!(rx.consumed(), 0);
     // Wrong index in the slot.
     r.atomic_u64(ring + 64).store(4, std::sync::atomic::Ordering::Relaxed);
-    r.atomic_u64(ring + 72).store(9, std::sync::atomic::Ordering::Relaxed);
+    r.atomic_u64(ring + 72).store(10, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(rx.scan(10, &mut metas), Err(RingError::WrongIndex { index: 0, found: 9 }));
+    // A zeroed slot is not message 0.
+    r.atomic_u64(ring + 72).store(0, std::sync::atomic::Ordering::Relaxed);
+    assert!(matches!(rx.scan(10, &mut metas), Err(RingError::WrongIndex { index: 0, .. })));
     // A counter beyond the window.
     r.store_release(ring, 5);
     assert!(matches!(rx.scan(10, &mut metas), Err(RingError::CounterTooFar { .. })));
@@ -188,4 +195,35 @@ fn concurrent_producers_publish_every_message_exactly_once() {
     for h in producers {
         h.join().unwrap();
     }
+}
+
+#[test]
+fn consume_is_checked_against_the_scan_not_the_peer_counter() {
+    let (mut f, l) = setup(4, 16);
+    let ring0 = l.ring_offset(BASE, 0);
+    let (p, mut sp) = sender(f[0].region().clone(), ring0, l);
+    send(&p, b"a");
+    send(&p, b"b");
+    SendPath::post(&sp.plan(u64::MAX).unwrap(), &mut f[0], &[1]).unwrap();
+    let mut rx = RingReceiver::new(f[1].region().clone(), ring0, l);
+    let mut metas = Vec::new();
+    assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 2);
+    // A lying peer rewinds its counter after our scan: consuming what we
+    // validated must still work (no panic on peer input).
+    f[1].region().store_release(ring0, 0);
+    rx.consume(2);
+    assert_eq!(rx.consumed(), 2);
+}
+
+#[test]
+fn a_commit_rings_the_send_path_doorbell() {
+    let (f, l) = setup(4, 16);
+    let (p, _sp) = sender(f[0].region().clone(), l.ring_offset(BASE, 0), l);
+    let bell = ordo_fabric::Doorbell::new_local();
+    p.ring_on_commit(bell.clone());
+    let token = bell.prepare_park();
+    let before = bell.seq();
+    send(&p, b"x");
+    assert_eq!(bell.seq(), before + 1, "a parked send path is woken by the commit");
+    bell.cancel(token);
 }

@@ -135,19 +135,30 @@ pub struct HeartbeatAgent<F: Fabric> {
     interval_ns: u64,
     next_beat_ns: u64,
     beats: i64,
+    peers: Vec<MemberId>,
     events: Vec<FabricEvent>,
-    /// Every fabric event seen, with the time it was seen (ns).
+    /// Fabric events other than completions, with the time seen (ns); the
+    /// first [`HeartbeatAgent::LOG_LIMIT`] are kept, later ones counted.
     pub log: Vec<(u64, FabricEvent)>,
+    /// Events beyond the log's limit.
+    pub log_dropped: u64,
 }
 
 impl<F: Fabric> HeartbeatAgent<F> {
+    /// Most events [`HeartbeatAgent::log`] keeps (bounded memory under a
+    /// flapping peer).
+    pub const LOG_LIMIT: usize = 10_000;
+
     /// An agent over `fabric` with an SST at region offset 0.
     pub fn new(fabric: F, members: &[MemberId], interval_ns: u64) -> Result<Self, ordo_sst::SstError> {
         let mut b = LayoutBuilder::new();
         let heartbeat = b.counter("heartbeat");
         let me = fabric.member();
         let sst = Sst::new(fabric.region().clone(), 0, b.build(), members, me)?;
+        let peers = fabric.peers().to_vec();
         Ok(HeartbeatAgent {
+            peers,
+            log_dropped: 0,
             fabric,
             sst,
             heartbeat,
@@ -185,8 +196,8 @@ impl<F: Fabric + Send> Agent for HeartbeatAgent<F> {
             self.beats += 1;
             self.sst.set_counter(self.heartbeat, self.beats);
             let (offset, len) = self.sst.range(self.heartbeat);
-            let peers: Vec<MemberId> = self.fabric.peers().to_vec();
-            for peer in peers {
+            for i in 0..self.peers.len() {
+                let peer = self.peers[i];
                 if self.fabric.is_suspected(peer) {
                     let _ = self.fabric.reconnect(peer);
                     continue;
@@ -203,7 +214,11 @@ impl<F: Fabric + Send> Agent for HeartbeatAgent<F> {
         for e in self.events.drain(..) {
             if !matches!(e, FabricEvent::Completed { .. }) {
                 tracing::info!(?e, "fabric event");
-                self.log.push((now_ns, e));
+                if self.log.len() < Self::LOG_LIMIT {
+                    self.log.push((now_ns, e));
+                } else {
+                    self.log_dropped += 1;
+                }
                 work += 1;
             }
         }

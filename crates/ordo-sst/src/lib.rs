@@ -260,6 +260,18 @@ pub enum SstError {
     /// The local member is not in the member list, or the list has duplicates.
     #[error("bad member list: {0}")]
     BadMembers(String),
+    /// A peer's list header is impossible (a lying or corrupt peer).
+    #[error("row {row}: list header appended {appended}, truncated {truncated} does not fit capacity {cap}")]
+    BadList {
+        /// The row read.
+        row: usize,
+        /// Items appended, as read.
+        appended: u64,
+        /// Items truncated, as read.
+        truncated: u64,
+        /// The list's capacity.
+        cap: usize,
+    },
 }
 
 /// A list append that does not fit.
@@ -282,9 +294,6 @@ pub struct Sst {
     layout: SstLayout,
     members: Vec<MemberId>,
     my_row: usize,
-    /// `truncated` of each list at its last push, per list offset: decides
-    /// whether the header must go first. Only the owner pushes.
-    pushed_truncation: std::collections::BTreeMap<usize, u64>,
 }
 
 impl Sst {
@@ -313,7 +322,7 @@ impl Sst {
         if base.checked_add(needed).is_none_or(|end| end > region.len()) {
             return Err(SstError::DoesNotFit { base, needed, region_len: region.len() });
         }
-        Ok(Sst { region, base, layout, members: sorted, my_row, pushed_truncation: Default::default() })
+        Ok(Sst { region, base, layout, members: sorted, my_row })
     }
 
     /// The members, sorted; row `i` is `members()[i]`'s.
@@ -357,7 +366,7 @@ impl Sst {
     /// Counter `col` of `row` (Acquire).
     #[inline]
     pub fn counter(&self, row: usize, col: CounterCol) -> i64 {
-        self.region.load_acquire(self.word(row, col.offset)) as i64 - 1
+        (self.region.load_acquire(self.word(row, col.offset)) as i64).wrapping_sub(1)
     }
 
     /// Flag `col` of `row` (Acquire).
@@ -370,7 +379,7 @@ impl Sst {
     #[inline]
     pub fn counter_at(&self, row: usize, col: CounterArrayCol, i: usize) -> i64 {
         assert!(i < col.len, "counter {i} outside array of {}", col.len);
-        self.region.load_acquire(self.word(row, col.offset + 8 * i)) as i64 - 1
+        (self.region.load_acquire(self.word(row, col.offset + 8 * i)) as i64).wrapping_sub(1)
     }
 
     /// The minimum of counter `col` over `rows` (e.g. the stability
@@ -382,20 +391,30 @@ impl Sst {
     /// Reads the live items of list `col` in `row` into `out` (cleared
     /// first) and returns the index of the first one. Items that the owner
     /// truncated (and may be overwriting) while they were read are dropped,
-    /// so every returned item is one the owner appended at that index.
-    pub fn list(&self, row: usize, col: ListCol, out: &mut Vec<u64>) -> u64 {
+    /// so every returned item is one the owner appended at that index. A
+    /// header no honest owner writes (more live items than the capacity, or
+    /// a truncation that went back) is an [`SstError::BadList`] and `out`
+    /// stays empty.
+    pub fn list(&self, row: usize, col: ListCol, out: &mut Vec<u64>) -> Result<u64, SstError> {
         out.clear();
         let h = self.word(row, col.offset);
         let appended = self.region.load_acquire(h);
         let truncated = self.region.load_acquire(h + 8).min(appended);
+        if appended - truncated > col.cap as u64 {
+            return Err(SstError::BadList { row, appended, truncated, cap: col.cap });
+        }
         for i in truncated..appended {
             let w = self.word(row, col.offset + 16 + 8 * (i as usize % col.cap));
             out.push(self.region.load_acquire(w));
         }
         let truncated_after = self.region.load_acquire(h + 8).min(appended);
+        if truncated_after < truncated {
+            out.clear();
+            return Err(SstError::BadList { row, appended, truncated: truncated_after, cap: col.cap });
+        }
         let drop = (truncated_after - truncated) as usize;
         out.drain(..drop.min(out.len()));
-        truncated_after
+        Ok(truncated_after)
     }
 
     // ---- writes (own row only) ----
@@ -487,25 +506,20 @@ impl Sst {
         Ok(posted)
     }
 
-    /// Pushes list `col` in the order the crate docs require (header first
-    /// if the truncation changed since the last push, then items, then
-    /// header). Returns the number of writes posted.
+    /// Pushes list `col` in the order the crate docs require: the
+    /// `truncated` word, then the items, then the header. The first write
+    /// makes a truncation visible before any item it frees is overwritten,
+    /// whichever peers got earlier pushes. Returns the writes posted.
     pub fn push_list<F: Fabric>(
         &mut self,
         fabric: &mut F,
         col: ListCol,
         peers: Option<&[MemberId]>,
     ) -> Result<usize, PostError> {
-        let h = self.word(self.my_row, col.offset);
-        let truncated = self.region.load_relaxed(h + 8);
-        let mut posted = 0;
-        let before = self.pushed_truncation.get(&col.offset).copied().unwrap_or(0);
-        if truncated != before {
-            posted += self.push(fabric, col.header(), peers)?;
-        }
+        let truncated = ColumnRange { offset: col.offset + 8, len: 8 };
+        let mut posted = self.push(fabric, truncated, peers)?;
         posted += self.push(fabric, col.items(), peers)?;
         posted += self.push(fabric, col.header(), peers)?;
-        self.pushed_truncation.insert(col.offset, truncated);
         Ok(posted)
     }
 }

@@ -97,14 +97,14 @@ fn list_append_truncate_and_push_order() {
     let (mut f, mut s, c) = tables(2);
     let mut out = Vec::new();
     s[0].list_append(c.acks, &[10, 11, 12]).unwrap();
-    assert_eq!(s[0].push_list(&mut f[0], c.acks, None).unwrap(), 2, "items then header");
-    assert_eq!(s[1].list(0, c.acks, &mut out), 0);
+    assert_eq!(s[0].push_list(&mut f[0], c.acks, None).unwrap(), 3, "truncated word, items, header");
+    assert_eq!(s[1].list(0, c.acks, &mut out), Ok(0));
     assert_eq!(out, vec![10, 11, 12]);
     assert_eq!(s[0].list_append(c.acks, &[13, 14]).unwrap_err(), ListFull { live: 3, cap: 4, adding: 2 });
     s[0].list_truncate(c.acks, 2);
     s[0].list_append(c.acks, &[13, 14]).unwrap();
-    assert_eq!(s[0].push_list(&mut f[0], c.acks, None).unwrap(), 3, "header, items, header");
-    assert_eq!(s[1].list(0, c.acks, &mut out), 2);
+    assert_eq!(s[0].push_list(&mut f[0], c.acks, None).unwrap(), 3, "truncated word, items, header");
+    assert_eq!(s[1].list(0, c.acks, &mut out), Ok(2));
     assert_eq!(out, vec![12, 13, 14]);
 }
 
@@ -137,8 +137,66 @@ proptest! {
                     pushed = (first, model.iter().map(|(_, v)| *v).collect());
                 }
             }
-            let start = s[1].list(0, c.acks, &mut out);
+            let start = s[1].list(0, c.acks, &mut out).unwrap();
             prop_assert_eq!((start, out.clone()), pushed.clone());
         }
     }
+}
+
+/// The push order matters between writes, so apply a list push one write at
+/// a time and read after each: the reader must never see an item that is
+/// not the owner's item at that index (review finding: a header-first push
+/// published `appended` before the items).
+#[test]
+fn a_reader_between_the_writes_of_a_list_push_never_sees_a_wrong_item() {
+    let (l, c) = layout();
+    let regions = [Region::new_heap(128 + l.table_len(2)), Region::new_heap(128 + l.table_len(2))];
+    let owner = Sst::new(regions[0].clone(), 128, l.clone(), &[0, 1], 0).unwrap();
+    let reader = Sst::new(regions[1].clone(), 128, l, &[0, 1], 1).unwrap();
+    let apply = |(offset, len): (usize, usize)| {
+        let mut buf = vec![0u8; len];
+        regions[0].read_bytes(offset, &mut buf);
+        regions[1].write_bytes(offset, &buf);
+    };
+    let mut truth: Vec<u64> = Vec::new(); // item value at each index
+    let mut out = Vec::new();
+    for round in 0..6u64 {
+        let items: Vec<u64> = (0..3).map(|k| 100 * round + k).collect();
+        if round > 0 {
+            owner.list_truncate(c.acks, 3 * round);
+        }
+        owner.list_append(c.acks, &items).unwrap();
+        truth.extend(&items);
+        let writes = [
+            owner.range(ColumnRange { offset: c.acks.header().offset + 8, len: 8 }),
+            owner.range(c.acks.items()),
+            owner.range(c.acks.header()),
+        ];
+        for w in writes {
+            apply(w);
+            let first = reader.list(0, c.acks, &mut out).unwrap();
+            for (k, v) in out.iter().enumerate() {
+                assert_eq!(
+                    *v,
+                    truth[first as usize + k],
+                    "round {round}: index {} wrong",
+                    first as usize + k
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn impossible_list_headers_and_counters_from_a_peer_do_not_panic() {
+    let (_f, s, c) = tables(2);
+    let r = s[1].region().clone();
+    let (h, _) = s[0].range(c.acks.header());
+    r.store_release(h, u64::MAX); // appended
+    let mut out = Vec::new();
+    assert!(matches!(s[1].list(0, c.acks, &mut out), Err(SstError::BadList { .. })));
+    assert!(out.is_empty());
+    let (w, _) = s[0].range(c.received);
+    r.store_release(w, 0x8000_0000_0000_0000);
+    let _ = s[1].counter(0, c.received); // any value, no panic
 }
