@@ -48,6 +48,36 @@ pub struct OrdoConfig {
     pub fabric: FabricConfig,
     /// `[runtime]`: threads and idling.
     pub runtime: RuntimeConfig,
+    /// `[vsync]`: the atomic multicast engine's subgroups and switches.
+    pub vsync: VsyncConfig,
+}
+
+/// `[vsync]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VsyncConfig {
+    /// `subgroups`: `[{ members, senders, window, max_payload, mode }]`.
+    /// Empty (default): one subgroup of every member, every member a
+    /// sender, with `window` and `max_payload` below.
+    pub subgroups: Vec<ordo_vsync::SubgroupConfig>,
+    /// `window`: slots per sender in the default subgroup (default 100, the
+    /// paper's choice for 10 KiB messages, spindle §IV-A2).
+    pub window: usize,
+    /// `max_payload`: largest message of the default subgroup (default 10240).
+    pub max_payload: usize,
+    /// `[vsync.switches]`: the Spindle optimizations (all on by default).
+    pub switches: ordo_vsync::Switches,
+}
+
+impl Default for VsyncConfig {
+    fn default() -> Self {
+        VsyncConfig {
+            subgroups: Vec::new(),
+            window: 100,
+            max_payload: 10 * 1024,
+            switches: Default::default(),
+        }
+    }
 }
 
 /// `[member]`
@@ -377,6 +407,12 @@ pub enum ValidationError {
     /// `group.members` is empty.
     #[error("`group.members` is empty; a group needs at least one member")]
     EmptyGroup,
+    /// The `[vsync]` section does not describe a valid group.
+    #[error("`vsync`: {reason}")]
+    Vsync {
+        /// What is wrong.
+        reason: String,
+    },
     /// `group.members` repeats an id.
     #[error("`group.members` lists member {id} more than once")]
     DuplicateMember {
@@ -487,6 +523,7 @@ impl ValidationError {
             | ValidationError::TcpPeerNotInGroup { .. }
             | ValidationError::TcpPeerDuplicate { .. } => "fabric.tcp.peers".into(),
             ValidationError::FrameExceedsSendBuffer { .. } => "fabric.tcp.max_frame_bytes".into(),
+            ValidationError::Vsync { .. } => "vsync".into(),
         }
     }
 }
@@ -656,6 +693,27 @@ impl OrdoConfig {
     /// loading it gives back an equal configuration.
     pub fn to_toml_string(&self) -> String {
         toml::to_string_pretty(self).expect("an OrdoConfig always serializes to TOML")
+    }
+
+    /// The vsync group this configuration describes (`[vsync]` over
+    /// `group.members`), validated.
+    pub fn vsync_group(&self) -> Result<ordo_vsync::GroupConfig, ValidationError> {
+        let v = &self.vsync;
+        let subgroups = if v.subgroups.is_empty() {
+            vec![ordo_vsync::SubgroupConfig {
+                members: self.group.members.clone(),
+                senders: self.group.members.clone(),
+                window: v.window,
+                max_payload: v.max_payload,
+                mode: ordo_vsync::DeliveryMode::Ordered,
+            }]
+        } else {
+            v.subgroups.clone()
+        };
+        let g =
+            ordo_vsync::GroupConfig { members: self.group.members.clone(), subgroups, switches: v.switches };
+        g.validate().map_err(|e| ValidationError::Vsync { reason: e.to_string() })?;
+        Ok(g)
     }
 
     /// Checks what the types cannot. Only the section of the selected

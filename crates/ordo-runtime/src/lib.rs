@@ -81,6 +81,7 @@ mod clock;
 pub mod config;
 mod idle;
 mod runner;
+pub mod vsync;
 pub mod wiring;
 
 pub use agent::Agent;
@@ -88,12 +89,13 @@ pub use agent_loop::{AgentLoop, ParkBell, RunnerStats, Step};
 pub use clock::{Clock, MonotonicClock};
 pub use config::{
     Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, MemberConfig, OrdoConfig,
-    OverrideOrigin, RuntimeConfig, ShmConfig, TcpConfig, TcpPeer, ValidationError,
+    OverrideOrigin, RuntimeConfig, ShmConfig, TcpConfig, TcpPeer, ValidationError, VsyncConfig,
 };
 pub use idle::{IdleAction, IdleStrategy, Idler};
 pub use runner::{
     AgentPanic, CorePinning, Joined, Runner, RunnerError, RunnerHandle, RunnerOptions, ThreadingMode,
 };
+pub use vsync::{Delivery, Group, GroupError, LiveCounters, OwnedMessage, SubgroupHandle, VsyncMember};
 pub use wiring::{HeartbeatAgent, MemberFabric, WiringError, connect_fabric};
 
 /// The example configuration shown in the crate docs (every key, with

@@ -143,6 +143,12 @@ impl Sender {
         Ok(())
     }
 
+    /// Rings `bell` (the predicate thread's doorbell) after every commit, so
+    /// a parked predicate thread sends at once.
+    pub fn ring_on_commit(&self, bell: ordo_fabric::Doorbell) {
+        self.producer.ring_on_commit(bell);
+    }
+
     /// Announces that this sender will not send for `rounds` rounds
     /// (spindle §III-B, declared inactivity): the engine sends that many
     /// null rounds at once, so no one waits for this sender.
