@@ -1,5 +1,7 @@
 //! `ordo`: the command-line front end.
 //!
+//! - `ordo demo` — the main job: a 3-member vsync group of processes on the
+//!   shm fabric streaming 10 KiB messages, with what each member delivered.
 //! - `ordo bench fabric` — fabric latency and bandwidth beside the machine's
 //!   physical limits (see `ordo_bench::fabric`).
 //! - `ordo config` — print the effective configuration (file < env < CLI).
@@ -23,6 +25,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The main job: a 3-member atomic multicast group of processes on this
+    /// host, every member streaming messages; prints what each delivered.
+    Demo(DemoArgs),
+    /// One member of `ordo demo` (spawned by it).
+    #[command(hide = true)]
+    DemoMember(DemoMemberArgs),
     /// Run a benchmark and report its figures.
     #[command(subcommand)]
     Bench(Bench),
@@ -36,6 +44,37 @@ enum Command {
     /// The remote member of a benchmark or a multi-process test.
     #[command(hide = true)]
     FabricPeer(PeerArgs),
+}
+
+#[derive(Args, Clone)]
+struct DemoArgs {
+    /// Seconds of sending.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 10 * 1024)]
+    size: usize,
+    /// Members (processes).
+    #[arg(long, default_value_t = 3)]
+    members: u32,
+    /// Slots per sender.
+    #[arg(long, default_value_t = 100)]
+    window: usize,
+    /// Turn every Spindle optimization off (the paper's baseline).
+    #[arg(long)]
+    baseline: bool,
+}
+
+#[derive(Args)]
+struct DemoMemberArgs {
+    #[command(flatten)]
+    demo: DemoArgs,
+    /// This member's id.
+    #[arg(long)]
+    id: u32,
+    /// shm cluster name.
+    #[arg(long)]
+    cluster: String,
 }
 
 #[derive(Args)]
@@ -148,15 +187,23 @@ struct PeerArgs {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The demo's members exit one after another at the end, and each one
+    // still running rightly suspects those gone: not worth a warning there.
+    let default_filter = match cli.command {
+        Command::Demo(_) | Command::DemoMember(_) => "error",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ORDO_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("ORDO_LOG").unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(Bench::Fabric(args)) => bench_fabric(args),
+        Command::Demo(args) => demo(args),
+        Command::DemoMember(args) => demo_member(args),
         Command::Config(args) => load_config(&args).map(|c| print!("{}", c.to_toml_string())),
         Command::Member(args) => member(args),
         #[cfg(feature = "sim")]
@@ -326,4 +373,122 @@ fn sim(args: SimArgs) -> Result<(), String> {
         println!("  {f}");
     }
     if report.failures.is_empty() { Ok(()) } else { Err(format!("{} seeds failed", report.failures.len())) }
+}
+
+fn demo_options(args: &DemoArgs, cluster: String) -> ordo_bench::demo::DemoOptions {
+    ordo_bench::demo::DemoOptions {
+        members: args.members,
+        size: args.size.max(8),
+        duration: Duration::from_secs(args.seconds.max(1)),
+        cluster,
+        window: args.window,
+        switches: if args.baseline { ordo_vsync::Switches::BASELINE } else { ordo_vsync::Switches::SPINDLE },
+    }
+}
+
+fn demo_member(args: DemoMemberArgs) -> Result<(), String> {
+    let opts = demo_options(&args.demo, args.cluster);
+    let report = ordo_bench::demo::run_member(&opts, args.id, |_, _| {})?;
+    println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+fn demo(args: DemoArgs) -> Result<(), String> {
+    use ordo_bench::demo::MemberReport;
+    use std::io::BufRead;
+    if args.members < 2 {
+        return Err("a demo group needs at least 2 members".into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}"))?;
+    let cluster = format!("demo-{}", std::process::id());
+    let opts = demo_options(&args, cluster.clone());
+    eprintln!(
+        "ordo demo: {} member processes on the shm fabric, every member sending {} B messages for {} s ({})",
+        args.members,
+        opts.size,
+        args.seconds,
+        if args.baseline { "baseline: Spindle off" } else { "Spindle optimizations on" }
+    );
+    let memcpy = ordo_bench::fabric::memcpy_bandwidth(opts.size, 16, Duration::from_millis(300));
+    let mut children = Vec::new();
+    for id in 1..args.members {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["demo-member", "--id", &id.to_string(), "--cluster", &cluster])
+            .args(["--seconds", &args.seconds.to_string(), "--size", &opts.size.to_string()])
+            .args(["--members", &args.members.to_string(), "--window", &args.window.to_string()]);
+        if args.baseline {
+            cmd.arg("--baseline");
+        }
+        cmd.stdout(std::process::Stdio::piped());
+        children.push(cmd.spawn().map_err(|e| format!("spawning member {id}: {e}"))?);
+    }
+    let bar = indicatif::ProgressBar::new(args.seconds * 10);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("  [{bar:40}] {elapsed_precise} {msg}")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    let mine = ordo_bench::demo::run_member(&opts, 0, |bytes, secs| {
+        bar.set_position((secs * 10.0) as u64);
+        bar.set_message(format!(
+            "member 0 delivered {:.2} GB ({:.2} GB/s)",
+            bytes as f64 / 1e9,
+            bytes as f64 / 1e9 / secs
+        ));
+    });
+    bar.finish_and_clear();
+    let mut reports = vec![mine?];
+    for (i, mut child) in children.into_iter().enumerate() {
+        let out = child.stdout.take().ok_or("piped")?;
+        let line = std::io::BufReader::new(out).lines().next().transpose().map_err(|e| e.to_string())?;
+        let status = child.wait().map_err(|e| e.to_string())?;
+        let line = line.ok_or_else(|| format!("member {} reported nothing ({status})", i + 1))?;
+        reports
+            .push(serde_json::from_str::<MemberReport>(&line).map_err(|e| format!("member {}: {e}", i + 1))?);
+    }
+    println!(
+        "{:<7} {:>10} {:>12} {:>12} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10}",
+        "member",
+        "GB/s",
+        "msgs/s",
+        "p50 latency",
+        "p99 latency",
+        "send b.",
+        "recv b.",
+        "deliv b.",
+        "nulls",
+        "vs memcpy"
+    );
+    for r in &reports {
+        println!(
+            "{:<7} {:>10.3} {:>12.0} {:>9.1} us {:>9.1} us {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9.1}%",
+            r.member,
+            r.bytes_per_s() / 1e9,
+            r.messages_per_s(),
+            r.latency_ns_p50 as f64 / 1e3,
+            r.latency_ns_p99 as f64 / 1e3,
+            r.send_batch_mean,
+            r.receive_batch_mean,
+            r.delivery_batch_mean,
+            r.nulls_sent,
+            100.0 * r.bytes_per_s() / memcpy
+        );
+    }
+    let sent: u64 = reports.iter().map(|r| r.sent_messages).sum();
+    let all_equal = reports.iter().all(|r| r.delivered_total == sent);
+    println!(
+        "memcpy of {} B blocks measured in this run: {:.2} GB/s; messages sent {}, delivered at every member: {}",
+        opts.size,
+        memcpy / 1e9,
+        sent,
+        if all_equal {
+            "all".to_string()
+        } else {
+            format!("{:?}", reports.iter().map(|r| r.delivered_total).collect::<Vec<_>>())
+        }
+    );
+    if !all_equal {
+        return Err("not every member delivered every message".into());
+    }
+    Ok(())
 }

@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod demo;
 pub mod fabric;
 pub mod machine;
 pub mod peer;

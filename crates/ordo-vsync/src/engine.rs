@@ -393,8 +393,8 @@ impl Engine {
                 work += self.send(g, switches, effects);
             }
             work += self.receive(g, switches, effects, sink);
-            if !wedged && switches.null_sends {
-                work += self.send_nulls(g);
+            if !wedged {
+                work += self.send_nulls(g, switches.null_sends);
             }
             if !wedged && self.subgroups[g].ordered {
                 work += self.deliver(g, switches, effects, sink);
@@ -549,14 +549,19 @@ impl Engine {
         1
     }
 
-    /// Sends the null rounds the receive predicate found necessary, and any
-    /// declared inactivity, as one slot carrying a count.
-    fn send_nulls(&mut self, g: usize) -> usize {
+    /// Sends the null rounds the receive predicate found necessary (with
+    /// null-sends on), and any declared inactivity (always: it is an explicit
+    /// application request), as one slot carrying a count.
+    fn send_nulls(&mut self, g: usize, null_sends: bool) -> usize {
         let s = &mut self.subgroups[g];
         let Some(producer) = s.producer.as_ref() else { return 0 };
+        if s.declared_inactive.load(Ordering::Relaxed) == 0 && !null_sends {
+            return 0;
+        }
         let declared = s.declared_inactive.swap(0, Ordering::AcqRel);
         let sent_rounds = |s: &SubgroupState, reserved: u64| reserved as i64 + s.extra_rounds;
-        let behind = s.null_target as i64 - sent_rounds(s, producer.reserved());
+        let target = if null_sends { s.null_target as i64 } else { 0 };
+        let behind = target - sent_rounds(s, producer.reserved());
         if behind <= 0 && declared == 0 {
             return 0;
         }
@@ -568,7 +573,7 @@ impl Engine {
         // Rounds before this slot: every earlier slot is an application
         // message (1 round) or one of our null slots (extra_rounds).
         let before = slot.index() as i64 + s.extra_rounds;
-        let count = (s.null_target as i64 - before).max(0) as u64 + declared;
+        let count = (target - before).max(0) as u64 + declared;
         assert!(count < u64::from(NULL_COUNT_MASK), "null count {count} overflows a slot");
         slot.commit(0, NULL_FLAG | count as u32);
         s.extra_rounds += count as i64 - 1;

@@ -31,6 +31,11 @@
 
 #![warn(missing_docs)]
 
+// Lets `sim` name this crate `ordo_vsync` both here and where the
+// integration tests include its source (`tests/sim.rs`).
+#[cfg(any(test, feature = "sim"))]
+extern crate self as ordo_vsync;
+
 mod config;
 mod engine;
 mod layout;
@@ -42,6 +47,9 @@ pub use engine::{
 };
 pub use layout::{GroupLayout, SubgroupColumns};
 pub use stats::{BatchHistogram, SubgroupStats};
+
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 
 #[cfg(test)]
 mod tests;

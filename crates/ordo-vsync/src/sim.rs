@@ -1,0 +1,1149 @@
+//! `vsync`: seeded simulation checks of the vsync engine (Derecho's atomic
+//! multicast with the Spindle optimizations) on `ordo-sim`'s simulated
+//! fabric, failure-free path (one view; no crashes or partitions).
+//!
+//! Built for this crate's tests, and under the `sim` feature for the CLI
+//! (`ordo sim --workload vsync --seed N` replays a seed once the binary
+//! lists [`WORKLOAD`]).
+//!
+//! # What one seed draws (all from the seed's scenario stream)
+//! - A group of 2..=5 members and 1..=3 subgroups: members a random subset
+//!   (1 member up to all), senders a random non-empty subset in a random
+//!   rank order (so rank ≠ member id; some members are non-senders), window
+//!   1..=16, `max_payload` 1..=200, ordered or unordered delivery.
+//! - The Spindle [`Switches`]: all on, all off (the baseline) or a random
+//!   mix.
+//! - Per sender: messages (0..=40; at least one message per subgroup),
+//!   start time, burst per poll, a minimum interval between sends (a
+//!   *delayed sender*), an optional long pause after message `k`, and, for
+//!   some senders when null-sends are on, a *declared inactivity* of R
+//!   rounds made before anything else (silent senders, and some that resume
+//!   sending after it). With null-sends **off**, every sender of an ordered
+//!   subgroup sends the same count (Derecho's baseline round-robin waits
+//!   for every sender: uneven counts stall it legitimately, spindle §III-B).
+//! - Per member: *slow receiver* stalls (the predicate thread skips polls
+//!   until a busy-until time) and a *slow delivery upcall* (after a batch of
+//!   n messages the member is busy for n × d simulated ns, spindle §III-D).
+//! - The fabric: delays, delay spikes, and sometimes a tiny in-flight limit
+//!   per link, so posts meet [`PostError::Backpressure`]; the `fault!` point
+//!   of the ring (a partial send batch) fires as the run's options say.
+//!
+//! # The process
+//! Each member runs an [`Engine`] over its simulated region, its
+//! application sends through its [`Sender`]s (payloads a pure function of
+//! `(subgroup, sender, k)`), and posts every [`ordo_vsync::Push`] to
+//! [`Engine::peers`] in order. A post refused with back-pressure stays
+//! queued (per peer, in order, never dropped or reordered) and is retried;
+//! **the engine is not polled again until every queued write is posted**:
+//! a ring's counter is set when a batch is planned and a write captures its
+//! bytes when posted, so a counter write posted late could carry a later
+//! batch's counter ahead of that batch's data.
+//!
+//! # Checked (each checker is a pure function of the history)
+//! - **anomalies**: the harness saw nothing unexpected (fabric events, post
+//!   errors other than back-pressure, send errors); `Sent` indices of each
+//!   sender are 0, 1, 2, ... and only senders of a subgroup send in it.
+//! - **integrity**: every delivered payload was sent with exactly those
+//!   bytes; only members of a subgroup deliver in it, only from its senders;
+//!   all members deliver the same bytes for a `(sender, round)`. A message
+//!   is named by its sender and round; the i-th round of a sender that
+//!   anyone delivered must carry the sender's i-th message.
+//! - **no duplication**: no member delivers a `(sender, round)` twice in a
+//!   subgroup.
+//! - **total order** (ordered subgroups; spindle §II-D): `seq = round × S +
+//!   rank` (round-robin over the S senders), seqs strictly increase at each
+//!   member, and any two members' delivered sequences are one a prefix of
+//!   the other (at the end they are equal, by liveness).
+//! - **FIFO** (every subgroup; the guarantee of unordered ones): each
+//!   member delivers each sender's messages in order and without gaps (a
+//!   prefix of what the sender sent); unordered deliveries carry seq -1.
+//! - **liveness**: every message sent is delivered at every member of its
+//!   subgroup, and every member ends *finished* (all its sends made, all
+//!   writes posted, every slot reclaimed, every expected message delivered;
+//!   the run ends when no event is left). This is the null-send scheme's
+//!   "Correctness: the delivery pipeline never stalls" (spindle §III-B).
+//! - **null-sends** (spindle §III-B): none with null-sends off; only
+//!   senders send nulls. *Boundedness*: each sender's total rounds
+//!   (messages + null rounds) ≤ A + 1 + its declared rounds, A = the
+//!   largest application round + 1 in the subgroup. *Necessity*: declared
+//!   rounds are the sender's first R rounds, and every other null round of
+//!   a sender precedes (in the round-robin order) some application message
+//!   or the first round of a declared inactivity — a null answers a message
+//!   it must precede, never more. *Quiescence* (ordered subgroups): once
+//!   every member delivered the last application message, no null is sent
+//!   (unless a declared inactivity comes later in the order than every
+//!   application message; its answers may be late).
+//!
+//! Observation the checks accept (a cost, not a safety issue): the engine
+//! also sends nulls in unordered subgroups, where delivery never waits for
+//! them.
+
+use ordo_fabric::{Fabric, FabricEvent, MemberId, PostError, Write};
+use ordo_sim::rng::{SimRng, derive_seed, splitmix64, stream as streams};
+use ordo_sim::workloads::Workload;
+use ordo_sim::{
+    Checker, Ctx, FabricConfig, FailureKind, History, RunFailure, RunLimits, RunOptions, RunReport, Scenario,
+    SeedsReport, SimConfig, SimFabric, SimProcess, Violation, fnv64, replay_command,
+};
+use ordo_vsync::{
+    Delivered, DeliveryMode, Effects, Engine, GroupConfig, GroupLayout, SendError, Sender, SubgroupConfig,
+    Switches,
+};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// The workload's name (`ordo sim --workload vsync`).
+pub const NAME: &str = "vsync";
+
+/// A registry entry for `ordo-sim`'s CLI.
+pub const WORKLOAD: Workload = Workload {
+    name: NAME,
+    summary: "vsync engine (SMC + SST, Spindle switches): total order, FIFO, integrity, null-send bounds; \
+              delayed senders, slow receivers and upcalls, back-pressure",
+    run,
+};
+
+/// Most application messages one sender sends in a subgroup.
+pub const MAX_MESSAGES: u64 = 40;
+
+/// Retry interval for writes refused with back-pressure.
+const RETRY_NS: u64 = 1_000;
+
+/// What a member records.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum VsyncEvent {
+    /// This member (a sender of `subgroup`) declared `rounds` of inactivity
+    /// before sending anything there.
+    Declared {
+        /// Subgroup.
+        subgroup: usize,
+        /// Rounds declared.
+        rounds: u64,
+    },
+    /// Application message `index` (from 0) of `sender` was committed.
+    Sent {
+        /// Subgroup.
+        subgroup: usize,
+        /// The sender (the recording member).
+        sender: MemberId,
+        /// The sender's message index `k` in the subgroup.
+        index: u64,
+        /// Payload length.
+        len: u32,
+        /// FNV-1a of the payload.
+        digest: u64,
+    },
+    /// A message was delivered to the recording member.
+    Delivered {
+        /// Subgroup.
+        subgroup: usize,
+        /// Its sender.
+        sender: MemberId,
+        /// Position in the total order (ordered), or -1.
+        seq: i64,
+        /// The sender's round of the message.
+        round: u64,
+        /// Payload length.
+        len: u32,
+        /// FNV-1a of the payload.
+        digest: u64,
+    },
+    /// The recording member's engine sent `rounds` null rounds (seen as a
+    /// growth of its `nulls_sent` counter).
+    NullsSent {
+        /// Subgroup.
+        subgroup: usize,
+        /// Null rounds since the last such event.
+        rounds: u64,
+    },
+    /// A flush stopped at a back-pressured link with `queued` writes left.
+    Backpressure {
+        /// Writes still queued.
+        queued: u64,
+    },
+    /// The member reached its finished state (see the liveness checker).
+    Finished,
+    /// The member left its finished state again.
+    Resumed,
+    /// Something the harness did not expect.
+    Anomaly {
+        /// What.
+        what: String,
+    },
+}
+
+/// How one member sends in one subgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SenderPlan {
+    /// Subgroup.
+    pub subgroup: usize,
+    /// Application messages to send.
+    pub count: u64,
+    /// First send not before this simulated time.
+    pub start_ns: u64,
+    /// Most messages per poll.
+    pub burst: u64,
+    /// Least time between two sends (0: as fast as slots allow).
+    pub interval_ns: u64,
+    /// After `.0` messages, pause `.1` ns.
+    pub pause: Option<(u64, u64)>,
+    /// Rounds of inactivity declared at start (0: none).
+    pub declare: u64,
+}
+
+/// How one member behaves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberPlan {
+    /// Its sends, one per subgroup it sends in.
+    pub sends: Vec<SenderPlan>,
+    /// Chance (ppm) per predicate run that the predicate thread stalls.
+    pub stall_ppm: u32,
+    /// Longest stall.
+    pub stall_max_ns: u64,
+    /// Delivery upcall cost per delivered message (busy after each batch).
+    pub upcall_ns_per_msg: u64,
+}
+
+/// Everything a seed decides.
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// The group (subgroups, switches).
+    pub group: GroupConfig,
+    /// Per member, by id.
+    pub members: Vec<MemberPlan>,
+    /// The simulated fabric.
+    pub fabric: FabricConfig,
+}
+
+impl Params {
+    /// The parameters of `seed`.
+    pub fn draw(seed: u64) -> Params {
+        let mut rng = SimRng::new(derive_seed(seed, streams::SCENARIO));
+        let n = rng.range(2, 5) as u32;
+        let switches = match rng.below(4) {
+            0 => Switches::SPINDLE,
+            1 => Switches::BASELINE,
+            _ => {
+                let mut b = || rng.chance(500_000);
+                Switches {
+                    send_batching: b(),
+                    receive_batching: b(),
+                    delivery_batching: b(),
+                    null_sends: b(),
+                    post_after_unlock: b(),
+                    lock_free_send: b(),
+                    batched_upcall: b(),
+                }
+            }
+        };
+        let mut plans: Vec<MemberPlan> = (0..n).map(|_| MemberPlan::default()).collect();
+        let mut subgroups = Vec::new();
+        for g in 0..rng.range(1, 3) as usize {
+            let mut all: Vec<MemberId> = (0..n).collect();
+            rng.shuffle(&mut all);
+            let size = rng.range(1, u64::from(n)) as usize;
+            let mut members = all[..size].to_vec();
+            let mut senders = members.clone();
+            senders.truncate(rng.range(1, size as u64) as usize);
+            rng.shuffle(&mut senders);
+            members.sort_unstable();
+            let mode = if rng.chance(300_000) { DeliveryMode::Unordered } else { DeliveryMode::Ordered };
+            subgroups.push(SubgroupConfig {
+                members,
+                senders: senders.clone(),
+                window: rng.range(1, 16) as usize,
+                max_payload: rng.range(1, 200) as usize,
+                mode,
+            });
+            let equal = mode == DeliveryMode::Ordered && !switches.null_sends;
+            let common = rng.range(1, MAX_MESSAGES);
+            let mut sends: Vec<SenderPlan> = senders
+                .iter()
+                .map(|_| {
+                    let count = if equal {
+                        common
+                    } else if rng.chance(250_000) {
+                        0
+                    } else {
+                        rng.range(1, MAX_MESSAGES)
+                    };
+                    let mut p = SenderPlan {
+                        subgroup: g,
+                        count,
+                        start_ns: if rng.chance(300_000) { rng.range(0, 300_000) } else { 0 },
+                        burst: rng.range(1, 8),
+                        interval_ns: if rng.chance(400_000) { rng.range(500, 30_000) } else { 0 },
+                        pause: None,
+                        declare: 0,
+                    };
+                    if count > 1 && rng.chance(250_000) {
+                        p.pause = Some((rng.range(1, count - 1), rng.range(100_000, 2_000_000)));
+                    }
+                    if switches.null_sends {
+                        if count == 0 && rng.chance(500_000) {
+                            p.declare = rng.range(1, 64);
+                        } else if count > 0 && rng.chance(100_000) {
+                            // Declares a pause up front, then resumes.
+                            p.declare = rng.range(1, 32);
+                            p.start_ns = p.start_ns.max(rng.range(20_000, 500_000));
+                        }
+                    }
+                    p
+                })
+                .collect();
+            if sends.iter().all(|p| p.count == 0) {
+                sends[0].count = common;
+            }
+            for (s, p) in senders.iter().zip(sends) {
+                plans[*s as usize].sends.push(p);
+            }
+        }
+        for p in &mut plans {
+            if rng.chance(400_000) {
+                p.stall_ppm = rng.range(20_000, 200_000) as u32;
+                p.stall_max_ns = rng.range(1_000, 300_000);
+            }
+            if rng.chance(400_000) {
+                p.upcall_ns_per_msg = rng.range(50, 5_000);
+            }
+        }
+        let mut fabric = FabricConfig {
+            delay_min_ns: rng.range(200, 2_000),
+            delay_max_ns: rng.range(3_000, 40_000),
+            spike_ppm: rng.range(0, 20_000) as u32,
+            spike_max_ns: rng.range(10_000, 300_000),
+            ..FabricConfig::default()
+        };
+        if rng.chance(300_000) {
+            fabric.max_inflight_per_link = rng.range(2, 12) as usize;
+        }
+        let group = GroupConfig { members: (0..n).collect(), subgroups, switches };
+        group.validate().expect("drawn groups are valid");
+        Params { group, members: plans, fabric }
+    }
+
+    /// Messages `sender` sends in subgroup `g`.
+    pub fn sent_count(&self, g: usize, sender: MemberId) -> u64 {
+        self.members[sender as usize].sends.iter().filter(|p| p.subgroup == g).map(|p| p.count).sum()
+    }
+
+    /// Messages member `m` must deliver in subgroup `g`.
+    pub fn expected_deliveries(&self, m: MemberId, g: usize) -> u64 {
+        let s = &self.group.subgroups[g];
+        if !s.members.contains(&m) {
+            return 0;
+        }
+        s.senders.iter().map(|x| self.sent_count(g, *x)).sum()
+    }
+}
+
+/// The payload of message `k` of `sender` in `subgroup` (a pure function;
+/// 0..=`max_payload` bytes, sometimes empty).
+pub fn payload(subgroup: usize, sender: MemberId, k: u64, max_payload: usize, out: &mut Vec<u8>) {
+    let mut state = (subgroup as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (u64::from(sender) << 40)
+        ^ k.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let h = splitmix64(&mut state);
+    let len = if h.is_multiple_of(16) { 0 } else { (h >> 8) as usize % (max_payload + 1) };
+    out.clear();
+    while out.len() < len {
+        let w = splitmix64(&mut state).to_le_bytes();
+        let take = (len - out.len()).min(8);
+        out.extend_from_slice(&w[..take]);
+    }
+}
+
+/// The scenario of `seed` (failure-free: `opts.faults` is ignored; the
+/// fault points of the ring fire as `opts.fault_point_ppm` says).
+pub fn scenario(seed: u64, _opts: &RunOptions) -> Scenario<VsyncEvent> {
+    let params = Arc::new(Params::draw(seed));
+    let region_len = GroupLayout::new(&params.group).region_len;
+    let config = SimConfig {
+        members: params.group.members.len() as u32,
+        region_len,
+        fabric: params.fabric.clone(),
+        ..SimConfig::default()
+    };
+    let p = params.clone();
+    Scenario {
+        config,
+        faults: None,
+        limits: RunLimits { max_time_ns: 10_000_000_000, max_steps: 4_000_000, quiesce_after_ns: None },
+        factory: Box::new(move |ctx| Box::new(Member::new(ctx, &p))),
+        checkers: checkers(&params.group),
+    }
+}
+
+/// Every checker, in the order they run.
+pub fn checkers(group: &GroupConfig) -> Vec<Box<dyn Checker<VsyncEvent>>> {
+    let g = Arc::new(group.clone());
+    vec![
+        Box::new(Anomalies { group: g.clone() }),
+        Box::new(Integrity { group: g.clone() }),
+        Box::new(NoDuplication { group: g.clone() }),
+        Box::new(TotalOrder { group: g.clone() }),
+        Box::new(Fifo { group: g.clone() }),
+        Box::new(Liveness { group: g.clone() }),
+        Box::new(NullSends { group: g }),
+    ]
+}
+
+/// Runs and checks one seed; a failure (a violation or a panic) is printed
+/// with its seed and replay command.
+pub fn run(seed: u64, opts: &RunOptions) -> Result<RunReport, RunFailure> {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ordo_sim::execute(NAME, seed, opts, scenario(seed, opts))
+    }));
+    let result = result.unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "non-string panic".into());
+        Err(RunFailure {
+            workload: NAME.to_string(),
+            seed,
+            kind: FailureKind::Panic,
+            message: format!("panicked: {message}"),
+            replay: replay_command(NAME, seed),
+        })
+    });
+    if let Err(f) = &result {
+        eprintln!("{f}");
+    }
+    result
+}
+
+/// Runs every seed (all of them, even after a failure) and collects the
+/// failures, like [`ordo_sim::run_seeds`] for registered workloads.
+pub fn run_seeds(seeds: impl IntoIterator<Item = u64>, opts: &RunOptions) -> SeedsReport {
+    let mut out = SeedsReport { workload: NAME.to_string(), ..SeedsReport::default() };
+    for seed in seeds {
+        out.runs += 1;
+        match run(seed, opts) {
+            Ok(r) => {
+                out.passed += 1;
+                out.sim_time_ns += r.sim_time_ns;
+                out.steps += r.steps;
+                out.faults_fired += r.faults_fired;
+                out.fault_points_fired += r.fault_points_fired;
+            }
+            Err(f) => out.failures.push(f),
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// The process
+// ---------------------------------------------------------------------------
+
+struct SendState {
+    plan: SenderPlan,
+    handle: Sender,
+    sent: u64,
+    next_at: u64,
+    paused: bool,
+}
+
+struct Member {
+    me: MemberId,
+    plan: MemberPlan,
+    engine: Engine,
+    fabric: SimFabric,
+    effects: Effects,
+    /// Writes not yet posted, per peer, in order.
+    queues: Vec<VecDeque<(usize, usize)>>,
+    queued: usize,
+    sends: Vec<SendState>,
+    busy_until: u64,
+    nulls_seen: Vec<u64>,
+    delivered: Vec<u64>,
+    expected: Vec<u64>,
+    finished: bool,
+    got: Vec<VsyncEvent>,
+    payload: Vec<u8>,
+    events: Vec<FabricEvent>,
+}
+
+impl Member {
+    fn new(ctx: &mut Ctx<'_, VsyncEvent>, params: &Params) -> Member {
+        let me = ctx.member();
+        let fabric = ctx.fabric().clone();
+        let (engine, handles) =
+            Engine::new(params.group.clone(), me, fabric.region().clone()).expect("a valid group");
+        let plan = params.members[me as usize].clone();
+        let mut sends = Vec::new();
+        for p in &plan.sends {
+            let handle = handles[p.subgroup].clone().expect("a sender of its subgroup");
+            if p.declare > 0 {
+                // Before the first poll: the declared rounds are this
+                // sender's first rounds.
+                handle.declare_inactive(p.declare);
+                ctx.record(VsyncEvent::Declared { subgroup: p.subgroup, rounds: p.declare });
+            }
+            sends.push(SendState { plan: p.clone(), handle, sent: 0, next_at: p.start_ns, paused: false });
+        }
+        let nsub = params.group.subgroups.len();
+        Member {
+            me,
+            plan,
+            engine,
+            fabric,
+            effects: Effects::default(),
+            queues: (0..params.group.members.len()).map(|_| VecDeque::new()).collect(),
+            queued: 0,
+            sends,
+            busy_until: 0,
+            nulls_seen: vec![0; nsub],
+            delivered: vec![0; nsub],
+            expected: (0..nsub).map(|g| params.expected_deliveries(me, g)).collect(),
+            finished: false,
+            got: Vec::new(),
+            payload: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Posts queued writes in order; stops at a back-pressured peer.
+    fn flush(&mut self, ctx: &mut Ctx<'_, VsyncEvent>) -> usize {
+        let mut posted = 0;
+        let mut blocked = false;
+        for peer in 0..self.queues.len() {
+            while let Some(&(offset, len)) = self.queues[peer].front() {
+                match self.fabric.post_write(Write::new(peer as MemberId, offset, len)) {
+                    Ok(()) => posted += 1,
+                    Err(PostError::Backpressure(_)) => {
+                        blocked = true;
+                        break;
+                    }
+                    Err(e) => {
+                        ctx.record(VsyncEvent::Anomaly { what: format!("posting to m{peer}: {e}") });
+                    }
+                }
+                self.queues[peer].pop_front();
+                self.queued -= 1;
+            }
+        }
+        if blocked {
+            ctx.record(VsyncEvent::Backpressure { queued: self.queued as u64 });
+        }
+        posted
+    }
+
+    /// One run of the predicate thread: the engine's poll, its pushes, its
+    /// deliveries, then the upcall cost and a possible stall.
+    fn predicates(&mut self, ctx: &mut Ctx<'_, VsyncEvent>) -> usize {
+        let now = ctx.now();
+        self.effects.clear();
+        let got = &mut self.got;
+        let mut work = self.engine.poll(&mut self.effects, &mut |batch: &[Delivered<'_>]| {
+            for d in batch {
+                got.push(VsyncEvent::Delivered {
+                    subgroup: d.subgroup,
+                    sender: d.sender,
+                    seq: d.seq,
+                    round: d.round,
+                    len: d.payload.len() as u32,
+                    digest: fnv64(d.payload),
+                });
+            }
+        });
+        let n = self.got.len() as u64;
+        for e in self.got.drain(..) {
+            if let VsyncEvent::Delivered { subgroup, .. } = e {
+                self.delivered[subgroup] += 1;
+            }
+            ctx.record(e);
+        }
+        for p in &self.effects.pushes {
+            for peer in self.engine.peers(p.subgroup) {
+                self.queues[peer as usize].push_back((p.offset, p.len));
+                self.queued += 1;
+            }
+        }
+        work += self.flush(ctx);
+        for g in 0..self.nulls_seen.len() {
+            let total = self.engine.stats(g).nulls_sent;
+            if total > self.nulls_seen[g] {
+                ctx.record(VsyncEvent::NullsSent { subgroup: g, rounds: total - self.nulls_seen[g] });
+                self.nulls_seen[g] = total;
+            }
+        }
+        if n > 0 && self.plan.upcall_ns_per_msg > 0 {
+            self.busy_until = self.busy_until.max(now + n * self.plan.upcall_ns_per_msg);
+        }
+        if self.plan.stall_ppm > 0 && ctx.rng().chance(self.plan.stall_ppm) {
+            let stall = ctx.rng().range(1, self.plan.stall_max_ns);
+            self.busy_until = self.busy_until.max(now + stall);
+        }
+        work
+    }
+
+    /// The application: sends what its plan allows now.
+    fn send(&mut self, ctx: &mut Ctx<'_, VsyncEvent>) -> usize {
+        let now = ctx.now();
+        let mut work = 0;
+        let me = self.me;
+        for st in &mut self.sends {
+            let g = st.plan.subgroup;
+            let mut burst = 0;
+            while st.sent < st.plan.count && burst < st.plan.burst && now >= st.next_at {
+                if let Some((after, pause_ns)) = st.plan.pause
+                    && !st.paused
+                    && st.sent == after
+                {
+                    st.paused = true;
+                    st.next_at = now + pause_ns;
+                    break;
+                }
+                payload(g, me, st.sent, st.handle.max_payload(), &mut self.payload);
+                let bytes = &self.payload;
+                match st.handle.try_send_with(bytes.len(), |buf| buf.copy_from_slice(bytes)) {
+                    Ok(()) => {
+                        ctx.record(VsyncEvent::Sent {
+                            subgroup: g,
+                            sender: me,
+                            index: st.sent,
+                            len: bytes.len() as u32,
+                            digest: fnv64(bytes),
+                        });
+                        st.sent += 1;
+                        burst += 1;
+                        work += 1;
+                        if st.plan.interval_ns > 0 {
+                            st.next_at = now + st.plan.interval_ns;
+                        }
+                    }
+                    // Slots free up when the engine reclaims them, in a
+                    // poll that reports work: this member is polled again.
+                    Err(SendError::WouldBlock) => break,
+                    Err(e) => {
+                        ctx.record(VsyncEvent::Anomaly { what: format!("send in subgroup {g}: {e}") });
+                        st.sent = st.plan.count;
+                    }
+                }
+            }
+            if st.sent < st.plan.count && st.next_at > now {
+                ctx.wake_at(st.next_at);
+            }
+        }
+        work
+    }
+
+    fn is_finished(&self) -> bool {
+        self.queued == 0
+            && self.sends.iter().all(|s| s.sent == s.plan.count)
+            && self.delivered == self.expected
+            && self.engine.is_idle()
+    }
+}
+
+impl SimProcess<VsyncEvent> for Member {
+    fn poll(&mut self, ctx: &mut Ctx<'_, VsyncEvent>) -> usize {
+        let now = ctx.now();
+        self.fabric.poll_events(&mut self.events);
+        for e in self.events.drain(..) {
+            ctx.record(VsyncEvent::Anomaly { what: format!("fabric event {e:?}") });
+        }
+        let mut work = 0;
+        if now >= self.busy_until {
+            work += self.flush(ctx);
+            // Never plan again while a planned write is unposted (see the
+            // module docs).
+            if self.queued == 0 {
+                work += self.predicates(ctx);
+            }
+        }
+        work += self.send(ctx);
+        if self.busy_until > now {
+            ctx.wake_at(self.busy_until);
+        } else if self.queued > 0 {
+            ctx.wake_at(now + RETRY_NS);
+        }
+        let done = self.is_finished();
+        if done != self.finished {
+            self.finished = done;
+            ctx.record(if done { VsyncEvent::Finished } else { VsyncEvent::Resumed });
+        }
+        work
+    }
+
+    fn done(&self) -> bool {
+        self.finished
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Checkers
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug)]
+struct Del {
+    time_ns: u64,
+    sender: MemberId,
+    seq: i64,
+    round: u64,
+    len: u32,
+    digest: u64,
+}
+
+/// The history sorted out by subgroup and member.
+#[derive(Default)]
+struct Parsed {
+    /// (subgroup, sender) → (index, len, digest) in recording order.
+    sent: BTreeMap<(usize, MemberId), Vec<(u64, u32, u64)>>,
+    /// (subgroup, member) → deliveries in order.
+    delivered: BTreeMap<(usize, MemberId), Vec<Del>>,
+    /// (subgroup, member) → (time, rounds).
+    nulls: BTreeMap<(usize, MemberId), Vec<(u64, u64)>>,
+    /// (subgroup, member) → rounds declared.
+    declared: BTreeMap<(usize, MemberId), u64>,
+    /// member → last finished marker.
+    finished: BTreeMap<MemberId, bool>,
+    anomalies: Vec<(MemberId, u64, String)>,
+}
+
+impl Parsed {
+    fn of(h: &History<VsyncEvent>) -> Parsed {
+        let mut p = Parsed::default();
+        for e in &h.entries {
+            let m = e.member;
+            match &e.event {
+                VsyncEvent::Declared { subgroup, rounds } => {
+                    *p.declared.entry((*subgroup, m)).or_default() += rounds;
+                }
+                VsyncEvent::Sent { subgroup, sender, index, len, digest } => {
+                    if *sender != m {
+                        p.anomalies.push((m, e.time_ns, format!("Sent names sender m{sender}")));
+                    }
+                    p.sent.entry((*subgroup, m)).or_default().push((*index, *len, *digest));
+                }
+                VsyncEvent::Delivered { subgroup, sender, seq, round, len, digest } => {
+                    p.delivered.entry((*subgroup, m)).or_default().push(Del {
+                        time_ns: e.time_ns,
+                        sender: *sender,
+                        seq: *seq,
+                        round: *round,
+                        len: *len,
+                        digest: *digest,
+                    });
+                }
+                VsyncEvent::NullsSent { subgroup, rounds } => {
+                    p.nulls.entry((*subgroup, m)).or_default().push((e.time_ns, *rounds));
+                }
+                VsyncEvent::Finished => {
+                    p.finished.insert(m, true);
+                }
+                VsyncEvent::Resumed => {
+                    p.finished.insert(m, false);
+                }
+                VsyncEvent::Backpressure { .. } => {}
+                VsyncEvent::Anomaly { what } => p.anomalies.push((m, e.time_ns, what.clone())),
+            }
+        }
+        p
+    }
+
+    fn sent_count(&self, g: usize, s: MemberId) -> u64 {
+        self.sent.get(&(g, s)).map_or(0, |v| v.len() as u64)
+    }
+
+    fn deliveries(&self, g: usize, m: MemberId) -> &[Del] {
+        self.delivered.get(&(g, m)).map_or(&[], |v| v.as_slice())
+    }
+
+    /// Distinct rounds of `s` delivered anywhere in `g`, ascending.
+    fn rounds_of(&self, g: usize, s: MemberId) -> Vec<u64> {
+        let set: BTreeSet<u64> = self
+            .delivered
+            .iter()
+            .filter(|((sg, _), _)| *sg == g)
+            .flat_map(|(_, v)| v.iter().filter(|d| d.sender == s).map(|d| d.round))
+            .collect();
+        set.into_iter().collect()
+    }
+}
+
+fn rank(group: &GroupConfig, g: usize, s: MemberId) -> Option<usize> {
+    group.subgroups.get(g)?.senders.iter().position(|x| *x == s)
+}
+
+/// No anomaly recorded; `Sent` indices are 0, 1, 2, ... per sender; only
+/// senders of a subgroup send or declare in it.
+pub struct Anomalies {
+    /// The group the history ran.
+    pub group: Arc<GroupConfig>,
+}
+
+impl Checker<VsyncEvent> for Anomalies {
+    fn name(&self) -> &'static str {
+        "vsync-anomalies"
+    }
+
+    fn check(&self, h: &History<VsyncEvent>) -> Result<(), Violation> {
+        let p = Parsed::of(h);
+        let bad = |m: String| Err(Violation::new(self.name(), m));
+        if let Some((m, t, what)) = p.anomalies.first() {
+            return bad(format!("m{m} at {t} ns: {what}"));
+        }
+        for (&(g, s), sent) in &p.sent {
+            if rank(&self.group, g, s).is_none() {
+                return bad(format!("m{s} sent in subgroup {g}, where it is not a sender"));
+            }
+            if let Some((i, (k, _, _))) = sent.iter().enumerate().find(|(i, (k, _, _))| *k != *i as u64) {
+                return bad(format!("m{s} recorded message {k} of subgroup {g} as its message number {i}"));
+            }
+        }
+        for &(g, s) in p.declared.keys() {
+            if rank(&self.group, g, s).is_none() {
+                return bad(format!("m{s} declared inactivity in subgroup {g}, where it is not a sender"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every delivered payload was sent with exactly those bytes (see the
+/// module docs).
+pub struct Integrity {
+    /// The group the history ran.
+    pub group: Arc<GroupConfig>,
+}
+
+impl Checker<VsyncEvent> for Integrity {
+    fn name(&self) -> &'static str {
+        "vsync-integrity"
+    }
+
+    fn check(&self, h: &History<VsyncEvent>) -> Result<(), Violation> {
+        let p = Parsed::of(h);
+        let bad = |m: String| Err(Violation::new(self.name(), m));
+        // (subgroup, sender) → round → (len, digest, first member).
+        let mut seen: BTreeMap<(usize, MemberId), BTreeMap<u64, (u32, u64, MemberId)>> = BTreeMap::new();
+        for (&(g, m), dels) in &p.delivered {
+            let Some(sub) = self.group.subgroups.get(g) else {
+                return bad(format!("m{m} delivered in subgroup {g}, which does not exist"));
+            };
+            if !sub.members.contains(&m) {
+                return bad(format!("m{m} delivered in subgroup {g} but is not a member"));
+            }
+            for d in dels {
+                if !sub.senders.contains(&d.sender) {
+                    return bad(format!(
+                        "m{m} delivered a message of m{} in subgroup {g}, where it is not a sender",
+                        d.sender
+                    ));
+                }
+                let rounds = seen.entry((g, d.sender)).or_default();
+                match rounds.get(&d.round) {
+                    Some(&(len, digest, first)) if (len, digest) != (d.len, d.digest) => {
+                        return bad(format!(
+                            "subgroup {g}, m{} round {}: m{first} delivered {len} bytes (digest {digest:#x}), \
+                             m{m} {} bytes (digest {:#x})",
+                            d.sender, d.round, d.len, d.digest
+                        ));
+                    }
+                    Some(_) => {}
+                    None => {
+                        rounds.insert(d.round, (d.len, d.digest, m));
+                    }
+                }
+            }
+        }
+        for (&(g, s), rounds) in &seen {
+            let sent = p.sent.get(&(g, s)).map_or(&[][..], |v| v.as_slice());
+            for (i, (round, &(len, digest, m))) in rounds.iter().enumerate() {
+                let Some(&(_, slen, sdigest)) = sent.get(i) else {
+                    return bad(format!(
+                        "subgroup {g}: m{m} delivered a message of m{s} (round {round}), but m{s} sent only {} \
+                         messages and rounds {:?} were delivered",
+                        sent.len(),
+                        rounds.keys().collect::<Vec<_>>()
+                    ));
+                };
+                if (slen, sdigest) != (len, digest) {
+                    return bad(format!(
+                        "subgroup {g}: message {i} of m{s} (round {round}) was sent as {slen} bytes (digest \
+                         {sdigest:#x}) but m{m} delivered {len} bytes (digest {digest:#x}), or an earlier \
+                         message of m{s} was never delivered"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// No member delivers a message twice.
+pub struct NoDuplication {
+    /// The group the history ran.
+    pub group: Arc<GroupConfig>,
+}
+
+impl Checker<VsyncEvent> for NoDuplication {
+    fn name(&self) -> &'static str {
+        "vsync-no-duplication"
+    }
+
+    fn check(&self, h: &History<VsyncEvent>) -> Result<(), Violation> {
+        let p = Parsed::of(h);
+        for (&(g, m), dels) in &p.delivered {
+            let mut set = BTreeSet::new();
+            for d in dels {
+                if !set.insert((d.sender, d.round)) {
+                    return Err(Violation::new(
+                        self.name(),
+                        format!(
+                            "m{m} delivered m{}'s round {} of subgroup {g} twice (second at {} ns)",
+                            d.sender, d.round, d.time_ns
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Ordered subgroups: round-robin seqs, increasing, and every member's
+/// sequence a prefix of every longer one.
+pub struct TotalOrder {
+    /// The group the history ran.
+    pub group: Arc<GroupConfig>,
+}
+
+impl Checker<VsyncEvent> for TotalOrder {
+    fn name(&self) -> &'static str {
+        "vsync-total-order"
+    }
+
+    fn check(&self, h: &History<VsyncEvent>) -> Result<(), Violation> {
+        let p = Parsed::of(h);
+        let bad = |m: String| Err(Violation::new(self.name(), m));
+        for (g, sub) in self.group.subgroups.iter().enumerate() {
+            if sub.mode != DeliveryMode::Ordered {
+                continue;
+            }
+            let n = sub.senders.len() as u64;
+            let mut longest: (MemberId, &[Del]) = (0, &[]);
+            for &m in &sub.members {
+                let dels = p.deliveries(g, m);
+                let mut last = -1i64;
+                for d in dels {
+                    let Some(r) = rank(&self.group, g, d.sender) else { continue };
+                    let want = (d.round * n + r as u64) as i64;
+                    if d.seq != want {
+                        return bad(format!(
+                            "subgroup {g}: m{m} delivered m{} (rank {r}) round {} with seq {}, not {want}",
+                            d.sender, d.round, d.seq
+                        ));
+                    }
+                    if d.seq <= last {
+                        return bad(format!(
+                            "subgroup {g}: m{m} delivered seq {} after seq {last} (at {} ns)",
+                            d.seq, d.time_ns
+                        ));
+                    }
+                    last = d.seq;
+                }
+                if dels.len() > longest.1.len() {
+                    longest = (m, dels);
+                }
+            }
+            for &m in &sub.members {
+                let dels = p.deliveries(g, m);
+                if let Some(i) = (0..dels.len()).find(|&i| dels[i].seq != longest.1[i].seq) {
+                    return bad(format!(
+                        "subgroup {g}: m{m} and m{} disagree at position {i}: seq {} (m{} round {}) vs seq {} \
+                         (m{} round {})",
+                        longest.0,
+                        dels[i].seq,
+                        dels[i].sender,
+                        dels[i].round,
+                        longest.1[i].seq,
+                        longest.1[i].sender,
+                        longest.1[i].round
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Per sender FIFO without gaps at every member (every subgroup); seq -1 in
+/// unordered subgroups.
+pub struct Fifo {
+    /// The group the history ran.
+    pub group: Arc<GroupConfig>,
+}
+
+impl Checker<VsyncEvent> for Fifo {
+    fn name(&self) -> &'static str {
+        "vsync-fifo"
+    }
+
+    fn check(&self, h: &History<VsyncEvent>) -> Result<(), Violation> {
+        let p = Parsed::of(h);
+        let bad = |m: String| Err(Violation::new(self.name(), m));
+        for (g, sub) in self.group.subgroups.iter().enumerate() {
+            let all: BTreeMap<MemberId, Vec<u64>> =
+                sub.senders.iter().map(|&s| (s, p.rounds_of(g, s))).collect();
+            for &m in &sub.members {
+                let mut next: BTreeMap<MemberId, usize> = BTreeMap::new();
+                for d in p.deliveries(g, m) {
+                    if sub.mode == DeliveryMode::Unordered && d.seq != -1 {
+                        return bad(format!("subgroup {g} is unordered but m{m} delivered seq {}", d.seq));
+                    }
+                    let Some(rounds) = all.get(&d.sender) else { continue };
+                    let i = next.entry(d.sender).or_default();
+                    if rounds.get(*i) != Some(&d.round) {
+                        return bad(format!(
+                            "subgroup {g}: m{m} delivered m{}'s round {} as its message {} from m{}, but the \
+                             rounds of m{} are {:?}",
+                            d.sender, d.round, *i, d.sender, d.sender, rounds
+                        ));
+                    }
+                    *i += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every message sent is delivered at every member of its subgroup, and
+/// every member ends finished.
+pub struct Liveness {
+    /// The group the history ran.
+    pub group: Arc<GroupConfig>,
+}
+
+impl Checker<VsyncEvent> for Liveness {
+    fn name(&self) -> &'static str {
+        "vsync-liveness"
+    }
+
+    fn check(&self, h: &History<VsyncEvent>) -> Result<(), Violation> {
+        let p = Parsed::of(h);
+        let bad = |m: String| Err(Violation::new(self.name(), m));
+        for (g, sub) in self.group.subgroups.iter().enumerate() {
+            for &m in &sub.members {
+                for &s in &sub.senders {
+                    let sent = p.sent_count(g, s);
+                    let got = p.deliveries(g, m).iter().filter(|d| d.sender == s).count() as u64;
+                    if got != sent {
+                        return bad(format!(
+                            "subgroup {g}: m{s} sent {sent} messages, m{m} delivered {got} of them (run ended at \
+                             {} ns)",
+                            h.end_ns
+                        ));
+                    }
+                }
+            }
+        }
+        for m in 0..h.members {
+            match p.finished.get(&m) {
+                Some(true) => {}
+                Some(false) => {
+                    return bad(format!("m{m} resumed work after finishing and never finished again"));
+                }
+                None => return bad(format!("m{m} never finished (run ended at {} ns)", h.end_ns)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Null-sends: off means none; on means bounded, necessary and quiescent
+/// (see the module docs).
+pub struct NullSends {
+    /// The group the history ran.
+    pub group: Arc<GroupConfig>,
+}
+
+impl Checker<VsyncEvent> for NullSends {
+    fn name(&self) -> &'static str {
+        "vsync-null-sends"
+    }
+
+    fn check(&self, h: &History<VsyncEvent>) -> Result<(), Violation> {
+        let p = Parsed::of(h);
+        let bad = |m: String| Err(Violation::new(self.name(), m));
+        for &(g, m) in p.nulls.keys() {
+            if !self.group.switches.null_sends {
+                return bad(format!("m{m} sent nulls in subgroup {g} with null-sends off"));
+            }
+            if rank(&self.group, g, m).is_none() {
+                return bad(format!("m{m} sent nulls in subgroup {g}, where it is not a sender"));
+            }
+        }
+        for (g, sub) in self.group.subgroups.iter().enumerate() {
+            let n = sub.senders.len() as u64;
+            let app: Vec<BTreeSet<u64>> =
+                sub.senders.iter().map(|&s| p.rounds_of(g, s).into_iter().collect()).collect();
+            let a = app.iter().filter_map(|r| r.last()).map(|r| r + 1).max().unwrap_or(0);
+            // The horizon: the last seq a null may answer.
+            let last_app = app
+                .iter()
+                .enumerate()
+                .filter_map(|(rank, r)| r.last().map(|k| (k * n + rank as u64) as i64))
+                .max();
+            let last_declared = sub
+                .senders
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| p.declared.get(&(g, **s)).is_some_and(|d| *d > 0))
+                .map(|(rank, _)| rank as i64)
+                .max();
+            let horizon = last_app.max(last_declared);
+            for (rank, &s) in sub.senders.iter().enumerate() {
+                let declared = p.declared.get(&(g, s)).copied().unwrap_or(0);
+                let nulls: u64 = p.nulls.get(&(g, s)).map_or(0, |v| v.iter().map(|x| x.1).sum());
+                let total = p.sent_count(g, s) + nulls;
+                if total > a + 1 + declared {
+                    return bad(format!(
+                        "subgroup {g}: m{s} sent {total} rounds ({nulls} null, {declared} declared); the last \
+                         application round is {a} - 1: at most {} allowed",
+                        a + 1 + declared
+                    ));
+                }
+                if let Some(r) = app[rank].iter().find(|r| **r < declared || **r >= total) {
+                    return bad(format!(
+                        "subgroup {g}: m{s} delivered an application message in round {r}, outside its \
+                         undeclared rounds {declared}..{total}"
+                    ));
+                }
+                if let Some(r) = (declared..total).rev().find(|r| !app[rank].contains(r)) {
+                    let seq = (r * n + rank as u64) as i64;
+                    if horizon.is_none_or(|h| seq >= h) {
+                        return bad(format!(
+                            "subgroup {g}: m{s} sent null round {r} (seq {seq}), which precedes no message \
+                             sent (last application or declared seq {horizon:?})"
+                        ));
+                    }
+                }
+            }
+            // Quiescence in time (ordered subgroups).
+            if sub.mode != DeliveryMode::Ordered || last_declared > last_app {
+                continue;
+            }
+            let Some(t_quiet) =
+                sub.members.iter().filter_map(|&m| p.deliveries(g, m).last()).map(|d| d.time_ns).max()
+            else {
+                continue;
+            };
+            for &s in &sub.senders {
+                if let Some((t, rounds)) = p.nulls.get(&(g, s)).and_then(|v| v.iter().find(|x| x.0 > t_quiet))
+                {
+                    return bad(format!(
+                        "subgroup {g}: m{s} sent {rounds} null rounds at {t} ns, after every member delivered \
+                         the last application message (at {t_quiet} ns)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
