@@ -217,6 +217,10 @@ pub struct Engine {
     wedged: Arc<AtomicBool>,
     wedge_pushed: bool,
     metas: Vec<MessageMeta>,
+    /// Reused delivery batch (no allocation per poll). Its slices point into
+    /// `region` and it is cleared before every return, so the `'static` is
+    /// never observable: sinks get it for the duration of one call only.
+    scratch: Vec<Delivered<'static>>,
     faults: Vec<PeerFault>,
 }
 
@@ -308,6 +312,7 @@ impl Engine {
             wedged,
             wedge_pushed: false,
             metas: Vec::new(),
+            scratch: Vec::new(),
             faults: Vec::new(),
         };
         Ok((engine, senders))
@@ -441,9 +446,10 @@ impl Engine {
     ) -> usize {
         let limit = if switches.receive_batching { u64::MAX } else { 1 };
         let cols = self.layout.subgroups[g];
-        let region = self.region.clone();
+        let region = &self.region;
         let mut got = 0u64;
-        let mut batch: Vec<Delivered<'_>> = Vec::new();
+        let mut batch = std::mem::take(&mut self.scratch);
+        debug_assert!(batch.is_empty());
         let s = &mut self.subgroups[g];
         let n = s.n_senders;
         for j in 0..n as usize {
@@ -498,8 +504,9 @@ impl Engine {
                 } else if let Some((offset, len)) = payload {
                     // SAFETY: the slot is not reused before every member
                     // (this one included) consumed it: `received_from`
-                    // is pushed only after this upcall returns.
-                    let bytes = unsafe { region.slice(offset, len) };
+                    // is pushed only after this upcall returns. The region
+                    // outlives the call (see `scratch`).
+                    let bytes: &'static [u8] = unsafe { &*(region.slice(offset, len) as *const [u8]) };
                     batch.push(Delivered {
                         subgroup: g,
                         sender: s.senders[j],
@@ -530,6 +537,7 @@ impl Engine {
             got += found;
         }
         if got == 0 {
+            self.scratch = batch;
             return 0;
         }
         s.stats.receive_batches.record(got);
@@ -544,7 +552,8 @@ impl Engine {
             s.stats.delivery_batches.record(batch.len() as u64);
             sink.deliver(&batch);
         }
-        drop(batch);
+        batch.clear();
+        self.scratch = batch;
         self.push_block(g, effects);
         1
     }
@@ -595,14 +604,15 @@ impl Engine {
             let s = &self.subgroups[g];
             s.member_rows.iter().map(|r| self.sst.counter(*r, cols.received_num)).min().expect("members")
         };
-        let region = self.region.clone();
+        let region = &self.region;
         let s = &mut self.subgroups[g];
         if stable <= s.delivered_num {
             return 0;
         }
         let limit = if switches.delivery_batching { i64::MAX } else { 1 };
         let n = s.n_senders;
-        let mut batch: Vec<Delivered<'_>> = Vec::new();
+        let mut batch = std::mem::take(&mut self.scratch);
+        debug_assert!(batch.is_empty());
         let mut seq = s.delivered_num + 1;
         let mut seqs = 0i64;
         while seq <= stable && seqs < limit {
@@ -616,8 +626,8 @@ impl Engine {
             if let Some((offset, len)) = entry.payload {
                 // SAFETY: the sender reuses this slot only after every
                 // member's delivered_num covers it; ours is set after the
-                // upcall below returns.
-                let bytes = unsafe { region.slice(offset, len) };
+                // upcall below returns. The region outlives the call.
+                let bytes: &'static [u8] = unsafe { &*(region.slice(offset, len) as *const [u8]) };
                 batch.push(Delivered { subgroup: g, sender: s.senders[j], seq, round, payload: bytes });
             }
             if round + 1 == entry.round_start + entry.rounds {
@@ -632,7 +642,8 @@ impl Engine {
             s.stats.bytes_delivered += batch.iter().map(|d| d.payload.len() as u64).sum::<u64>();
             sink.deliver(&batch);
         }
-        drop(batch);
+        batch.clear();
+        self.scratch = batch;
         let s = &mut self.subgroups[g];
         assert!(seq - 1 > s.delivered_num, "delivered_num grows");
         s.delivered_num = seq - 1;
