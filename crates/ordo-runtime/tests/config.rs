@@ -341,3 +341,33 @@ fn the_example_config_loads() {
         }
     );
 }
+
+#[test]
+fn vsync_section_defaults_to_one_all_senders_subgroup_and_is_validated() {
+    let c = OrdoConfig::load(None, std::iter::empty(), &["group.members=[0,1,2]".to_string()]).unwrap();
+    let g = c.vsync_group().unwrap();
+    assert_eq!(g.subgroups.len(), 1);
+    assert_eq!(g.subgroups[0].senders, vec![0, 1, 2]);
+    assert_eq!(g.subgroups[0].window, 100);
+    assert_eq!(g.switches, ordo_vsync::Switches::SPINDLE);
+    let c = OrdoConfig::load(
+        None,
+        std::iter::empty(),
+        &["group.members=[0,1]".to_string(), "vsync.switches.null_sends=false".to_string()],
+    )
+    .unwrap();
+    assert!(!c.vsync_group().unwrap().switches.null_sends);
+    // A sender outside the subgroup is refused, naming the section.
+    let c = OrdoConfig::load(
+        None,
+        std::iter::empty(),
+        &[
+            "group.members=[0,1]".to_string(),
+            "vsync.subgroups=[{members=[0,1], senders=[2], window=4, max_payload=8}]".to_string(),
+        ],
+    )
+    .unwrap();
+    let e = c.vsync_group().unwrap_err();
+    assert_eq!(e.key(), "vsync");
+    assert!(e.to_string().contains("sender 2"), "{e}");
+}

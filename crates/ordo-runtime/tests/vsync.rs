@@ -28,11 +28,14 @@ fn group_cfg(switches: Switches) -> GroupConfig {
     }
 }
 
-fn run_group(switches: Switches, worker: bool, per_sender: u64) -> Vec<Vec<(MemberId, u64)>> {
-    let cfg = group_cfg(switches);
-    let len = ordo_vsync::GroupLayout::new(&cfg).region_len.next_multiple_of(64);
-    let cluster = format!("vsync-rt-{}-{}-{}", std::process::id(), worker, switches.send_batching);
-    let fabrics: Vec<ShmFabric> = (0..3)
+fn region_len(switches: Switches) -> usize {
+    ordo_vsync::GroupLayout::new(&group_cfg(switches)).region_len.next_multiple_of(64)
+}
+
+fn shm_fabrics(switches: Switches, tag: &str) -> Vec<ShmFabric> {
+    let len = region_len(switches);
+    let cluster = format!("vsync-rt-{}-{tag}", std::process::id());
+    (0..3)
         .map(|m| {
             let c = cluster.clone();
             std::thread::spawn(move || ShmFabric::create(ShmOptions::new(c, m, vec![0, 1, 2], len)).unwrap())
@@ -40,7 +43,39 @@ fn run_group(switches: Switches, worker: bool, per_sender: u64) -> Vec<Vec<(Memb
         .collect::<Vec<_>>()
         .into_iter()
         .map(|h| h.join().unwrap())
+        .collect()
+}
+
+fn tcp_fabrics(switches: Switches) -> Vec<ordo_fabric_tcp::TcpFabric> {
+    let len = region_len(switches);
+    let bindings: Vec<_> = (0..3)
+        .map(|m| {
+            let mut o = ordo_fabric_tcp::TcpOptions::new(m, "127.0.0.1:0".parse().unwrap(), len);
+            o.cluster = format!("vsync-rt-{}", std::process::id());
+            ordo_fabric_tcp::TcpFabric::bind(o).unwrap()
+        })
         .collect();
+    let addrs: Vec<_> = bindings.iter().map(|b| b.local_addr()).collect();
+    bindings
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let peers: Vec<_> = (0..3).filter(|j| *j != i).map(|j| (j as MemberId, addrs[j])).collect();
+            std::thread::spawn(move || b.connect(peers).unwrap())
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect()
+}
+
+fn run_group<F: ordo_fabric::Fabric + Send + 'static>(
+    fabrics: Vec<F>,
+    switches: Switches,
+    worker: bool,
+    per_sender: u64,
+) -> Vec<Vec<(MemberId, u64)>> {
+    let cfg = group_cfg(switches);
     let mut logs: Vec<Log> = Vec::new();
     let mut members = Vec::new();
     let mut handles: Vec<SubgroupHandle> = Vec::new();
@@ -142,18 +177,24 @@ fn check_round_robin(logs: &[Vec<(MemberId, u64)>], per_sender: u64) {
 
 #[test]
 fn three_members_deliver_one_total_order_with_spindle() {
-    let logs = run_group(Switches::SPINDLE, false, 2000);
+    let logs = run_group(shm_fabrics(Switches::SPINDLE, "spindle"), Switches::SPINDLE, false, 2000);
     check_same_total_order(&logs, 2000);
 }
 
 #[test]
 fn three_members_deliver_one_total_order_in_the_baseline() {
-    let logs = run_group(Switches::BASELINE, false, 500);
+    let logs = run_group(shm_fabrics(Switches::BASELINE, "baseline"), Switches::BASELINE, false, 500);
     check_round_robin(&logs, 500);
 }
 
 #[test]
 fn worker_hand_off_delivers_the_same_order() {
-    let logs = run_group(Switches::SPINDLE, true, 1000);
+    let logs = run_group(shm_fabrics(Switches::SPINDLE, "worker"), Switches::SPINDLE, true, 1000);
+    check_same_total_order(&logs, 1000);
+}
+
+#[test]
+fn three_members_over_tcp_deliver_one_total_order() {
+    let logs = run_group(tcp_fabrics(Switches::SPINDLE), Switches::SPINDLE, false, 1000);
     check_same_total_order(&logs, 1000);
 }
