@@ -1,0 +1,1 @@
+//! Acuerdo (work in progress).
