@@ -209,8 +209,9 @@ pub struct VsyncMember<F: Fabric> {
     engine: Engine,
     fabric: F,
     effects: Effects,
-    /// Pushes not yet posted to every peer: (push, peers still to post to).
-    backlog: VecDeque<(Push, Vec<MemberId>)>,
+    /// Pushes not yet posted to every peer: (push, index of the next peer
+    /// in `engine.peers_of(push.subgroup)`). Bounded by the engine's windows.
+    backlog: VecDeque<(Push, usize)>,
     sink: Sink,
     lock: Arc<Mutex<()>>,
     post_after_unlock: bool,
@@ -332,11 +333,12 @@ impl<F: Fabric> VsyncMember<F> {
     /// refuses with back-pressure (so later writes never overtake it).
     fn post_backlog(&mut self) -> usize {
         let mut posted = 0;
-        while let Some((push, peers)) = self.backlog.front_mut() {
-            while let Some(&peer) = peers.last() {
-                match self.fabric.post_write(Write::new(peer, push.offset, push.len)) {
+        while let Some((push, next)) = self.backlog.front_mut() {
+            let peers = self.engine.peers_of(push.subgroup);
+            while *next < peers.len() {
+                match self.fabric.post_write(Write::new(peers[*next], push.offset, push.len)) {
                     Ok(()) | Err(PostError::PeerSuspected(_)) => {
-                        peers.pop();
+                        *next += 1;
                         posted += 1;
                     }
                     Err(PostError::Backpressure(_)) => return posted,
@@ -349,10 +351,7 @@ impl<F: Fabric> VsyncMember<F> {
     }
 
     fn take_effects(&mut self) {
-        for push in self.effects.pushes.drain(..) {
-            let peers = self.engine.peers(push.subgroup);
-            self.backlog.push_back((push, peers));
-        }
+        self.backlog.extend(self.effects.pushes.drain(..).map(|p| (p, 0)));
     }
 }
 

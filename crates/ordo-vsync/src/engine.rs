@@ -222,6 +222,8 @@ pub struct Engine {
     /// never observable: sinks get it for the duration of one call only.
     scratch: Vec<Delivered<'static>>,
     faults: Vec<PeerFault>,
+    /// Peers of each subgroup, then of the top-level group (last).
+    peer_lists: Vec<Vec<MemberId>>,
 }
 
 impl Engine {
@@ -314,7 +316,12 @@ impl Engine {
             metas: Vec::new(),
             scratch: Vec::new(),
             faults: Vec::new(),
+            peer_lists: Vec::new(),
         };
+        let mut engine = engine;
+        let without_me = |list: &[MemberId]| list.iter().copied().filter(|m| *m != me).collect::<Vec<_>>();
+        engine.peer_lists = engine.cfg.subgroups.iter().map(|s| without_me(&s.members)).collect();
+        engine.peer_lists.push(without_me(&engine.cfg.members));
         Ok((engine, senders))
     }
 
@@ -334,13 +341,14 @@ impl Engine {
     }
 
     /// The peers a push of `subgroup` goes to (members other than this one;
-    /// the whole top-level group for `None`).
+    /// the whole top-level group for `None`), as an owned list.
     pub fn peers(&self, subgroup: Option<usize>) -> Vec<MemberId> {
-        let list = match subgroup {
-            Some(g) => &self.cfg.subgroups[g].members,
-            None => &self.cfg.members,
-        };
-        list.iter().copied().filter(|m| *m != self.me).collect()
+        self.peers_of(subgroup).to_vec()
+    }
+
+    /// The peers a push of `subgroup` goes to, without allocating.
+    pub fn peers_of(&self, subgroup: Option<usize>) -> &[MemberId] {
+        &self.peer_lists[subgroup.unwrap_or(self.cfg.subgroups.len())]
     }
 
     /// Counters of subgroup `g` at this member.
