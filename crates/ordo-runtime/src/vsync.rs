@@ -8,8 +8,11 @@
 //!   (spindle §II-D); application threads only touch the lock-free slot
 //!   producer (or, with `lock_free_send` off, take the group lock).
 //! - Pushes are posted in the order the engine emitted them; a push the
-//!   fabric refuses with back-pressure stays queued (bounded by the engine's
-//!   windows) and is retried before anything newer, so FIFO per peer holds.
+//!   fabric refuses with back-pressure stays queued and is retried before
+//!   anything newer, and the engine is not polled again until the queue is
+//!   empty (a later poll could advance a ring counter that a queued write
+//!   would then carry ahead of its data). So FIFO per peer holds and the
+//!   queue holds at most one poll's pushes.
 //! - With `post_after_unlock` (spindle §III-C) the group lock is released
 //!   before posting; without it posting happens under the lock.
 //! - Delivery handlers run on the predicate thread and must not block;
@@ -350,6 +353,22 @@ impl<F: Fabric> VsyncMember<F> {
         posted
     }
 
+    /// Fabric events: a suspected peer wedges the member (a view change,
+    /// which would exclude it, is a later issue).
+    fn handle_events(&mut self) -> usize {
+        let mut work = 0;
+        self.fabric.poll_events(&mut self.events);
+        for e in self.events.drain(..) {
+            if let FabricEvent::Suspected { peer, cause } = e {
+                tracing::warn!(member = self.engine.member(), peer, %cause, "peer suspected; wedging");
+                self.suspected.push(peer);
+                self.engine.wedge();
+                work += 1;
+            }
+        }
+        work
+    }
+
     fn take_effects(&mut self) {
         self.backlog.extend(self.effects.pushes.drain(..).map(|p| (p, 0)));
     }
@@ -362,6 +381,11 @@ impl<F: Fabric + Send> Agent for VsyncMember<F> {
 
     fn do_work(&mut self, _now_ns: u64) -> usize {
         let mut work = self.post_backlog();
+        if !self.backlog.is_empty() {
+            // Back-pressure: the engine may not run again until everything
+            // it asked for is posted (see `Engine::poll`).
+            return work + self.handle_events();
+        }
         let lock = self.lock.clone();
         let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
         self.effects.clear();
@@ -374,16 +398,7 @@ impl<F: Fabric + Send> Agent for VsyncMember<F> {
             work += self.post_backlog();
             drop(guard);
         }
-        self.fabric.poll_events(&mut self.events);
-        for e in self.events.drain(..) {
-            if let FabricEvent::Suspected { peer, cause } = e {
-                tracing::warn!(member = self.engine.member(), peer, %cause, "peer suspected; wedging (view changes are a later issue)");
-                self.suspected.push(peer);
-                self.engine.wedge();
-                work += 1;
-            }
-        }
-        work
+        work + self.handle_events()
     }
 
     fn doorbell(&self) -> Option<Doorbell> {

@@ -185,7 +185,9 @@ struct SubgroupState {
     /// Received, not yet delivered entries per sender (ordered mode).
     pending: Vec<VecDeque<Entry>>,
     /// Own slots not yet reclaimable: (slot index, last seq it covers).
-    own_slots: VecDeque<(u64, i64)>,
+    /// Own published slots not yet reusable: (slot index, last seq it
+    /// covers, whether it carries only null rounds).
+    own_slots: VecDeque<(u64, i64, bool)>,
     own_last_seq: i64,
     /// A sender whose ring held bad data: not consumed any more.
     poisoned: Vec<bool>,
@@ -389,6 +391,12 @@ impl Engine {
     /// One evaluation of every predicate of every subgroup: send, receive
     /// (and null-send), deliver, reclaim. Emits pushes into `effects` and
     /// calls `sink` with each delivered batch. Returns the work done.
+    ///
+    /// Contract: the caller posts every push of one `poll` (in order, to
+    /// every peer) before calling `poll` again. A write captures its bytes
+    /// when posted, and the next `poll` may advance a ring counter; a
+    /// counter write held back and posted after that would carry the newer
+    /// value ahead of the newer batch's data.
     pub fn poll(&mut self, effects: &mut Effects, sink: &mut impl DeliverySink) -> usize {
         let switches = self.cfg.switches;
         let wedged = self.wedged.load(Ordering::Acquire);
@@ -493,7 +501,7 @@ impl Engine {
                     if rounds > 0 {
                         s.own_last_seq = ((entry.round_start + rounds - 1) * n + j as u64) as i64;
                     }
-                    s.own_slots.push_back((meta.index, s.own_last_seq));
+                    s.own_slots.push_back((meta.index, s.own_last_seq, payload.is_none()));
                     match payload {
                         Some((_, len)) => {
                             s.stats.messages_sent += 1;
@@ -572,6 +580,12 @@ impl Engine {
     fn send_nulls(&mut self, g: usize, null_sends: bool) -> usize {
         let s = &mut self.subgroups[g];
         let Some(producer) = s.producer.as_ref() else { return 0 };
+        if !s.ordered {
+            // Unordered delivery never waits for rounds: nulls and declared
+            // inactivity mean nothing there.
+            s.declared_inactive.store(0, Ordering::Relaxed);
+            return 0;
+        }
         if s.declared_inactive.load(Ordering::Relaxed) == 0 && !null_sends {
             return 0;
         }
@@ -666,6 +680,13 @@ impl Engine {
         let cols = self.layout.subgroups[g];
         let s = &mut self.subgroups[g];
         let (Some(sp), Some(rank)) = (s.send.as_ref(), s.my_rank) else { return 0 };
+        // Slots every member has consumed (read from the ring).
+        let min_consumed = s
+            .member_rows
+            .iter()
+            .map(|r| self.sst.counter_at(*r, cols.received_from, rank).max(0) as u64)
+            .min()
+            .expect("members");
         let upto = if s.ordered {
             let min_delivered = s
                 .member_rows
@@ -674,8 +695,14 @@ impl Engine {
                 .min()
                 .expect("members");
             let mut upto = sp.reclaimable();
-            while let Some(&(index, last_seq)) = s.own_slots.front() {
-                if last_seq > min_delivered {
+            // An application slot is reusable once delivered everywhere; a
+            // null slot once consumed everywhere (its rounds live on in
+            // each receiver's pending entries, nobody reads the slot
+            // again) — else a declared inactivity longer than anyone
+            // reaches would pin its slot forever.
+            while let Some(&(index, last_seq, null)) = s.own_slots.front() {
+                let reusable = if null { index < min_consumed } else { last_seq <= min_delivered };
+                if !reusable {
                     break;
                 }
                 s.own_slots.pop_front();
@@ -683,16 +710,10 @@ impl Engine {
             }
             upto
         } else {
-            let min = s
-                .member_rows
-                .iter()
-                .map(|r| self.sst.counter_at(*r, cols.received_from, rank).max(0) as u64)
-                .min()
-                .expect("members");
-            while s.own_slots.front().is_some_and(|(i, _)| *i < min) {
+            while s.own_slots.front().is_some_and(|(i, _, _)| *i < min_consumed) {
                 s.own_slots.pop_front();
             }
-            min.min(sp.published())
+            min_consumed.min(sp.published())
         };
         if upto > sp.reclaimable() {
             sp.set_reclaimable(upto);

@@ -13,7 +13,7 @@
 //!   1..=16, `max_payload` 1..=200, ordered or unordered delivery.
 //! - The Spindle [`Switches`]: all on, all off (the baseline) or a random
 //!   mix.
-//! - Per sender: messages (0..=40; at least one message per subgroup),
+//! - Per sender: messages (0..=64; at least one message per subgroup),
 //!   start time, burst per poll, a minimum interval between sends (a
 //!   *delayed sender*), an optional long pause after message `k`, and, for
 //!   some senders when null-sends are on, a *declared inactivity* of R
@@ -41,7 +41,8 @@
 //!
 //! # Checked (each checker is a pure function of the history)
 //! - **anomalies**: the harness saw nothing unexpected (fabric events, post
-//!   errors other than back-pressure, send errors); `Sent` indices of each
+//!   errors other than back-pressure, send errors, bad ring data reported
+//!   in [`Engine::faults`]); `Sent` indices of each
 //!   sender are 0, 1, 2, ... and only senders of a subgroup send in it.
 //! - **integrity**: every delivered payload was sent with exactly those
 //!   bytes; only members of a subgroup deliver in it, only from its senders;
@@ -74,6 +75,14 @@
 //!   (unless a declared inactivity comes later in the order than every
 //!   application message; its answers may be late).
 //!
+//! **A bug this workload found** (seed 327 of an earlier draw): a sender
+//! that declared inactivity in a window-1 subgroup and later sent again
+//! blocked forever (its only slot held the declared rounds, reclaimed only
+//! once they were delivered, which waited for its next message). The engine
+//! now reuses a null slot once every member consumed it; the pinned test
+//! `declared_inactivity_then_resume_with_window_1` in `tests/sim.rs` keeps it
+//! fixed.
+//!
 //! Observation the checks accept (a cost, not a safety issue): the engine
 //! also sends nulls in unordered subgroups, where delivery never waits for
 //! them.
@@ -104,7 +113,7 @@ pub const WORKLOAD: Workload = Workload {
 };
 
 /// Most application messages one sender sends in a subgroup.
-pub const MAX_MESSAGES: u64 = 40;
+pub const MAX_MESSAGES: u64 = 64;
 
 /// Retry interval for writes refused with back-pressure.
 const RETRY_NS: u64 = 1_000;
@@ -248,10 +257,11 @@ impl Params {
             rng.shuffle(&mut senders);
             members.sort_unstable();
             let mode = if rng.chance(300_000) { DeliveryMode::Unordered } else { DeliveryMode::Ordered };
+            let window = rng.range(1, 16) as usize;
             subgroups.push(SubgroupConfig {
                 members,
                 senders: senders.clone(),
-                window: rng.range(1, 16) as usize,
+                window,
                 max_payload: rng.range(1, 200) as usize,
                 mode,
             });
@@ -283,7 +293,10 @@ impl Params {
                         if count == 0 && rng.chance(500_000) {
                             p.declare = rng.range(1, 64);
                         } else if count > 0 && rng.chance(100_000) {
-                            // Declares a pause up front, then resumes.
+                            // Declares a pause up front, then resumes (with
+                            // one slot too: the null slot is reused once
+                            // consumed; `declared_inactivity_then_resume_
+                            // with_window_1` in tests/sim.rs pins it).
                             p.declare = rng.range(1, 32);
                             p.start_ns = p.start_ns.max(rng.range(20_000, 500_000));
                         }
@@ -356,7 +369,15 @@ pub fn payload(subgroup: usize, sender: MemberId, k: u64, max_payload: usize, ou
 /// The scenario of `seed` (failure-free: `opts.faults` is ignored; the
 /// fault points of the ring fire as `opts.fault_point_ppm` says).
 pub fn scenario(seed: u64, _opts: &RunOptions) -> Scenario<VsyncEvent> {
-    let params = Arc::new(Params::draw(seed));
+    scenario_with(Params::draw(seed))
+}
+
+/// The scenario of hand-made `params` (scripted regression cases; the seed
+/// of the run still drives delays, poll costs and stalls).
+pub fn scenario_with(params: Params) -> Scenario<VsyncEvent> {
+    params.group.validate().expect("a valid group");
+    assert_eq!(params.members.len(), params.group.members.len(), "one plan per member");
+    let params = Arc::new(params);
     let region_len = GroupLayout::new(&params.group).region_len;
     let config = SimConfig {
         members: params.group.members.len() as u32,
@@ -458,6 +479,7 @@ struct Member {
     sends: Vec<SendState>,
     busy_until: u64,
     nulls_seen: Vec<u64>,
+    faults_seen: usize,
     delivered: Vec<u64>,
     expected: Vec<u64>,
     finished: bool,
@@ -476,9 +498,11 @@ impl Member {
         let mut sends = Vec::new();
         for p in &plan.sends {
             let handle = handles[p.subgroup].clone().expect("a sender of its subgroup");
-            if p.declare > 0 {
+            let ordered = params.group.subgroups[p.subgroup].mode == DeliveryMode::Ordered;
+            if p.declare > 0 && ordered {
                 // Before the first poll: the declared rounds are this
-                // sender's first rounds.
+                // sender's first rounds. (Unordered subgroups have no rounds
+                // to declare: the engine ignores declarations there.)
                 handle.declare_inactive(p.declare);
                 ctx.record(VsyncEvent::Declared { subgroup: p.subgroup, rounds: p.declare });
             }
@@ -496,6 +520,7 @@ impl Member {
             sends,
             busy_until: 0,
             nulls_seen: vec![0; nsub],
+            faults_seen: 0,
             delivered: vec![0; nsub],
             expected: (0..nsub).map(|g| params.expected_deliveries(me, g)).collect(),
             finished: false,
@@ -563,6 +588,10 @@ impl Member {
             }
         }
         work += self.flush(ctx);
+        for f in &self.engine.faults()[self.faults_seen..] {
+            ctx.record(VsyncEvent::Anomaly { what: format!("ring fault: {f:?}") });
+        }
+        self.faults_seen = self.engine.faults().len();
         for g in 0..self.nulls_seen.len() {
             let total = self.engine.stats(g).nulls_sent;
             if total > self.nulls_seen[g] {
@@ -632,6 +661,8 @@ impl Member {
     }
 
     fn is_finished(&self) -> bool {
+        // Every own slot reclaimed: application slots once delivered
+        // everywhere, null slots (declared inactivity) once consumed.
         self.queued == 0
             && self.sends.iter().all(|s| s.sent == s.plan.count)
             && self.delivered == self.expected
@@ -688,17 +719,20 @@ struct Del {
     digest: u64,
 }
 
+/// (subgroup, member) → what that member did there.
+type PerMember<T> = BTreeMap<(usize, MemberId), T>;
+
 /// The history sorted out by subgroup and member.
 #[derive(Default)]
 struct Parsed {
     /// (subgroup, sender) → (index, len, digest) in recording order.
-    sent: BTreeMap<(usize, MemberId), Vec<(u64, u32, u64)>>,
+    sent: PerMember<Vec<(u64, u32, u64)>>,
     /// (subgroup, member) → deliveries in order.
-    delivered: BTreeMap<(usize, MemberId), Vec<Del>>,
+    delivered: PerMember<Vec<Del>>,
     /// (subgroup, member) → (time, rounds).
-    nulls: BTreeMap<(usize, MemberId), Vec<(u64, u64)>>,
+    nulls: PerMember<Vec<(u64, u64)>>,
     /// (subgroup, member) → rounds declared.
-    declared: BTreeMap<(usize, MemberId), u64>,
+    declared: PerMember<u64>,
     /// member → last finished marker.
     finished: BTreeMap<MemberId, bool>,
     anomalies: Vec<(MemberId, u64, String)>,
@@ -820,7 +854,7 @@ impl Checker<VsyncEvent> for Integrity {
         let p = Parsed::of(h);
         let bad = |m: String| Err(Violation::new(self.name(), m));
         // (subgroup, sender) → round → (len, digest, first member).
-        let mut seen: BTreeMap<(usize, MemberId), BTreeMap<u64, (u32, u64, MemberId)>> = BTreeMap::new();
+        let mut seen: PerMember<BTreeMap<u64, (u32, u64, MemberId)>> = BTreeMap::new();
         for (&(g, m), dels) in &p.delivered {
             let Some(sub) = self.group.subgroups.get(g) else {
                 return bad(format!("m{m} delivered in subgroup {g}, which does not exist"));

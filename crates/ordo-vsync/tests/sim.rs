@@ -17,7 +17,7 @@ use std::time::Instant;
 
 #[test]
 fn fresh_seeds() {
-    let batch = SeedBatch::from_env(500);
+    let batch = SeedBatch::from_env(2000);
     eprintln!(
         "{}: {} seeds from base {} (replay this batch with ORDO_SIM_BASE_SEED={} ORDO_SIM_SEEDS={})",
         sim::NAME,
@@ -150,6 +150,7 @@ fn sent(h: &mut History<VsyncEvent>, t: u64, g: usize, s: MemberId, k: u64) {
     h.record(t, s, 1, VsyncEvent::Sent { subgroup: g, sender: s, index: k, len, digest });
 }
 
+#[allow(clippy::too_many_arguments)]
 fn delivered(
     h: &mut History<VsyncEvent>,
     t: u64,
@@ -425,4 +426,86 @@ fn the_checkers_judge_real_histories_too() {
     let i = h.entries.iter().rposition(|e| matches!(e.event, VsyncEvent::Delivered { .. })).unwrap();
     h.entries.remove(i);
     assert!(ordo_sim::check_all(&h, &cs).is_err());
+}
+
+/// Regression (found by seed 327 of an earlier draw): a sender that declares
+/// R rounds of inactivity in a subgroup with window 1 could never send again
+/// unless the other senders sent R rounds of application messages: the
+/// declared rounds rode in a null slot reclaimed only once every member
+/// *delivered* its last round (R - 1), which the others never reach (they
+/// null-fill only up to the batch's first round). Fixed by reusing a null
+/// slot once every member has consumed it.
+#[test]
+fn declared_inactivity_then_resume_with_window_1() {
+    use sim::{MemberPlan, Params, SenderPlan};
+    let plan = |count, start_ns, declare| MemberPlan {
+        sends: vec![SenderPlan {
+            subgroup: 0,
+            count,
+            start_ns,
+            burst: 1,
+            interval_ns: 0,
+            pause: None,
+            declare,
+        }],
+        ..MemberPlan::default()
+    };
+    let params = Params {
+        group: GroupConfig {
+            members: vec![0, 1],
+            subgroups: vec![SubgroupConfig {
+                members: vec![0, 1],
+                senders: vec![0, 1],
+                window: 1,
+                max_payload: 16,
+                mode: DeliveryMode::Ordered,
+            }],
+            switches: Switches::SPINDLE,
+        },
+        members: vec![plan(3, 0, 0), plan(2, 50_000, 5)],
+        fabric: ordo_sim::FabricConfig::default(),
+    };
+    let opts = RunOptions::default();
+    let r = ordo_sim::execute(sim::NAME, 1, &opts, sim::scenario_with(params));
+    assert!(r.is_ok(), "{}", r.unwrap_err());
+}
+
+/// Replay aid: `SEED=N [SUB=g] cargo test -p ordo-vsync --release --test sim
+/// debug_seed -- --ignored --nocapture` prints the seed's parameters, each
+/// member's last events, every checker's verdict (and subgroup g's sends,
+/// declarations and nulls).
+#[test]
+#[ignore = "replay aid; needs SEED"]
+fn debug_seed() {
+    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
+    let opts = RunOptions::default();
+    let p = sim::Params::draw(seed);
+    eprintln!("{p:#?}");
+    let (r, h, cs) = simulate(sim::NAME, seed, &opts, sim::scenario(seed, &opts));
+    eprintln!("{:?} {}", r.outcome, r.sim_time_ns);
+    for m in 0..h.members {
+        let evs: Vec<_> = h.entries.iter().filter(|e| e.member == m).collect();
+        eprintln!("--- m{m}: {} events; last 12:", evs.len());
+        for e in evs.iter().rev().take(12).rev() {
+            eprintln!("  {} {:?}", e.time_ns, e.event);
+        }
+    }
+    for c in &cs {
+        eprintln!("{}: {:?}", c.name(), c.check(&h));
+    }
+    if let Ok(g) = std::env::var("SUB") {
+        let g: usize = g.parse().unwrap();
+        for e in &h.entries {
+            match e.event {
+                VsyncEvent::Sent { subgroup, .. }
+                | VsyncEvent::NullsSent { subgroup, .. }
+                | VsyncEvent::Declared { subgroup, .. }
+                    if subgroup == g =>
+                {
+                    eprintln!("  {} m{} {:?}", e.time_ns, e.member, e.event)
+                }
+                _ => {}
+            }
+        }
+    }
 }
