@@ -89,7 +89,7 @@ fn run(nodes: &mut [Node], g: usize, plan: &[(usize, u64)]) -> usize {
                     Err(SendError::WouldBlock) => break,
                     Err(e) => panic!("{e}"),
                 }
-                if sent[i] % 3 == 0 {
+                if sent[i].is_multiple_of(3) {
                     break; // interleave sending with the predicates
                 }
             }
