@@ -460,7 +460,10 @@ impl Engine {
         effects: &mut Effects,
         sink: &mut impl DeliverySink,
     ) -> usize {
-        let limit = if switches.receive_batching { u64::MAX } else { 1 };
+        // The fault point makes a batching receiver take one message now
+        // and then, as a slow or interrupted scan would.
+        let one = !switches.receive_batching || ordo_fault::fault!("vsync.receive.one_message");
+        let limit = if one { 1 } else { u64::MAX };
         let cols = self.layout.subgroups[g];
         let region = &self.region;
         let mut got = 0u64;
@@ -631,7 +634,8 @@ impl Engine {
         if stable <= s.delivered_num {
             return 0;
         }
-        let limit = if switches.delivery_batching { i64::MAX } else { 1 };
+        let one = !switches.delivery_batching || ordo_fault::fault!("vsync.deliver.one_seq");
+        let limit = if one { 1 } else { i64::MAX };
         let n = s.n_senders;
         let mut batch = std::mem::take(&mut self.scratch);
         debug_assert!(batch.is_empty());
