@@ -1,0 +1,1326 @@
+//! The Acuerdo engine: one per member; [`Engine::poll`] runs the accepting,
+//! committing, election and broadcasting predicates of Figs. 4-7 over the
+//! local region and emits the writes the caller must post.
+//!
+//! # Invariants (asserted after every poll; a violation is a bug and panics)
+//! - `E_cur ≤ E_new`; a leader has `E_cur == E_new` led by itself.
+//! - `E_new`, `Accepted`, `Committed`, `Next` and the own vote never go back
+//!   within an incarnation (so every own SST column is monotonic).
+//! - `Committed < Next`, and every header at or below `Committed` was
+//!   delivered exactly once, in header order.
+//! - At most one `plan()` (one ring counter write) per outgoing ring per
+//!   poll, and none in the poll that resets a ring: a write captures its
+//!   bytes when the caller posts it, after the poll, so a second counter
+//!   update in the same poll could overtake the data it covers.
+
+use crate::config::{Config, ConfigError, Layout, WIRE_HEADER_LEN};
+use crate::header::{Epoch, Header, Vote};
+use ordo_fabric::{MemberId, Region};
+use ordo_ring::{MessageMeta, RingReceiver, SendPath, SlotProducer};
+use ordo_sst::{ColumnRange, Sst};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+/// Wire kinds of ring messages (low byte of the first header word).
+const KIND_NORMAL: u64 = 1;
+const KIND_DIFF_ENTRY: u64 = 2;
+const KIND_DIFF_END: u64 = 3;
+
+/// A member's role in its current epoch (Fig. 1, line 17).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Looking for (or catching up to) a leader.
+    Electing,
+    /// The sole proposer of its epoch.
+    Leader,
+    /// Accepts and commits the leader's messages.
+    Follower,
+}
+
+/// Who a [`Push`] goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Every other member.
+    All,
+    /// One member.
+    Peer(MemberId),
+}
+
+/// A write the caller must post: `len` bytes at `offset` of the local
+/// region to the same offset of the target's region. Post the pushes of one
+/// poll in order, to each target in order, and post them all before the
+/// next poll (retry back-pressure; never drop or reorder).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Push {
+    /// Destination(s).
+    pub to: Target,
+    /// Region offset.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// Something the engine did that an operator or a checker may want to know.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Note {
+    /// This member cast a vote (for itself or another candidate).
+    Voted(Vote),
+    /// This member won the election of `epoch` (Fig. 7, line 117).
+    BecameLeader(Epoch),
+    /// This member accepted the diff of `epoch` and follows its leader.
+    JoinedEpoch(Epoch),
+    /// The leader saw a bigger promised epoch and started a new election.
+    Abdicated(Epoch),
+    /// A diff was not accepted.
+    DiffRejected {
+        /// The diff's epoch.
+        epoch: Epoch,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A restarted member learnt its epoch floor and asked for a full diff.
+    RequestedDiff(u64),
+    /// A peer's ring held a message the engine could not parse.
+    BadMessage {
+        /// The sender.
+        sender: MemberId,
+        /// What was wrong.
+        what: String,
+    },
+}
+
+/// What one [`Engine::poll`] asks of the caller and reports.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Writes to post, in order.
+    pub pushes: Vec<Push>,
+    /// Headers of messages proposed by this member id that were committed
+    /// (delivered) in this poll: the commit notification of the tickets
+    /// [`Engine::broadcast`] returned.
+    pub committed: Vec<Header>,
+    /// What happened (elections, diffs).
+    pub notes: Vec<Note>,
+    /// Poll again no later than this (the next heartbeat).
+    pub wake_at_ns: Option<u64>,
+}
+
+impl Effects {
+    /// Clears for reuse (keeps the allocations).
+    pub fn clear(&mut self) {
+        self.pushes.clear();
+        self.committed.clear();
+        self.notes.clear();
+        self.wake_at_ns = None;
+    }
+}
+
+/// Receives committed messages, one by one, in the total order.
+pub trait DeliverySink {
+    /// `payload` of the message `header` is committed.
+    fn deliver(&mut self, header: Header, payload: &[u8]);
+}
+
+impl<F: FnMut(Header, &[u8])> DeliverySink for F {
+    fn deliver(&mut self, header: Header, payload: &[u8]) {
+        self(header, payload)
+    }
+}
+
+/// Why [`Engine::broadcast`] did not take a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BroadcastError {
+    /// Only the leader broadcasts; `leader` is the one to redirect to, if
+    /// this member follows one.
+    #[error("not the leader (redirect to {leader:?})")]
+    NotLeader {
+        /// The current leader as far as this member knows.
+        leader: Option<MemberId>,
+    },
+    /// `max_outstanding` messages are not committed yet; retry later.
+    #[error("too many outstanding messages (back-pressure)")]
+    WouldBlock,
+    /// The payload is larger than `max_payload`.
+    #[error("payload of {len} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// Requested length.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+}
+
+/// What a leader still has to send to one follower over its ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    /// Nothing (not leader, or waiting for the follower's diff request).
+    Idle,
+    /// A diff: the log entries in `(base, upto]`, then its end marker.
+    Diff { serial: u32, epoch: Epoch, base: Header, upto: Header, after: Header, sent: u32 },
+    /// Normal messages of the epoch after `after`.
+    Normal { after: Header },
+}
+
+struct OutLink {
+    peer: MemberId,
+    session: u32,
+    generation: u32,
+    producer: SlotProducer,
+    send: SendPath,
+    /// Start a new session at the next poll.
+    reset_pending: bool,
+    /// The session started in this poll: plan nothing yet.
+    quiet: bool,
+    stream: Stream,
+    served_request: u64,
+    next_serial: u32,
+}
+
+struct InLink {
+    session: u32,
+    rx: RingReceiver,
+    staging: Vec<(Header, Box<[u8]>)>,
+    staging_serial: Option<u32>,
+}
+
+/// A parsed ring message.
+enum Wire {
+    Normal { header: Header, body: Box<[u8]> },
+    DiffEntry { serial: u32, header: Header, body: Box<[u8]> },
+    DiffEnd { serial: u32, epoch: Epoch, base: Header, upto: Header, entries: u32 },
+}
+
+/// One member's Acuerdo engine. See the crate docs.
+pub struct Engine {
+    cfg: Config,
+    layout: Layout,
+    region: Region,
+    sst: Sst,
+    members: Vec<MemberId>,
+    me: MemberId,
+    my_row: usize,
+    quorum: usize,
+    now_ns: u64,
+
+    role: Role,
+    e_cur: Epoch,
+    e_new: Epoch,
+    accepted: Header,
+    committed: Header,
+    next: Header,
+    count: u32,
+    log: BTreeMap<Header, Box<[u8]>>,
+    my_vote: Vote,
+
+    synced: bool,
+    floor_ready: bool,
+    request_seq: u64,
+
+    out: Vec<Option<OutLink>>,
+    inc: Vec<Option<InLink>>,
+    last_hb: Vec<u64>,
+    hb_changed_ns: Vec<u64>,
+    votes: Vec<Vote>,
+    stall: Option<(Vote, u64)>,
+    heartbeat: u64,
+    next_hb_ns: u64,
+    dirty_all: bool,
+    dirty_to: Vec<bool>,
+    metas: Vec<MessageMeta>,
+    delivered: u64,
+}
+
+impl Engine {
+    /// The engine of `cfg.me` over `region` (at least
+    /// [`Layout::region_len`] bytes, zeroed at this incarnation's start),
+    /// started at `now_ns`.
+    pub fn new(cfg: Config, region: Region, now_ns: u64) -> Result<Engine, ConfigError> {
+        cfg.validate()?;
+        let layout = Layout::new(&cfg);
+        if region.len() < layout.region_len {
+            return Err(ConfigError::RegionTooSmall { have: region.len(), need: layout.region_len });
+        }
+        let members = cfg.sorted_members();
+        let sst = Sst::new(region.clone(), 0, layout.sst.clone(), &members, cfg.me)
+            .map_err(|e| ConfigError::Members(e.to_string()))?;
+        let my_row = sst.my_row();
+        let n = members.len();
+        let out = (0..n)
+            .map(|r| {
+                (r != my_row).then(|| {
+                    let (producer, send) =
+                        ordo_ring::sender(region.clone(), layout.ring_offset(my_row, r), layout.ring);
+                    OutLink {
+                        peer: members[r],
+                        session: 0,
+                        generation: 0,
+                        producer,
+                        send,
+                        reset_pending: true,
+                        quiet: false,
+                        stream: Stream::Idle,
+                        served_request: 0,
+                        next_serial: 0,
+                    }
+                })
+            })
+            .collect();
+        let inc = (0..n)
+            .map(|s| {
+                (s != my_row).then(|| InLink {
+                    session: 0,
+                    rx: RingReceiver::new(region.clone(), layout.ring_offset(s, my_row), layout.ring),
+                    staging: Vec::new(),
+                    staging_serial: None,
+                })
+            })
+            .collect();
+        let synced = cfg.incarnation == 1;
+        let mut engine = Engine {
+            quorum: cfg.quorum(),
+            me: cfg.me,
+            members,
+            my_row,
+            now_ns,
+            cfg,
+            layout,
+            region,
+            sst,
+            role: Role::Electing,
+            e_cur: Epoch::NONE,
+            e_new: Epoch::NONE,
+            accepted: Header::NONE,
+            committed: Header::NONE,
+            next: Header::NONE.succ(),
+            count: 0,
+            log: BTreeMap::new(),
+            my_vote: Vote::NONE,
+            synced,
+            floor_ready: synced,
+            request_seq: 0,
+            out,
+            inc,
+            last_hb: vec![0; n],
+            hb_changed_ns: vec![now_ns; n],
+            votes: vec![Vote::NONE; n],
+            stall: None,
+            heartbeat: 0,
+            next_hb_ns: now_ns,
+            dirty_all: true,
+            dirty_to: vec![false; n],
+            metas: Vec::new(),
+            delivered: 0,
+        };
+        engine.write_status();
+        Ok(engine)
+    }
+
+    // ------------------------------------------------------------------
+    // Accessors
+    // ------------------------------------------------------------------
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The region layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// This member.
+    pub fn member(&self) -> MemberId {
+        self.me
+    }
+
+    /// The other members, sorted.
+    pub fn peers(&self) -> Vec<MemberId> {
+        self.members.iter().copied().filter(|m| *m != self.me).collect()
+    }
+
+    /// The current role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// `E_cur`, the epoch this member is in.
+    pub fn epoch(&self) -> Epoch {
+        self.e_cur
+    }
+
+    /// `E_new`, the epoch this member has promised to join.
+    pub fn e_new(&self) -> Epoch {
+        self.e_new
+    }
+
+    /// The leader this member follows (or itself), if any.
+    pub fn leader(&self) -> Option<MemberId> {
+        match self.role {
+            Role::Leader | Role::Follower => Some(self.e_cur.leader),
+            Role::Electing => None,
+        }
+    }
+
+    /// `Accepted`: the last accepted header.
+    pub fn accepted(&self) -> Header {
+        self.accepted
+    }
+
+    /// `Committed`: the last committed header.
+    pub fn committed(&self) -> Header {
+        self.committed
+    }
+
+    /// This member's current vote.
+    pub fn vote(&self) -> Vote {
+        self.my_vote
+    }
+
+    /// Whether this member holds a leader's log (false for a restarted
+    /// member until it accepted a diff).
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Messages delivered by this incarnation.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// The headers in the log, in order.
+    pub fn log_headers(&self) -> impl Iterator<Item = Header> + '_ {
+        self.log.keys().copied()
+    }
+
+    /// Number of log entries.
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Whether some outgoing ring has messages not yet pushed or a session
+    /// reset pending (for tests and drivers).
+    pub fn has_pending_sends(&self) -> bool {
+        self.out.iter().flatten().any(|l| l.send.ready() > 0 || l.reset_pending)
+    }
+
+    /// A one-line summary of the engine's state and its rings, for logs
+    /// and failing simulation runs.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "m{} {:?} e_cur {:?} e_new {:?} acc {:?} com {:?} next {:?} synced {} log {} |",
+            self.me,
+            self.role,
+            self.e_cur,
+            self.e_new,
+            self.accepted,
+            self.committed,
+            self.next,
+            self.synced,
+            self.log.len()
+        );
+        for l in self.out.iter().flatten() {
+            s += &format!(
+                " out->{} s{:x} pub {} recl {} {:?};",
+                l.peer,
+                l.session,
+                l.send.published(),
+                l.send.reclaimable(),
+                l.stream
+            );
+        }
+        for (row, l) in self.inc.iter().enumerate() {
+            if let Some(l) = l {
+                s += &format!(
+                    " in<-{} s{:x} cons {} pub {};",
+                    self.members[row],
+                    l.session,
+                    l.rx.consumed(),
+                    l.rx.published()
+                );
+            }
+        }
+        s
+    }
+
+    // ------------------------------------------------------------------
+    // Inputs
+    // ------------------------------------------------------------------
+
+    /// Client request (Fig. 4): at the leader, assigns the next header of
+    /// the epoch, appends the message to the log and returns the header (the
+    /// ticket [`Effects::committed`] reports once it is committed).
+    pub fn broadcast(&mut self, payload: &[u8]) -> Result<Header, BroadcastError> {
+        if payload.len() > self.cfg.max_payload {
+            return Err(BroadcastError::TooLarge { len: payload.len(), max: self.cfg.max_payload });
+        }
+        match self.role {
+            Role::Leader => {}
+            Role::Follower => return Err(BroadcastError::NotLeader { leader: Some(self.e_cur.leader) }),
+            Role::Electing => return Err(BroadcastError::NotLeader { leader: None }),
+        }
+        let done = if self.committed.epoch == self.e_cur { self.committed.count } else { 0 };
+        if self.count - done >= self.cfg.max_outstanding {
+            return Err(BroadcastError::WouldBlock);
+        }
+        self.count += 1;
+        let h = self.e_cur.header(self.count);
+        self.log.insert(h, payload.into());
+        self.set_accepted(h);
+        Ok(h)
+    }
+
+    /// The fabric reconnected the link to `peer` (after a suspicion): writes
+    /// posted before may be missing there, or `peer` may be a new
+    /// incarnation with a zeroed region. The engine starts a new ring
+    /// session to it (and, as leader, a fresh diff) and re-pushes its row.
+    pub fn on_link_reset(&mut self, peer: MemberId) {
+        if let Some(row) = self.row_of(peer)
+            && let Some(link) = self.out[row].as_mut()
+        {
+            link.reset_pending = true;
+        }
+    }
+
+    /// Runs every predicate once at time `now_ns`; appends the writes to post
+    /// to `fx` and hands committed messages to `sink`. Returns the amount of
+    /// work done (0 = idle until something changes or `fx.wake_at_ns`).
+    pub fn poll(&mut self, now_ns: u64, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+        self.now_ns = self.now_ns.max(now_ns);
+        let before = (self.e_new, self.accepted, self.committed, self.my_vote);
+        let mut work = self.reset_links(fx);
+        self.observe_heartbeats();
+        if !self.floor_ready {
+            work += self.learn_floor(fx);
+        }
+        if self.floor_ready {
+            work += self.receive(fx);
+        }
+        work += self.roles(fx);
+        work += self.commit(fx, sink);
+        if self.role == Role::Leader {
+            self.serve_requests();
+        }
+        // The row goes out before ring data: a follower that finds a new
+        // leader's diff must already see that leader's row (its leader bit).
+        self.heartbeat();
+        self.flush_row(fx);
+        // Reclaim first, so slots an ack just freed are refilled at once.
+        self.reclaim();
+        work += self.send(fx);
+        fx.wake_at_ns = Some(self.next_hb_ns);
+        self.check_invariants(before);
+        work
+    }
+
+    // ------------------------------------------------------------------
+    // SST words
+    // ------------------------------------------------------------------
+
+    fn row_of(&self, m: MemberId) -> Option<usize> {
+        self.members.binary_search(&m).ok()
+    }
+
+    fn load(&self, row: usize, col: impl Into<ColumnRange>, i: usize) -> u64 {
+        self.region.load_acquire(self.layout.word(row, col, i))
+    }
+
+    fn store(&self, col: impl Into<ColumnRange>, i: usize, v: u64) {
+        self.region.store_release(self.layout.word(self.my_row, col, i), v);
+    }
+
+    fn row_header(&self, row: usize, col: impl Into<ColumnRange>) -> Header {
+        Header::decode(self.load(row, col, 0))
+    }
+
+    fn set_accepted(&mut self, h: Header) {
+        debug_assert!(h >= self.accepted, "Accepted goes back: {:?} -> {h:?}", self.accepted);
+        self.accepted = h;
+        self.store(self.layout.columns.accept, 0, h.encode());
+        let leader_row = self.row_of(self.e_cur.leader);
+        if let Some(r) = leader_row.filter(|r| *r != self.my_row) {
+            self.dirty_to[r] = true;
+        }
+    }
+
+    fn set_e_new(&mut self, e: Epoch) {
+        assert!(e >= self.e_new, "E_new goes back: {:?} -> {e:?}", self.e_new);
+        self.e_new = e;
+        self.store(self.layout.columns.e_new, 0, e.encode());
+        self.dirty_all = true;
+    }
+
+    fn set_vote(&mut self, v: Vote, fx: &mut Effects) {
+        assert!(v > self.my_vote, "votes only grow: {:?} -> {v:?}", self.my_vote);
+        self.my_vote = v;
+        for (i, w) in v.encode().into_iter().enumerate() {
+            self.store(self.layout.columns.vote, i, w);
+        }
+        self.votes[self.my_row] = v;
+        self.dirty_all = true;
+        fx.notes.push(Note::Voted(v));
+    }
+
+    fn write_status(&mut self) {
+        let leader = u64::from(self.role == Role::Leader) << 1;
+        self.store(self.layout.columns.status, 0, u64::from(self.synced) | leader);
+        self.dirty_all = true;
+    }
+
+    fn set_role(&mut self, role: Role) {
+        self.role = role;
+        self.write_status();
+    }
+
+    /// Whether `m` is alive and still leads `e` as far as its row shows: a
+    /// leader that restarted (or abdicated) clears its leader bit, so its
+    /// followers do not mistake its new incarnation's heartbeat for its own.
+    fn leads(&self, m: MemberId, e: Epoch) -> bool {
+        let c = self.layout.columns;
+        self.alive(m)
+            && self
+                .row_of(m)
+                .is_some_and(|r| self.load(r, c.status, 0) & 2 != 0 && self.row_header(r, c.e_new).epoch == e)
+    }
+
+    fn read_vote(&mut self, row: usize) -> Vote {
+        let c = self.layout.columns.vote;
+        let words = [self.load(row, c, 0), self.load(row, c, 1), self.load(row, c, 2)];
+        if let Some(v) = Vote::decode(words) {
+            self.votes[row] = v;
+        }
+        self.votes[row]
+    }
+
+    fn alive(&self, m: MemberId) -> bool {
+        match self.row_of(m) {
+            Some(r) if r == self.my_row => true,
+            Some(r) => self.now_ns.saturating_sub(self.hb_changed_ns[r]) <= self.cfg.heartbeat_timeout_ns,
+            None => false,
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Links, heartbeats, rows
+    // ------------------------------------------------------------------
+
+    /// Starts the ring sessions asked for: a fresh ring whose counter is
+    /// zeroed at the receiver *before* the new session number reaches it
+    /// (so a receiver that sees the new session sees no old counter).
+    fn reset_links(&mut self, fx: &mut Effects) -> usize {
+        let mut work = 0;
+        for row in 0..self.out.len() {
+            let Some(link) = self.out[row].as_mut() else { continue };
+            link.quiet = false;
+            if !link.reset_pending {
+                continue;
+            }
+            link.reset_pending = false;
+            link.quiet = true;
+            link.generation += 1;
+            link.session = ((self.cfg.incarnation as u32 & 0x7FFF) << 16) | (link.generation & 0xFFFF);
+            let ring = self.layout.ring_offset(self.my_row, row);
+            let (producer, send) = ordo_ring::sender(self.region.clone(), ring, self.layout.ring);
+            link.producer = producer;
+            link.send = send;
+            self.region.store_release(ring, 0);
+            let (session, peer) = (link.session, link.peer);
+            self.store(self.layout.columns.ring_session, row, u64::from(session));
+            fx.pushes.push(Push { to: Target::Peer(peer), offset: ring, len: 8 });
+            fx.pushes.push(self.row_push(Target::Peer(peer)));
+            let stream = if self.role == Role::Leader { self.diff_stream(row, false) } else { Stream::Idle };
+            let request = self.load(row, self.layout.columns.diff_request, 0);
+            let link = self.out[row].as_mut().expect("link");
+            link.stream = stream;
+            link.served_request = request;
+            work += 1;
+        }
+        work
+    }
+
+    fn row_push(&self, to: Target) -> Push {
+        let (offset, len) = self.sst.range(ColumnRange { offset: 0, len: self.layout.row_used });
+        Push { to, offset, len }
+    }
+
+    fn observe_heartbeats(&mut self) {
+        for row in 0..self.members.len() {
+            if row == self.my_row {
+                continue;
+            }
+            let hb = self.load(row, self.layout.columns.heartbeat, 0);
+            if hb != self.last_hb[row] {
+                self.last_hb[row] = hb;
+                self.hb_changed_ns[row] = self.now_ns;
+            }
+        }
+    }
+
+    fn heartbeat(&mut self) {
+        if self.now_ns >= self.next_hb_ns {
+            self.heartbeat += 1;
+            self.store(self.layout.columns.heartbeat, 0, self.heartbeat);
+            self.next_hb_ns = self.now_ns + self.cfg.heartbeat_interval_ns;
+            self.dirty_all = true;
+        }
+    }
+
+    fn flush_row(&mut self, fx: &mut Effects) {
+        if self.dirty_all {
+            fx.pushes.push(self.row_push(Target::All));
+        } else {
+            for row in 0..self.dirty_to.len() {
+                if self.dirty_to[row] {
+                    fx.pushes.push(self.row_push(Target::Peer(self.members[row])));
+                }
+            }
+        }
+        self.dirty_all = false;
+        self.dirty_to.iter_mut().for_each(|d| *d = false);
+    }
+
+    // ------------------------------------------------------------------
+    // Restarts: learn the epoch floor, then ask for a full diff
+    // ------------------------------------------------------------------
+
+    /// A restarted member forgot its promises. Any epoch whose quorum
+    /// counted it also holds f other members; hearing from f+1 synced
+    /// others (rows in this incarnation's zeroed region were all pushed
+    /// after the restart) meets one of them, so the largest epoch they show
+    /// bounds every promise this member made before.
+    fn learn_floor(&mut self, fx: &mut Effects) -> usize {
+        let c = self.layout.columns;
+        let mut heard = 0;
+        let mut floor = self.e_new;
+        for row in 0..self.members.len() {
+            if row == self.my_row
+                || self.load(row, c.heartbeat, 0) == 0
+                || self.load(row, c.status, 0) & 1 == 0
+            {
+                continue;
+            }
+            heard += 1;
+            floor = floor
+                .max(self.row_header(row, c.e_new).epoch)
+                .max(self.row_header(row, c.accept).epoch)
+                .max(self.row_header(row, c.commit).epoch)
+                .max(self.read_vote(row).e_new);
+        }
+        if heard < self.cfg.f() + 1 {
+            return 0;
+        }
+        self.floor_ready = true;
+        if floor > self.e_new {
+            self.set_e_new(floor);
+        }
+        self.request_diff(fx);
+        1
+    }
+
+    fn request_diff(&mut self, fx: &mut Effects) {
+        self.request_seq += 1;
+        let word = (self.cfg.incarnation << 32) | self.request_seq;
+        self.store(self.layout.columns.diff_request, 0, word);
+        self.dirty_all = true;
+        fx.notes.push(Note::RequestedDiff(word));
+    }
+
+    // ------------------------------------------------------------------
+    // Accepting (Fig. 5)
+    // ------------------------------------------------------------------
+
+    fn receive(&mut self, fx: &mut Effects) -> usize {
+        let mut work = 0;
+        for s in 0..self.inc.len() {
+            if self.inc[s].is_none() {
+                continue;
+            }
+            let session = self.load(s, self.layout.columns.ring_session, self.my_row) as u32;
+            let link = self.inc[s].as_mut().expect("link");
+            if session != link.session {
+                link.session = session;
+                link.rx = RingReceiver::new(
+                    self.region.clone(),
+                    self.layout.ring_offset(s, self.my_row),
+                    self.layout.ring,
+                );
+                link.staging.clear();
+                link.staging_serial = None;
+                self.store(self.layout.columns.ring_ack, s, u64::from(session) << 32);
+                self.dirty_to[s] = true;
+            }
+            if session == 0 {
+                continue;
+            }
+            let link = self.inc[s].as_mut().expect("link");
+            self.metas.clear();
+            // Errors here are the previous session's leftovers (a counter
+            // not yet reset): wait for the new session's writes.
+            if link.rx.scan(u64::MAX, &mut self.metas).is_err() {
+                continue;
+            }
+            let mut msgs = Vec::with_capacity(self.metas.len());
+            for meta in &self.metas {
+                if meta.flags != session {
+                    break; // an older or newer session's slot: not ours yet
+                }
+                msgs.push(parse(link.rx.payload(meta)));
+            }
+            link.rx.consume(msgs.len() as u64);
+            if msgs.is_empty() {
+                continue;
+            }
+            let consumed = link.rx.consumed();
+            self.store(
+                self.layout.columns.ring_ack,
+                s,
+                (u64::from(session) << 32) | (consumed & 0xFFFF_FFFF),
+            );
+            self.dirty_to[s] = true;
+            work += msgs.len();
+            let sender = self.members[s];
+            let mut latest = None;
+            for msg in msgs {
+                match msg {
+                    Ok(Wire::Normal { header, body }) => {
+                        // Fig. 5 line 47: only the current epoch's messages.
+                        if header.epoch == self.e_new
+                            && header.epoch == self.e_cur
+                            && sender == header.epoch.leader
+                            && header > self.accepted
+                            && header.count > 0
+                        {
+                            self.log.insert(header, body);
+                            latest = Some(header);
+                        }
+                    }
+                    Ok(Wire::DiffEntry { serial, header, body }) => {
+                        let link = self.inc[s].as_mut().expect("link");
+                        if link.staging_serial != Some(serial) {
+                            link.staging.clear();
+                            link.staging_serial = Some(serial);
+                        }
+                        link.staging.push((header, body));
+                    }
+                    Ok(Wire::DiffEnd { serial, epoch, base, upto, entries }) => {
+                        if let Some(h) = latest.take() {
+                            self.set_accepted(h);
+                        }
+                        let link = self.inc[s].as_mut().expect("link");
+                        let staged = if link.staging_serial == Some(serial) {
+                            std::mem::take(&mut link.staging)
+                        } else {
+                            Vec::new()
+                        };
+                        link.staging_serial = None;
+                        self.on_diff(sender, epoch, base, upto, entries, staged, fx);
+                    }
+                    Err(what) => fx.notes.push(Note::BadMessage { sender, what }),
+                }
+            }
+            // Acknowledge only the latest header of the scan: FIFO covers
+            // the earlier ones (§3.2).
+            if let Some(h) = latest {
+                self.set_accepted(h);
+            }
+        }
+        work
+    }
+
+    /// Fig. 5, lines 54-66: diff acceptance and transition into broadcast.
+    #[allow(clippy::too_many_arguments)]
+    fn on_diff(
+        &mut self,
+        sender: MemberId,
+        epoch: Epoch,
+        base: Header,
+        upto: Header,
+        entries: u32,
+        staged: Vec<(Header, Box<[u8]>)>,
+        fx: &mut Effects,
+    ) {
+        let reject = |fx: &mut Effects, reason| fx.notes.push(Note::DiffRejected { epoch, reason });
+        if sender != epoch.leader || staged.len() != entries as usize {
+            return reject(fx, "malformed");
+        }
+        if self.e_new > epoch {
+            return reject(fx, "promised a bigger epoch");
+        }
+        let new_accepted = if upto.epoch == epoch { upto } else { epoch.header(0) };
+        if self.synced && self.e_cur == epoch && self.accepted >= new_accepted {
+            return; // nothing new (a repeated diff)
+        }
+        if base > self.committed {
+            reject(fx, "does not reach back to our committed header");
+            return self.request_diff(fx);
+        }
+        let joined = self.e_cur != epoch;
+        if epoch > self.e_new {
+            self.set_e_new(epoch);
+        }
+        self.e_cur = epoch;
+        if self.role == Role::Leader {
+            self.stop_streams();
+        }
+        self.set_role(Role::Follower);
+        // Drop the uncommitted suffix, then apply the diff (line 62-63).
+        let committed = self.committed;
+        let _ = self.log.split_off(&committed.succ());
+        for (h, body) in staged {
+            if h > committed {
+                self.log.insert(h, body);
+            }
+        }
+        // Every path here has new_accepted > Accepted: another epoch (ours
+        // is older), a restarted member (nothing), or a newer diff.
+        assert!(new_accepted > self.accepted, "a diff that takes Accepted back");
+        self.accepted = new_accepted;
+        self.store(self.layout.columns.accept, 0, self.accepted.encode());
+        if let Some(r) = self.row_of(epoch.leader) {
+            self.dirty_to[r] = true;
+        }
+        if joined {
+            self.next = epoch.header(0);
+        }
+        if !self.synced {
+            self.synced = true;
+            self.write_status();
+        }
+        self.dirty_all = true;
+        fx.notes.push(Note::JoinedEpoch(epoch));
+    }
+
+    // ------------------------------------------------------------------
+    // Roles and election (Fig. 7)
+    // ------------------------------------------------------------------
+
+    fn roles(&mut self, fx: &mut Effects) -> usize {
+        let c = self.layout.columns;
+        match self.role {
+            Role::Follower => {
+                if !self.leads(self.e_cur.leader, self.e_cur) {
+                    self.set_role(Role::Electing);
+                    self.stall = None;
+                }
+            }
+            Role::Leader => {
+                let bigger = (0..self.members.len()).any(|r| {
+                    r != self.my_row
+                        && self.alive(self.members[r])
+                        && self.row_header(r, c.e_new).epoch > self.e_cur
+                });
+                if bigger {
+                    fx.notes.push(Note::Abdicated(self.e_cur));
+                    self.set_role(Role::Electing);
+                    self.stop_streams();
+                    self.vote_for_self(fx);
+                    return 1;
+                }
+            }
+            Role::Electing => {
+                // A transient delay: our leader is back and we never moved on.
+                let leader = self.e_cur.leader;
+                if self.synced
+                    && self.e_cur != Epoch::NONE
+                    && self.e_new == self.e_cur
+                    && self.accepted.epoch == self.e_cur
+                    && leader != self.me
+                    && self.leads(leader, self.e_cur)
+                {
+                    self.set_role(Role::Follower);
+                    return 1;
+                }
+            }
+        }
+        if self.role == Role::Electing && self.synced { self.election_step(fx) } else { 0 }
+    }
+
+    fn stop_streams(&mut self) {
+        for link in self.out.iter_mut().flatten() {
+            link.stream = Stream::Idle;
+        }
+    }
+
+    fn max_epoch_seen(&mut self) -> Epoch {
+        let c = self.layout.columns;
+        let mut e = self.e_new.max(self.e_cur);
+        for row in 0..self.members.len() {
+            e = e.max(self.row_header(row, c.e_new).epoch).max(self.read_vote(row).e_new);
+        }
+        e
+    }
+
+    fn vote_for_self(&mut self, fx: &mut Effects) {
+        let e = Epoch::next_for(self.max_epoch_seen(), self.me);
+        self.set_e_new(e);
+        self.set_vote(Vote { e_new: e, acpt: self.accepted }, fx);
+        self.stall = Some((self.my_vote, self.now_ns));
+    }
+
+    /// One step of the fixed-point election (Fig. 7, lines 96-127).
+    fn election_step(&mut self, fx: &mut Effects) -> usize {
+        let mut mx: Option<Vote> = None;
+        for row in 0..self.members.len() {
+            let v = if row == self.my_row { self.my_vote } else { self.read_vote(row) };
+            if !v.is_none() && v.e_new >= self.e_new && mx.is_none_or(|m| v > m) {
+                mx = Some(v);
+            }
+        }
+        let stagger = self.cfg.election_timeout_ns * self.my_row as u64 / self.members.len() as u64;
+        let stalled = match (mx, self.stall) {
+            // The candidate won and is sending us its diff (which may take
+            // a while for a long log): wait for it.
+            (Some(m), _) if self.leads(m.candidate(), m.e_new) => {
+                self.stall = Some((m, self.now_ns));
+                false
+            }
+            (Some(m), Some((s, since))) if m == s => {
+                self.now_ns.saturating_sub(since) > self.cfg.election_timeout_ns + stagger
+            }
+            (Some(m), _) => {
+                self.stall = Some((m, self.now_ns));
+                false
+            }
+            (None, _) => false,
+        };
+        let mut work = 0;
+        match mx {
+            None => {
+                self.vote_for_self(fx);
+                work += 1;
+            }
+            Some(m) if m.candidate() == self.me => {
+                if stalled {
+                    self.vote_for_self(fx);
+                    work += 1;
+                }
+            }
+            Some(m) => {
+                // Rule 1 (line 100): the best candidate timed out or is less
+                // up to date than we are; rule 2 (line 106): join it.
+                if stalled || !self.alive(m.candidate()) || self.accepted > m.acpt {
+                    self.vote_for_self(fx);
+                    work += 1;
+                } else if m > self.my_vote {
+                    if m.e_new > self.e_new {
+                        self.set_e_new(m.e_new);
+                    }
+                    self.set_vote(m, fx);
+                    work += 1;
+                }
+            }
+        }
+        // Lines 114-127: a quorum of identical votes for us.
+        if self.my_vote.candidate() == self.me && self.my_vote.e_new == self.e_new {
+            let mine = self.my_vote;
+            let n = (0..self.members.len())
+                .filter(|r| if *r == self.my_row { true } else { self.read_vote(*r) == mine })
+                .count();
+            if n >= self.quorum {
+                self.become_leader(fx);
+                work += 1;
+            }
+        }
+        work
+    }
+
+    fn become_leader(&mut self, fx: &mut Effects) {
+        let e = self.e_new;
+        self.set_role(Role::Leader);
+        self.e_cur = e;
+        self.count = 0;
+        // The leader is up to date: its own log is the new epoch's history.
+        // It "accepts" its own diff (§3.4).
+        self.set_accepted(e.header(0));
+        self.next = e.header(0);
+        for row in 0..self.out.len() {
+            if self.out[row].is_some() {
+                let stream = self.diff_stream(row, false);
+                let request = self.load(row, self.layout.columns.diff_request, 0);
+                let link = self.out[row].as_mut().expect("link");
+                link.stream = stream;
+                link.served_request = request;
+            }
+        }
+        self.stall = None;
+        self.dirty_all = true;
+        fx.notes.push(Note::BecameLeader(e));
+    }
+
+    /// A diff for the member of `row`: every log entry after its committed
+    /// header (after nothing when `full`), up to the end of the log.
+    fn diff_stream(&mut self, row: usize, full: bool) -> Stream {
+        let base = if full { Header::NONE } else { self.row_header(row, self.layout.columns.commit) };
+        let upto = self.log.last_key_value().map_or(Header::NONE, |(h, _)| *h).max(self.e_cur.header(0));
+        let link = self.out[row].as_mut().expect("link");
+        link.next_serial = (link.next_serial + 1) & 0xFF_FFFF;
+        let base = base.min(upto);
+        Stream::Diff { serial: link.next_serial, epoch: self.e_cur, base, upto, after: base, sent: 0 }
+    }
+
+    fn serve_requests(&mut self) {
+        for row in 0..self.out.len() {
+            if self.out[row].is_none() {
+                continue;
+            }
+            let request = self.load(row, self.layout.columns.diff_request, 0);
+            let served = self.out[row].as_ref().expect("link").served_request;
+            if request != 0 && request != served {
+                let stream = self.diff_stream(row, true);
+                let link = self.out[row].as_mut().expect("link");
+                link.stream = stream;
+                link.served_request = request;
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Committing (Fig. 6)
+    // ------------------------------------------------------------------
+
+    fn commit(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+        let c = self.layout.columns;
+        let threshold = match self.role {
+            Role::Leader => {
+                // The quorum-th largest Accept of the current epoch (line 74).
+                let mut acks: Vec<Header> = (0..self.members.len())
+                    .map(|r| if r == self.my_row { self.accepted } else { self.row_header(r, c.accept) })
+                    .filter(|h| h.epoch == self.e_cur)
+                    .collect();
+                if acks.len() < self.quorum {
+                    return 0;
+                }
+                acks.sort_unstable_by(|a, b| b.cmp(a));
+                acks[self.quorum - 1]
+            }
+            Role::Follower => {
+                let Some(r) = self.row_of(self.e_cur.leader) else { return 0 };
+                let h = self.row_header(r, c.commit);
+                if h.epoch != self.e_cur {
+                    return 0;
+                }
+                h
+            }
+            Role::Electing => return 0,
+        };
+        let mut work = 0;
+        while self.next <= threshold {
+            if self.next.count == 0 {
+                // Diff commit (line 83): everything before it, in order.
+                let upto = self.next;
+                let from = self.committed;
+                let batch: Vec<Header> =
+                    self.log.range((Bound::Excluded(from), Bound::Excluded(upto))).map(|(h, _)| *h).collect();
+                for h in batch {
+                    self.deliver(h, fx, sink);
+                }
+                self.committed = upto;
+            } else if self.log.contains_key(&self.next) {
+                let h = self.next;
+                self.deliver(h, fx, sink);
+                self.committed = h;
+            } else {
+                break; // not received yet; the ring brings it
+            }
+            self.next = self.next.succ();
+            work += 1;
+        }
+        if work > 0 {
+            self.store(c.commit, 0, self.committed.encode());
+            self.dirty_all = true;
+        }
+        work
+    }
+
+    fn deliver(&mut self, h: Header, fx: &mut Effects, sink: &mut impl DeliverySink) {
+        assert!(h > self.committed, "delivering {h:?} at or below Committed {:?}", self.committed);
+        let body = self.log.get(&h).expect("delivered entry is in the log");
+        sink.deliver(h, body);
+        self.delivered += 1;
+        if h.epoch.leader == self.me {
+            fx.committed.push(h);
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Broadcasting over the rings (Fig. 4) and the reuse rule
+    // ------------------------------------------------------------------
+
+    fn send(&mut self, fx: &mut Effects) -> usize {
+        let mut work = 0;
+        for row in 0..self.out.len() {
+            let Some(mut link) = self.out[row].take() else { continue };
+            if !link.quiet {
+                work += self.pump(&mut link);
+                if let Some(plan) = link.send.plan(u64::MAX) {
+                    for (offset, len) in plan.writes() {
+                        fx.pushes.push(Push { to: Target::Peer(link.peer), offset, len });
+                    }
+                    work += 1;
+                }
+            }
+            self.out[row] = Some(link);
+        }
+        work
+    }
+
+    /// Fills free slots of `link`'s ring from its stream.
+    fn pump(&mut self, link: &mut OutLink) -> usize {
+        let mut work = 0;
+        loop {
+            let (wire_words, key) = match link.stream {
+                Stream::Idle => return work,
+                Stream::Diff { serial, epoch, upto, after, sent, base } => {
+                    let next = self.log.range((Bound::Excluded(after), Bound::Included(upto))).next();
+                    match next {
+                        Some((h, _)) => {
+                            ([KIND_DIFF_ENTRY | (u64::from(serial) << 8), h.encode(), 0, 0], Some(*h))
+                        }
+                        None => {
+                            let w0 = KIND_DIFF_END | (u64::from(serial) << 8) | (u64::from(sent) << 32);
+                            ([w0, epoch.header(0).encode(), base.encode(), upto.encode()], None)
+                        }
+                    }
+                }
+                Stream::Normal { after } => {
+                    let next = self.log.range((Bound::Excluded(after), Bound::Unbounded)).next();
+                    match next {
+                        Some((h, _)) if h.epoch == self.e_cur => ([KIND_NORMAL, h.encode(), 0, 0], Some(*h)),
+                        _ => return work,
+                    }
+                }
+            };
+            let Some(mut slot) = link.producer.try_acquire() else { return work };
+            let buf = slot.payload();
+            for (i, w) in wire_words.iter().enumerate() {
+                buf[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            let body: &[u8] = key.map_or(&[], |h| &self.log[&h]);
+            buf[WIRE_HEADER_LEN..WIRE_HEADER_LEN + body.len()].copy_from_slice(body);
+            slot.commit(WIRE_HEADER_LEN + body.len(), link.session);
+            work += 1;
+            link.stream = match (link.stream, key) {
+                (Stream::Diff { serial, epoch, base, upto, sent, .. }, Some(h)) => {
+                    Stream::Diff { serial, epoch, base, upto, after: h, sent: sent + 1 }
+                }
+                (Stream::Diff { epoch, upto, .. }, None) => {
+                    Stream::Normal { after: if upto.epoch == epoch { upto } else { epoch.header(0) } }
+                }
+                (Stream::Normal { .. }, Some(h)) => Stream::Normal { after: h },
+                (s, _) => s,
+            };
+        }
+    }
+
+    /// The reuse rule: a slot of the ring to `r` is free once `r`
+    /// consumed its message in the same session (per receiver, so a dead
+    /// follower blocks only its own ring; the leader's log holds what it
+    /// has not received).
+    fn reclaim(&mut self) {
+        for row in 0..self.out.len() {
+            let Some(link) = self.out[row].as_ref() else { continue };
+            if link.quiet || link.reset_pending {
+                continue;
+            }
+            let ack = self.load(row, self.layout.columns.ring_ack, self.my_row);
+            if (ack >> 32) as u32 == link.session {
+                let consumed = (ack & 0xFFFF_FFFF).min(link.send.published());
+                if consumed > link.send.reclaimable() {
+                    link.send.set_reclaimable(consumed);
+                }
+            }
+        }
+    }
+
+    fn check_invariants(&self, before: (Epoch, Header, Header, Vote)) {
+        assert!(self.e_cur <= self.e_new, "E_cur {:?} > E_new {:?}", self.e_cur, self.e_new);
+        assert!(self.e_new >= before.0, "E_new went back");
+        assert!(self.accepted >= before.1, "Accepted went back");
+        assert!(self.committed >= before.2, "Committed went back");
+        assert!(self.my_vote >= before.3, "vote went back");
+        assert!(self.committed < self.next, "Committed {:?} ≥ Next {:?}", self.committed, self.next);
+        if self.role == Role::Leader {
+            assert!(self.e_cur == self.e_new && self.e_cur.leader == self.me, "leader of a foreign epoch");
+        }
+        if self.role != Role::Electing {
+            assert!(self.synced, "a member that is not synced has a role");
+        }
+    }
+}
+
+/// Parses a ring payload (never panics on a peer's bytes).
+fn parse(bytes: &[u8]) -> Result<Wire, String> {
+    if bytes.len() < WIRE_HEADER_LEN {
+        return Err(format!("message of {} bytes is shorter than its header", bytes.len()));
+    }
+    let w = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    let body: Box<[u8]> = bytes[WIRE_HEADER_LEN..].into();
+    let serial = ((w(0) >> 8) & 0xFF_FFFF) as u32;
+    match w(0) & 0xFF {
+        KIND_NORMAL => Ok(Wire::Normal { header: Header::decode(w(1)), body }),
+        KIND_DIFF_ENTRY => Ok(Wire::DiffEntry { serial, header: Header::decode(w(1)), body }),
+        KIND_DIFF_END => Ok(Wire::DiffEnd {
+            serial,
+            epoch: Header::decode(w(1)).epoch,
+            base: Header::decode(w(2)),
+            upto: Header::decode(w(3)),
+            entries: (w(0) >> 32) as u32,
+        }),
+        k => Err(format!("unknown message kind {k}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(me: MemberId) -> Engine {
+        let cfg = Config::new(vec![0, 1, 2], me);
+        let region = Region::new_heap(Layout::new(&cfg).region_len);
+        Engine::new(cfg, region, 0).expect("valid")
+    }
+
+    /// The first poll starts a ring session per peer (zero the receiver's
+    /// counter, then the row carrying the new session number), votes, and
+    /// pushes the row (vote, heartbeat) to everyone; no ring data yet.
+    #[test]
+    fn first_poll_effects() {
+        let mut e = engine(1);
+        let mut fx = Effects::default();
+        let work = e.poll(0, &mut fx, &mut |_: Header, _: &[u8]| panic!("nothing to deliver"));
+        assert!(work > 0);
+        let l = e.layout().clone();
+        let row = Push { to: Target::All, offset: l.sst.row_stride(), len: l.row_used };
+        let expected = vec![
+            Push { to: Target::Peer(0), offset: l.ring_offset(1, 0), len: 8 },
+            Push { to: Target::Peer(0), ..row },
+            Push { to: Target::Peer(2), offset: l.ring_offset(1, 2), len: 8 },
+            Push { to: Target::Peer(2), ..row },
+            row,
+        ];
+        assert_eq!(fx.pushes, expected);
+        assert_eq!(fx.notes, vec![Note::Voted(Vote { e_new: Epoch::new(0, 1), acpt: Header::NONE })]);
+        assert_eq!(fx.wake_at_ns, Some(e.config().heartbeat_interval_ns));
+        assert_eq!(e.broadcast(b"x"), Err(BroadcastError::NotLeader { leader: None }));
+    }
+
+    #[test]
+    fn bad_ring_messages_are_errors_not_panics() {
+        assert!(parse(&[0; 3]).is_err());
+        assert!(parse(&[9; 40]).is_err());
+        let mut ok = vec![0u8; 40];
+        ok[0] = KIND_NORMAL as u8;
+        assert!(matches!(parse(&ok), Ok(Wire::Normal { .. })));
+    }
+
+    #[test]
+    fn bad_configs_are_rejected() {
+        let region = Region::new_heap(1 << 20);
+        assert!(Engine::new(Config::new(vec![0, 1], 0), region.clone(), 0).is_err());
+        assert!(Engine::new(Config::new(vec![0, 1, 1], 0), region.clone(), 0).is_err());
+        assert!(Engine::new(Config::new(vec![0, 1, 2], 7), region.clone(), 0).is_err());
+        assert!(Engine::new(Config::new(vec![0, 1, 300], 0), region, 0).is_err());
+        let cfg = Config::new(vec![0, 1, 2], 0);
+        let small = Region::new_heap(64);
+        assert!(matches!(Engine::new(cfg, small, 0), Err(ConfigError::RegionTooSmall { .. })));
+    }
+}

@@ -1,0 +1,807 @@
+//! The `acuerdo` simulation workload: 2f+1 engines on `ordo-sim`'s
+//! simulated fabric under crashes (the leader too, and members during
+//! elections and diff transfers), restarts with empty state, partitions,
+//! slow members and random delays; then everything heals and liveness is
+//! required. Checkers judge the recorded history.
+//!
+//! # What one seed draws
+//! - n ∈ {3, 5}; ring window 4..=32; payloads 1..=`max_payload` (16..=128);
+//!   heartbeat interval, heartbeat and election timeouts; fabric delays and
+//!   spikes; the client's send interval.
+//! - A fault schedule (this driver's own nemesis, so it can respect the
+//!   safety budget): every 100-600 µs until the calm, one of: crash a member
+//!   (the leader, the best candidate of an election, or anyone), restarted
+//!   with an empty region after 0.1-1.5 ms (or only at the calm); cut a
+//!   pair; split the group; make a member slow (it polls only every
+//!   50-400 µs for a while); nothing. A crash is made only while fewer than
+//!   f members are *unsafe* (crashed, or restarted and not yet holding a
+//!   leader's log): beyond that no protocol can keep committed messages.
+//! - At the calm every partition heals, every crashed member restarts, and
+//!   random delays stop spiking; the client keeps sending for a while, then
+//!   stops so the run can drain.
+//!
+//! # Checked
+//! See the checkers below: integrity, no duplication, total order (a
+//! common prefix), one leader per epoch, every elected leader up to date,
+//! no committed message lost (every survivor's final incarnation delivers
+//! everything anyone delivered), liveness (messages sent after the calm
+//! commit everywhere), and no anomalies.
+
+#![allow(dead_code)]
+
+use ordo_acuerdo::{Config, Effects, Engine, Epoch, Header, Layout, Note, Role, Target};
+use ordo_fabric::{Fabric, FabricEvent, MemberId, PostError, Write};
+use ordo_sim::rng::{SimRng, derive_seed, stream};
+use ordo_sim::{
+    Checker, Ctx, FabricConfig, FaultNote, History, Sim, SimConfig, SimFabric, SimProcess, Violation, fnv64,
+};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+
+/// The workload's name.
+pub const NAME: &str = "acuerdo";
+
+/// What the members record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AcEvent {
+    /// The leader took a client message: its header (ticket) and payload digest.
+    Broadcast { header: u64, digest: u64 },
+    /// A member delivered (committed) a message.
+    Deliver { header: u64, digest: u64 },
+    /// A member won an election; `log` is every header in its log then.
+    Elected { epoch: u64, log: Vec<u64> },
+    /// Something the harness did not expect.
+    Anomaly { what: String },
+    /// An engine note (elections, diffs), for reading a failing history.
+    Note { what: String },
+}
+
+/// Parameters of one run.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub members: u32,
+    pub window: usize,
+    pub max_payload: usize,
+    pub heartbeat_interval_ns: u64,
+    pub heartbeat_timeout_ns: u64,
+    pub election_timeout_ns: u64,
+    pub send_interval_ns: u64,
+    pub calm_ns: u64,
+    pub stop_sending_ns: u64,
+    pub end_ns: u64,
+    pub faults: bool,
+    pub restarts: bool,
+    pub trace: bool,
+}
+
+impl Params {
+    pub fn draw(seed: u64) -> Params {
+        let mut rng = SimRng::new(derive_seed(seed, stream::SCENARIO));
+        let members = if rng.chance(700_000) { 3 } else { 5 };
+        let heartbeat_interval_ns = rng.range(40_000, 100_000);
+        let calm_ns = rng.range(2_000_000, 5_000_000);
+        Params {
+            members,
+            window: rng.range(4, 32) as usize,
+            max_payload: rng.range(16, 128) as usize,
+            heartbeat_interval_ns,
+            heartbeat_timeout_ns: rng.range(5, 10) * heartbeat_interval_ns,
+            election_timeout_ns: rng.range(400_000, 1_200_000),
+            send_interval_ns: rng.range(5_000, 60_000),
+            calm_ns,
+            stop_sending_ns: calm_ns + 2_500_000,
+            end_ns: calm_ns + 12_000_000,
+            faults: true,
+            restarts: true,
+            trace: false,
+        }
+    }
+
+    fn config(&self, me: MemberId, incarnation: u64) -> Config {
+        let mut cfg = Config::new((0..self.members).collect(), me);
+        cfg.incarnation = incarnation;
+        cfg.window = self.window;
+        cfg.max_payload = self.max_payload;
+        cfg.max_outstanding = 32;
+        cfg.heartbeat_interval_ns = self.heartbeat_interval_ns;
+        cfg.heartbeat_timeout_ns = self.heartbeat_timeout_ns;
+        cfg.election_timeout_ns = self.election_timeout_ns;
+        cfg
+    }
+}
+
+/// What the driver and the members share (single-threaded simulation).
+#[derive(Default)]
+pub struct Status {
+    pub synced: Vec<bool>,
+    pub leader: Vec<bool>,
+    pub vote_epoch: Vec<Epoch>,
+    pub slow_until_ns: Vec<u64>,
+    pub slow_every_ns: Vec<u64>,
+}
+
+type Shared = Rc<RefCell<Status>>;
+
+struct Member {
+    me: MemberId,
+    incarnation: u64,
+    params: Params,
+    engine: Engine,
+    fabric: SimFabric,
+    fx: Effects,
+    queued: BTreeMap<MemberId, VecDeque<Write>>,
+    suspected: BTreeSet<MemberId>,
+    peers: Vec<MemberId>,
+    shared: Shared,
+    sent: u64,
+    next_send_ns: u64,
+    next_slow_poll_ns: u64,
+    next_trace_ns: u64,
+    rng: SimRng,
+    events: Vec<FabricEvent>,
+    deliveries: Vec<(Header, u64)>,
+}
+
+impl Member {
+    fn new(ctx: &mut Ctx<'_, AcEvent>, params: &Params, shared: Shared) -> Member {
+        let me = ctx.member();
+        let fabric = ctx.fabric().clone();
+        let cfg = params.config(me, ctx.incarnation());
+        let engine = Engine::new(cfg, fabric.region().clone(), ctx.now()).expect("valid config");
+        {
+            let mut s = shared.borrow_mut();
+            s.synced[me as usize] = engine.is_synced();
+            s.leader[me as usize] = false;
+            s.vote_epoch[me as usize] = Epoch::NONE;
+        }
+        let rng = SimRng::new(ctx.rng().next_u64());
+        Member {
+            me,
+            incarnation: ctx.incarnation(),
+            params: params.clone(),
+            engine,
+            peers: (0..params.members).filter(|m| *m != me).collect(),
+            fabric,
+            fx: Effects::default(),
+            queued: BTreeMap::new(),
+            suspected: BTreeSet::new(),
+            shared,
+            sent: 0,
+            next_send_ns: 0,
+            next_slow_poll_ns: 0,
+            next_trace_ns: 0,
+            rng,
+            events: Vec::new(),
+            deliveries: Vec::new(),
+        }
+    }
+
+    fn anomaly(ctx: &mut Ctx<'_, AcEvent>, what: String) {
+        ctx.record(AcEvent::Anomaly { what });
+    }
+
+    /// Posts `w`, or queues it behind earlier back-pressured writes to the
+    /// same peer (never dropped, never reordered).
+    fn post(&mut self, ctx: &mut Ctx<'_, AcEvent>, w: Write) {
+        if let Some(q) = self.queued.get_mut(&w.peer)
+            && !q.is_empty()
+        {
+            q.push_back(w);
+            return;
+        }
+        match self.fabric.post_write(w) {
+            Ok(()) | Err(PostError::PeerSuspected(_)) => {}
+            Err(PostError::Backpressure(_)) => self.queued.entry(w.peer).or_default().push_back(w),
+            Err(e) => Self::anomaly(ctx, format!("post failed: {e}")),
+        }
+    }
+
+    fn flush(&mut self, ctx: &mut Ctx<'_, AcEvent>) -> bool {
+        let peers: Vec<MemberId> = self.queued.keys().copied().collect();
+        for p in peers {
+            while let Some(w) = self.queued.get_mut(&p).and_then(|q| q.front().copied()) {
+                match self.fabric.post_write(w) {
+                    Ok(()) | Err(PostError::PeerSuspected(_)) => {
+                        self.queued.get_mut(&p).expect("queue").pop_front();
+                    }
+                    Err(PostError::Backpressure(_)) => break,
+                    Err(e) => {
+                        Self::anomaly(ctx, format!("post failed: {e}"));
+                        self.queued.get_mut(&p).expect("queue").pop_front();
+                    }
+                }
+            }
+        }
+        self.queued.retain(|_, q| !q.is_empty());
+        self.queued.is_empty()
+    }
+
+    fn fabric_events(&mut self) {
+        self.events.clear();
+        self.fabric.poll_events(&mut self.events);
+        for e in std::mem::take(&mut self.events) {
+            match e {
+                FabricEvent::Suspected { peer, .. } => {
+                    self.suspected.insert(peer);
+                    // Writes queued for the old link are moot: the engine
+                    // re-pushes what the peer needs after the reconnect.
+                    self.queued.remove(&peer);
+                }
+                FabricEvent::Reconnected { peer, .. } => {
+                    self.suspected.remove(&peer);
+                    self.engine.on_link_reset(peer);
+                }
+                FabricEvent::Completed { .. } | FabricEvent::Failed { .. } => {}
+            }
+        }
+        let suspected: Vec<MemberId> = self.suspected.iter().copied().collect();
+        for peer in suspected {
+            if self.fabric.reconnect(peer).is_ok() {
+                self.suspected.remove(&peer);
+                self.engine.on_link_reset(peer);
+            }
+        }
+        // Drain the Reconnected events the reconnects just produced.
+        self.events.clear();
+        self.fabric.poll_events(&mut self.events);
+        for e in std::mem::take(&mut self.events) {
+            if let FabricEvent::Suspected { peer, .. } = e {
+                self.suspected.insert(peer);
+                self.queued.remove(&peer);
+            }
+        }
+    }
+
+    fn client(&mut self, ctx: &mut Ctx<'_, AcEvent>) -> usize {
+        let now = ctx.now();
+        if self.engine.role() != Role::Leader || now < self.next_send_ns || now >= self.params.stop_sending_ns
+        {
+            return 0;
+        }
+        let burst = self.rng.range(1, 4);
+        let mut work = 0;
+        for _ in 0..burst {
+            let len = self.rng.range(24, self.params.max_payload.max(24) as u64) as usize;
+            let mut payload = vec![0u8; len.min(self.params.max_payload).max(24)];
+            payload[..4].copy_from_slice(&self.me.to_le_bytes());
+            payload[4..12].copy_from_slice(&self.incarnation.to_le_bytes());
+            payload[12..20].copy_from_slice(&self.sent.to_le_bytes());
+            for (i, b) in payload[20..].iter_mut().enumerate() {
+                *b = (i as u64 ^ self.sent) as u8;
+            }
+            payload.truncate(self.params.max_payload);
+            match self.engine.broadcast(&payload) {
+                Ok(h) => {
+                    ctx.record(AcEvent::Broadcast { header: h.encode(), digest: fnv64(&payload) });
+                    self.sent += 1;
+                    work += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        self.next_send_ns = now + self.params.send_interval_ns;
+        work
+    }
+}
+
+impl SimProcess<AcEvent> for Member {
+    fn poll(&mut self, ctx: &mut Ctx<'_, AcEvent>) -> usize {
+        let now = ctx.now();
+        self.fabric_events();
+        if !self.flush(ctx) {
+            ctx.wake_at(now + 2_000);
+            return 0; // the engine waits until its earlier writes are posted
+        }
+        let (slow_until, every) = {
+            let s = self.shared.borrow();
+            (s.slow_until_ns[self.me as usize], s.slow_every_ns[self.me as usize])
+        };
+        if now < slow_until {
+            if now < self.next_slow_poll_ns {
+                ctx.wake_at(self.next_slow_poll_ns);
+                return 0;
+            }
+            self.next_slow_poll_ns = now + every;
+        }
+        if self.params.trace && now >= self.next_slow_poll_ns.max(self.next_trace_ns) {
+            self.next_trace_ns = now + 500_000;
+            ctx.record(AcEvent::Note { what: self.engine.describe() });
+        }
+        let mut work = self.client(ctx);
+        self.fx.clear();
+        let deliveries = &mut self.deliveries;
+        work +=
+            self.engine.poll(now, &mut self.fx, &mut |h: Header, p: &[u8]| deliveries.push((h, fnv64(p))));
+        for (h, digest) in std::mem::take(&mut self.deliveries) {
+            ctx.record(AcEvent::Deliver { header: h.encode(), digest });
+        }
+        for note in std::mem::take(&mut self.fx.notes) {
+            match note {
+                Note::BecameLeader(e) => {
+                    let log = self.engine.log_headers().map(|h| h.encode()).collect();
+                    ctx.record(AcEvent::Elected { epoch: e.encode(), log });
+                }
+                Note::BadMessage { sender, what } => {
+                    Self::anomaly(ctx, format!("bad message from {sender}: {what}"))
+                }
+                other => {
+                    if self.params.trace {
+                        ctx.record(AcEvent::Note { what: format!("{other:?}") })
+                    }
+                }
+            }
+        }
+        let pushes = std::mem::take(&mut self.fx.pushes);
+        for push in &pushes {
+            let targets: Vec<MemberId> = match push.to {
+                Target::All => self.peers.clone(),
+                Target::Peer(p) => vec![p],
+            };
+            for t in targets {
+                self.post(ctx, Write::new(t, push.offset, push.len));
+            }
+        }
+        self.fx.pushes = pushes;
+        {
+            let mut s = self.shared.borrow_mut();
+            s.synced[self.me as usize] = self.engine.is_synced();
+            s.leader[self.me as usize] = self.engine.role() == Role::Leader;
+            s.vote_epoch[self.me as usize] = self.engine.vote().e_new;
+        }
+        if let Some(t) = self.fx.wake_at_ns {
+            ctx.wake_at(t);
+        }
+        if self.engine.role() == Role::Leader && now < self.params.stop_sending_ns {
+            ctx.wake_at(self.next_send_ns);
+        }
+        work + usize::from(!self.fx.pushes.is_empty())
+    }
+}
+
+/// A pending action of the driver's nemesis.
+#[derive(Clone, Debug)]
+enum Later {
+    Restart(MemberId),
+    Heal(MemberId, MemberId),
+    HealSplit(Vec<MemberId>),
+}
+
+/// Runs one seed and returns its history (unchecked).
+pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
+    let n = params.members;
+    let shared: Shared = Rc::new(RefCell::new(Status {
+        synced: vec![true; n as usize],
+        leader: vec![false; n as usize],
+        vote_epoch: vec![Epoch::NONE; n as usize],
+        slow_until_ns: vec![0; n as usize],
+        slow_every_ns: vec![0; n as usize],
+    }));
+    let mut rng = SimRng::new(derive_seed(seed, stream::NEMESIS));
+    let mut srng = SimRng::new(derive_seed(seed, stream::FABRIC ^ 0xACE));
+    let fabric = FabricConfig {
+        delay_min_ns: srng.range(300, 2_000),
+        delay_max_ns: srng.range(3_000, 30_000),
+        spike_ppm: srng.range(0, 5_000) as u32,
+        spike_max_ns: srng.range(10_000, 200_000),
+        completion_timeout_ns: srng.range(100_000, 400_000),
+        ..FabricConfig::default()
+    };
+    let layout = Layout::new(&params.config(0, 1));
+    let config = SimConfig { members: n, region_len: layout.region_len, fabric, ..SimConfig::default() };
+    let p = params.clone();
+    let sh = shared.clone();
+    let factory: ordo_sim::Factory<AcEvent> = Box::new(move |ctx| Box::new(Member::new(ctx, &p, sh.clone())));
+    let injector = ordo_fault::Injector::new(derive_seed(seed, stream::FAULT_POINTS), 20_000);
+    let guard = ordo_fault::install(injector);
+    let mut sim = Sim::new(seed, config, None, factory);
+    let f = (n / 2) as usize;
+    let mut crashed: BTreeSet<MemberId> = BTreeSet::new();
+    let mut later: Vec<(u64, Later)> = Vec::new();
+    let mut t = 300_000;
+    if params.faults {
+        while t < params.calm_ns {
+            // Run to t, doing the pending actions due before it in order.
+            later.sort_by_key(|(at, _)| *at);
+            while let Some((at, _)) = later.first().cloned() {
+                if at > t {
+                    break;
+                }
+                sim.run_until(at);
+                let (_, action) = later.remove(0);
+                match action {
+                    Later::Restart(m) => {
+                        crashed.remove(&m);
+                        sim.restart(m);
+                    }
+                    Later::Heal(a, b) => sim.heal(a, b),
+                    Later::HealSplit(side) => sim.heal_split(side),
+                }
+            }
+            sim.run_until(t);
+            let unsafe_count = {
+                let s = shared.borrow();
+                crashed.len() + (0..n).filter(|m| !crashed.contains(m) && !s.synced[*m as usize]).count()
+            };
+            match rng.weighted(&[4, 2, 2, 1, 1]) {
+                0 if unsafe_count < f => {
+                    let victim = {
+                        let s = shared.borrow();
+                        let alive: Vec<MemberId> = (0..n).filter(|m| !crashed.contains(m)).collect();
+                        let leader = alive.iter().copied().find(|m| s.leader[*m as usize]);
+                        let candidate = alive.iter().copied().max_by_key(|m| s.vote_epoch[*m as usize]);
+                        match rng.below(3) {
+                            0 if leader.is_some() => leader.expect("checked"),
+                            1 if candidate.is_some() => candidate.expect("checked"),
+                            _ => alive[rng.index(alive.len())],
+                        }
+                    };
+                    sim.crash(victim);
+                    crashed.insert(victim);
+                    if params.restarts && rng.chance(800_000) {
+                        later.push((t + rng.range(100_000, 1_500_000), Later::Restart(victim)));
+                    }
+                }
+                1 => {
+                    let a = rng.below(u64::from(n)) as MemberId;
+                    let b = (a + 1 + rng.below(u64::from(n - 1)) as MemberId) % n;
+                    sim.cut(a, b);
+                    later.push((t + rng.range(50_000, 1_000_000), Later::Heal(a, b)));
+                }
+                2 => {
+                    let mut all: Vec<MemberId> = (0..n).collect();
+                    rng.shuffle(&mut all);
+                    let mut side = all[..1 + rng.index((n - 1) as usize)].to_vec();
+                    side.sort_unstable();
+                    sim.split(side.clone());
+                    later.push((t + rng.range(50_000, 1_000_000), Later::HealSplit(side)));
+                }
+                3 => {
+                    let m = rng.below(u64::from(n)) as usize;
+                    let mut s = shared.borrow_mut();
+                    s.slow_until_ns[m] = t + rng.range(100_000, 2_000_000);
+                    s.slow_every_ns[m] = rng.range(50_000, 400_000);
+                }
+                _ => {}
+            }
+            t += rng.range(100_000, 600_000);
+        }
+        // Actions due before the calm still happen; the calm heals the rest.
+        later.sort_by_key(|(at, _)| *at);
+        for (at, action) in later.drain(..) {
+            if at >= params.calm_ns {
+                break;
+            }
+            sim.run_until(at);
+            match action {
+                Later::Restart(m) => {
+                    crashed.remove(&m);
+                    sim.restart(m);
+                }
+                Later::Heal(a, b) => sim.heal(a, b),
+                Later::HealSplit(side) => sim.heal_split(side),
+            }
+        }
+        sim.run_until(params.calm_ns);
+        {
+            let mut s = shared.borrow_mut();
+            s.slow_until_ns.iter_mut().for_each(|x| *x = 0);
+        }
+        sim.calm();
+    }
+    sim.run_until(params.end_ns);
+    drop(guard.finish());
+    sim.into_history()
+}
+
+/// Every checker of the workload, in order.
+pub fn checkers() -> Vec<Box<dyn Checker<AcEvent>>> {
+    vec![
+        Box::new(Anomalies),
+        Box::new(Integrity),
+        Box::new(NoDuplication),
+        Box::new(TotalOrder),
+        Box::new(OneLeaderPerEpoch),
+        Box::new(LeaderUpToDate),
+        Box::new(NoCommittedLoss),
+        Box::new(Liveness),
+    ]
+}
+
+/// Runs and checks one seed.
+pub fn run(seed: u64) -> Result<u64, String> {
+    let params = Params::draw(seed);
+    let history = std::panic::catch_unwind(|| simulate(seed, &params)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("seed {seed}: panicked: {msg}")
+    })?;
+    ordo_sim::check_all(&history, &checkers()).map_err(|v| format!("seed {seed}: {v} ({params:?})"))?;
+    Ok(history.digest())
+}
+
+// ---------------------------------------------------------------------------
+// Checkers
+// ---------------------------------------------------------------------------
+
+type Key = (MemberId, u64);
+
+/// Delivered `(header, digest)` sequences per (member, incarnation).
+fn sequences(h: &History<AcEvent>) -> BTreeMap<Key, Vec<(u64, u64)>> {
+    let mut seqs: BTreeMap<Key, Vec<(u64, u64)>> = BTreeMap::new();
+    for e in &h.entries {
+        if let AcEvent::Deliver { header, digest } = e.event {
+            seqs.entry((e.member, e.incarnation)).or_default().push((header, digest));
+        }
+    }
+    seqs
+}
+
+fn longest(seqs: &BTreeMap<Key, Vec<(u64, u64)>>) -> Vec<(u64, u64)> {
+    seqs.values().max_by_key(|s| s.len()).cloned().unwrap_or_default()
+}
+
+fn hdr(word: u64) -> Header {
+    Header::decode(word)
+}
+
+/// The harness saw nothing unexpected.
+pub struct Anomalies;
+impl Checker<AcEvent> for Anomalies {
+    fn name(&self) -> &'static str {
+        "anomalies"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        for e in &h.entries {
+            if let AcEvent::Anomaly { what } = &e.event {
+                return Err(Violation::new(
+                    self.name(),
+                    format!("m{} at {} ns: {what}", e.member, e.time_ns),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every delivered message was broadcast, with exactly those bytes.
+pub struct Integrity;
+impl Checker<AcEvent> for Integrity {
+    fn name(&self) -> &'static str {
+        "integrity"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        let mut sent = BTreeMap::new();
+        for e in &h.entries {
+            match e.event {
+                AcEvent::Broadcast { header, digest } => {
+                    sent.insert(header, digest);
+                }
+                AcEvent::Deliver { header, digest } => match sent.get(&header) {
+                    Some(d) if *d == digest => {}
+                    Some(_) => {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!(
+                                "m{} delivered {:?} with other bytes than broadcast",
+                                e.member,
+                                hdr(header)
+                            ),
+                        ));
+                    }
+                    None => {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!("m{} delivered {:?}, never broadcast", e.member, hdr(header)),
+                        ));
+                    }
+                },
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// No member incarnation delivers a message twice.
+pub struct NoDuplication;
+impl Checker<AcEvent> for NoDuplication {
+    fn name(&self) -> &'static str {
+        "no-duplication"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        for ((m, inc), seq) in sequences(h) {
+            let mut headers = BTreeSet::new();
+            let mut digests = BTreeSet::new();
+            for (header, digest) in seq {
+                if !headers.insert(header) || !digests.insert(digest) {
+                    return Err(Violation::new(
+                        self.name(),
+                        format!("m{m} (incarnation {inc}) delivered {:?} twice", hdr(header)),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every member incarnation delivers a prefix of one common order.
+pub struct TotalOrder;
+impl Checker<AcEvent> for TotalOrder {
+    fn name(&self) -> &'static str {
+        "total-order"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        let seqs = sequences(h);
+        let long = longest(&seqs);
+        for ((m, inc), seq) in &seqs {
+            if let Some(i) = (0..seq.len()).find(|i| seq[*i] != long[*i]) {
+                return Err(Violation::new(
+                    self.name(),
+                    format!(
+                        "m{m} (incarnation {inc}) delivered {:?} at position {i}, the longest history has {:?}",
+                        hdr(seq[i].0),
+                        hdr(long[i].0)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// At most one member (incarnation) wins each epoch, and it is the epoch's
+/// named leader; no two broadcasts share a header.
+pub struct OneLeaderPerEpoch;
+impl Checker<AcEvent> for OneLeaderPerEpoch {
+    fn name(&self) -> &'static str {
+        "one-leader-per-epoch"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        let mut winners: BTreeMap<u64, Key> = BTreeMap::new();
+        let mut headers = BTreeSet::new();
+        for e in &h.entries {
+            match &e.event {
+                AcEvent::Elected { epoch, .. } => {
+                    let ep = hdr(*epoch).epoch;
+                    if ep.leader != e.member {
+                        return Err(Violation::new(self.name(), format!("m{} won {ep:?}", e.member)));
+                    }
+                    if let Some(prev) = winners.insert(*epoch, (e.member, e.incarnation))
+                        && prev != (e.member, e.incarnation)
+                    {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!("{ep:?} won by {prev:?} and by ({}, {})", e.member, e.incarnation),
+                        ));
+                    }
+                }
+                AcEvent::Broadcast { header, .. } if !headers.insert(*header) => {
+                    return Err(Violation::new(
+                        self.name(),
+                        format!("header {:?} broadcast twice", hdr(*header)),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An elected leader's log holds every message committed before its epoch
+/// (delivered anywhere before the election, with a smaller header).
+pub struct LeaderUpToDate;
+impl Checker<AcEvent> for LeaderUpToDate {
+    fn name(&self) -> &'static str {
+        "leader-up-to-date"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        let mut committed = BTreeSet::new();
+        for e in &h.entries {
+            match &e.event {
+                AcEvent::Deliver { header, .. } => {
+                    committed.insert(*header);
+                }
+                AcEvent::Elected { epoch, log } => {
+                    // Committed before its epoch: delivered somewhere before
+                    // the election and ordered before the epoch. (A member
+                    // can move its vote to a bigger epoch after a candidate
+                    // of a smaller one counted it; that candidate may still
+                    // win its smaller epoch, which can commit nothing, since
+                    // a quorum promised the bigger one; messages of bigger
+                    // epochs are not its business.)
+                    let log: BTreeSet<u64> = log.iter().copied().collect();
+                    let missing = committed.range(..*epoch).find(|c| !log.contains(c));
+                    if let Some(missing) = missing {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!(
+                                "m{} won {:?} without committed {:?}",
+                                e.member,
+                                hdr(*epoch).epoch,
+                                hdr(*missing)
+                            ),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every member alive at the end delivered, in its last incarnation,
+/// everything any member delivered (no committed message lost).
+pub struct NoCommittedLoss;
+impl Checker<AcEvent> for NoCommittedLoss {
+    fn name(&self) -> &'static str {
+        "no-committed-loss"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        let seqs = sequences(h);
+        let long = longest(&seqs);
+        for m in 0..h.members {
+            if !h.alive_at_end(m) {
+                continue;
+            }
+            let inc = h.final_incarnation(m);
+            let have = seqs.get(&(m, inc)).map_or(0, |s| s.len());
+            if have < long.len() {
+                return Err(Violation::new(
+                    self.name(),
+                    format!(
+                        "m{m} (incarnation {inc}) delivered {have} of {} committed messages; first missing {:?}",
+                        long.len(),
+                        hdr(long[have].0)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// After the calm, a leader is elected and new messages commit at every
+/// member.
+pub struct Liveness;
+impl Checker<AcEvent> for Liveness {
+    fn name(&self) -> &'static str {
+        "liveness"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        let calm = h.faults.iter().find(|f| f.fault == FaultNote::Calm).map_or(0, |f| f.time_ns);
+        let after: BTreeSet<u64> = h
+            .entries
+            .iter()
+            .filter(|e| e.time_ns >= calm)
+            .filter_map(|e| match e.event {
+                AcEvent::Broadcast { header, .. } => Some(header),
+                _ => None,
+            })
+            .collect();
+        if after.is_empty() {
+            return Err(Violation::new(
+                self.name(),
+                format!("no message broadcast after the calm at {calm} ns"),
+            ));
+        }
+        let seqs = sequences(h);
+        for m in 0..h.members {
+            let inc = h.final_incarnation(m);
+            let got = seqs.get(&(m, inc)).map_or(0, |s| s.iter().filter(|(x, _)| after.contains(x)).count());
+            if got == 0 {
+                return Err(Violation::new(
+                    self.name(),
+                    format!("m{m} delivered nothing broadcast after the calm"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

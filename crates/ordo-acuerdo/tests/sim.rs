@@ -1,0 +1,276 @@
+//! Seeded simulation of the Acuerdo engine (see `tests/common/mod.rs` for
+//! what a seed draws and what is checked): fresh seeds every run, pinned
+//! seeds, determinism, and a bad history that every checker must reject.
+
+mod common;
+
+use common::{AcEvent, Params};
+use ordo_acuerdo::{Epoch, Header};
+use ordo_sim::{Checker, FaultNote, History, SeedBatch};
+use std::time::Instant;
+
+/// Seeds that must keep passing. Each found a bug in an earlier version:
+/// 1006 (followers took a restarted leader's new heartbeat for their
+/// leader's: no election), 1008 (a diff reached a follower before the
+/// leader's row: election storm), 1052 (a long diff outlived the election
+/// timeout: abdication loop), 1098 (catch-up slower than the load with a
+/// window of 2); 779912 (a candidate of a smaller epoch won with a stale
+/// vote after a bigger epoch committed: the up-to-date checker now compares
+/// epochs, as the paper states the property); 904066 (slots freed by an
+/// ack were refilled only at the next poll: catch-up too slow to drain).
+const PINNED: &[u64] = &[0, 1, 2, 42, 1006, 1008, 1052, 1098, 779_912, 904_066, 0xDEAD_BEEF];
+
+#[test]
+fn fresh_seeds() {
+    let batch = SeedBatch::from_env(500);
+    eprintln!(
+        "{}: {} seeds from base {} (replay with ORDO_SIM_BASE_SEED={} ORDO_SIM_SEEDS={})",
+        common::NAME,
+        batch.count,
+        batch.base,
+        batch.base,
+        batch.count
+    );
+    let start = Instant::now();
+    let failures: Vec<String> = batch.seeds().filter_map(|s| common::run(s).err()).collect();
+    eprintln!("{}: {} seeds, {} failed, in {:?}", common::NAME, batch.count, failures.len(), start.elapsed());
+    assert!(failures.is_empty(), "{} failing seeds; first: {}", failures.len(), failures[0]);
+}
+
+#[test]
+#[ignore]
+fn failure_census() {
+    let batch = SeedBatch::from_env(500);
+    let mut kinds = std::collections::BTreeMap::new();
+    let mut examples = std::collections::BTreeMap::new();
+    for s in batch.seeds() {
+        if let Err(e) = common::run(s) {
+            let k = e.split(':').nth(1).unwrap_or("").trim().to_string();
+            *kinds.entry(k.clone()).or_insert(0) += 1;
+            examples.entry(k).or_insert(e);
+        }
+    }
+    for (k, n) in &kinds {
+        eprintln!("{n:4} {k}\n     e.g. {}", examples[k]);
+    }
+}
+
+#[test]
+#[ignore]
+fn trace_seed() {
+    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
+    let mut p = Params::draw(seed);
+    p.trace = true;
+    let h = common::simulate(seed, &p);
+    for f in &h.faults {
+        eprintln!("{:>9} FAULT {:?}", f.time_ns, f.fault);
+    }
+    for e in &h.entries {
+        match &e.event {
+            AcEvent::Deliver { .. } | AcEvent::Broadcast { .. } => {}
+            ev => eprintln!("{:>9} m{}.{} {:?}", e.time_ns, e.member, e.incarnation, ev),
+        }
+    }
+    let _ = ordo_sim::check_all(&h, &common::checkers()).map_err(|v| eprintln!("{v}"));
+}
+
+#[test]
+fn pinned_seeds() {
+    for seed in PINNED {
+        if let Err(e) = common::run(*seed) {
+            panic!("pinned seed failed: {e}");
+        }
+    }
+}
+
+#[test]
+fn same_seed_same_history() {
+    let p = Params::draw(777);
+    let a = common::simulate(777, &p);
+    let b = common::simulate(777, &p);
+    assert_eq!(a, b, "same seed, different history");
+    assert_ne!(a.digest(), common::simulate(778, &Params::draw(778)).digest());
+}
+
+#[test]
+fn without_faults_everything_commits_everywhere() {
+    for seed in 0..20 {
+        let mut p = Params::draw(seed);
+        p.faults = false;
+        let h = common::simulate(seed, &p);
+        let checkers: Vec<Box<dyn Checker<AcEvent>>> = common::checkers().into_iter().take(7).collect();
+        ordo_sim::check_all(&h, &checkers).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+        let elected = h.entries.iter().filter(|e| matches!(e.event, AcEvent::Elected { .. })).count();
+        assert_eq!(elected, 1, "seed {seed}: one election, at the start");
+        let delivered = h.entries.iter().filter(|e| matches!(e.event, AcEvent::Deliver { .. })).count();
+        assert!(delivered > 100 * p.members as usize, "seed {seed}: {delivered} deliveries");
+    }
+}
+
+/// The seeds exercise what they claim: leader crashes, restarts that catch
+/// up from a diff, repeated elections, partitions.
+#[test]
+fn seeds_cover_the_interesting_paths() {
+    let (mut crashes, mut restarts, mut elections, mut splits, mut leader_crashes) = (0, 0, 0, 0, 0);
+    for seed in 2000..2060 {
+        let h = common::simulate(seed, &Params::draw(seed));
+        ordo_sim::check_all(&h, &common::checkers()).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+        let mut leader = None;
+        let mut events: Vec<(u64, Option<&AcEvent>, Option<&FaultNote>)> = h
+            .entries
+            .iter()
+            .map(|e| (e.time_ns, Some(&e.event), None))
+            .chain(h.faults.iter().map(|f| (f.time_ns, None, Some(&f.fault))))
+            .collect();
+        events.sort_by_key(|e| e.0);
+        for (_, ev, fault) in events {
+            match (ev, fault) {
+                (Some(AcEvent::Elected { epoch, .. }), _) => {
+                    elections += 1;
+                    leader = Some(Header::decode(*epoch).epoch.leader);
+                }
+                (_, Some(FaultNote::Crash { member })) => {
+                    crashes += 1;
+                    leader_crashes += usize::from(leader == Some(*member));
+                }
+                (_, Some(FaultNote::Restart { .. })) => restarts += 1,
+                (_, Some(FaultNote::Split { .. })) => splits += 1,
+                _ => {}
+            }
+        }
+    }
+    eprintln!(
+        "60 seeds: {crashes} crashes ({leader_crashes} of the leader), {restarts} restarts, {elections} elections, {splits} splits"
+    );
+    assert!(crashes > 60 && leader_crashes > 20 && restarts > 60 && elections > 120 && splits > 30);
+}
+
+// ---------------------------------------------------------------------------
+// Every checker rejects a bad history.
+// ---------------------------------------------------------------------------
+
+fn hw(round: u32, leader: u32, count: u32) -> u64 {
+    Epoch::new(round, leader).header(count).encode()
+}
+
+/// A good history: m0 leads (1,0) and sends two messages; all deliver
+/// them; a calm; m1 leads (1,1) with both in its log and sends a third,
+/// delivered everywhere.
+fn good() -> History<AcEvent> {
+    let mut h = History::new(3);
+    let (a, b, c) = (hw(1, 0, 1), hw(1, 0, 2), hw(1, 1, 1));
+    h.record(1, 0, 1, AcEvent::Elected { epoch: hw(1, 0, 0), log: vec![] });
+    h.record(2, 0, 1, AcEvent::Broadcast { header: a, digest: 10 });
+    h.record(3, 0, 1, AcEvent::Broadcast { header: b, digest: 11 });
+    for m in 0..3 {
+        h.record(4, m, 1, AcEvent::Deliver { header: a, digest: 10 });
+        h.record(5, m, 1, AcEvent::Deliver { header: b, digest: 11 });
+    }
+    h.note(6, FaultNote::Calm);
+    h.record(7, 1, 1, AcEvent::Elected { epoch: hw(1, 1, 0), log: vec![a, b] });
+    h.record(8, 1, 1, AcEvent::Broadcast { header: c, digest: 12 });
+    for m in 0..3 {
+        h.record(9, m, 1, AcEvent::Deliver { header: c, digest: 12 });
+    }
+    h
+}
+
+fn rejects(checker: &dyn Checker<AcEvent>, h: &History<AcEvent>) {
+    let v = checker.check(h).expect_err("bad history accepted");
+    eprintln!("{v}");
+}
+
+fn all_accept(h: &History<AcEvent>) {
+    for c in common::checkers() {
+        c.check(h).unwrap_or_else(|v| panic!("good history rejected: {v}"));
+    }
+}
+
+#[test]
+fn the_good_history_passes_every_checker() {
+    all_accept(&good());
+}
+
+#[test]
+fn integrity_rejects_unsent_or_altered_messages() {
+    let mut h = good();
+    h.record(10, 2, 1, AcEvent::Deliver { header: hw(7, 2, 1), digest: 1 });
+    rejects(&common::Integrity, &h);
+    let mut h = good();
+    if let AcEvent::Deliver { digest, .. } = &mut h.entries[4].event {
+        *digest = 99;
+    }
+    rejects(&common::Integrity, &h);
+}
+
+#[test]
+fn no_duplication_rejects_a_second_delivery() {
+    let mut h = good();
+    h.record(10, 2, 1, AcEvent::Deliver { header: hw(1, 0, 1), digest: 10 });
+    rejects(&common::NoDuplication, &h);
+}
+
+#[test]
+fn total_order_rejects_diverging_members() {
+    let mut h = History::new(2);
+    let (a, b) = (hw(1, 0, 1), hw(1, 0, 2));
+    h.record(1, 0, 1, AcEvent::Deliver { header: a, digest: 1 });
+    h.record(1, 0, 1, AcEvent::Deliver { header: b, digest: 2 });
+    h.record(1, 1, 1, AcEvent::Deliver { header: b, digest: 2 });
+    rejects(&common::TotalOrder, &h);
+}
+
+#[test]
+fn one_leader_per_epoch_rejects_two_winners_and_reused_headers() {
+    let mut h = good();
+    h.record(10, 0, 1, AcEvent::Elected { epoch: hw(1, 1, 0), log: vec![] });
+    rejects(&common::OneLeaderPerEpoch, &h);
+    let mut h = good();
+    h.record(10, 1, 2, AcEvent::Elected { epoch: hw(1, 1, 0), log: vec![] });
+    rejects(&common::OneLeaderPerEpoch, &h);
+    let mut h = good();
+    h.record(10, 1, 1, AcEvent::Broadcast { header: hw(1, 1, 1), digest: 77 });
+    rejects(&common::OneLeaderPerEpoch, &h);
+}
+
+#[test]
+fn leader_up_to_date_rejects_a_leader_missing_a_committed_message() {
+    let mut h = good();
+    h.record(10, 2, 1, AcEvent::Elected { epoch: hw(2, 2, 0), log: vec![hw(1, 0, 1), hw(1, 1, 1)] });
+    rejects(&common::LeaderUpToDate, &h);
+    // A candidate of an epoch smaller than one that committed (it won with
+    // a stale vote; it can commit nothing) need not know that epoch's
+    // messages, only those committed before its own epoch.
+    let mut h = good();
+    h.record(10, 2, 1, AcEvent::Elected { epoch: hw(0, 2, 0), log: vec![] });
+    common::LeaderUpToDate.check(&h).expect("nothing was committed before (0,2)");
+}
+
+#[test]
+fn no_committed_loss_rejects_a_survivor_without_the_prefix() {
+    let mut h = good();
+    h.note(10, FaultNote::Crash { member: 2 });
+    h.note(11, FaultNote::Restart { member: 2, incarnation: 2 });
+    h.record(12, 2, 2, AcEvent::Deliver { header: hw(1, 0, 1), digest: 10 });
+    rejects(&common::NoCommittedLoss, &h);
+    // Dead at the end: not a survivor.
+    h.note(13, FaultNote::Crash { member: 2 });
+    common::NoCommittedLoss.check(&h).expect("only survivors count");
+}
+
+#[test]
+fn liveness_rejects_a_run_without_progress_after_the_calm() {
+    let mut h = good();
+    h.entries.retain(|e| e.time_ns < 8);
+    rejects(&common::Liveness, &h);
+    let mut h = good();
+    h.entries.retain(|e| !(e.member == 2 && e.time_ns == 9));
+    rejects(&common::Liveness, &h);
+}
+
+#[test]
+fn anomalies_are_reported() {
+    let mut h = good();
+    h.record(10, 1, 1, AcEvent::Anomaly { what: "post failed".into() });
+    rejects(&common::Anomalies, &h);
+}
