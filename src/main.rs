@@ -4,6 +4,9 @@
 //!   shm fabric streaming 10 KiB messages, with what each member delivered.
 //! - `ordo bench fabric` — fabric latency and bandwidth beside the machine's
 //!   physical limits (see `ordo_bench::fabric`).
+//! - `ordo bench spindle` — the Spindle paper's experiments, baseline vs
+//!   optimized (see `ordo_bench::spindle`).
+//! - `ordo bench acuerdo` — the Acuerdo paper's experiments.
 //! - `ordo config` — print the effective configuration (file < env < CLI).
 //! - `ordo member` — bring up this member's fabric from the configuration
 //!   and run its SST heartbeat agent, reporting peers' liveness.
@@ -44,6 +47,13 @@ enum Command {
     /// The remote member of a benchmark or a multi-process test.
     #[command(hide = true)]
     FabricPeer(PeerArgs),
+    /// One Acuerdo member process (for the kill -9 tests).
+    #[command(hide = true, disable_help_flag = true)]
+    AcuerdoPeer {
+        /// The peer's own flags (see `ordo_bench::acuerdo_peer`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -130,6 +140,38 @@ enum Bench {
     /// One-way latency and streaming bandwidth of each fabric backend, beside
     /// memcpy and a cross-process cache-line ping-pong measured in the same run.
     Fabric(FabricArgs),
+    /// The Spindle paper's experiments (spindle §IV, Figs. 3-17) on the vsync
+    /// engine: baseline and optimized side by side; CSV and PNG files under
+    /// --out.
+    Spindle(SpindleArgs),
+    /// The Acuerdo paper's experiments (acuerdo §4: Fig. 8 latency vs
+    /// throughput against vsync, Table 1 election duration); `--help` lists
+    /// its flags.
+    #[command(disable_help_flag = true)]
+    Acuerdo {
+        /// `--quick`, `--json`, `--figures fig8,table1`, `--out DIR`, ...
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Args)]
+struct SpindleArgs {
+    /// Reduced run (under two minutes; groups of up to 4 members).
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Figures to run, e.g. fig3,fig5 (default: all).
+    #[arg(long, value_delimiter = ',')]
+    figures: Vec<String>,
+    /// Largest group (default: 4 with --quick, 8 otherwise).
+    #[arg(long)]
+    max_members: Option<u32>,
+    /// Directory for the CSV files and PNG plots.
+    #[arg(long, default_value = "bench-results/spindle")]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -202,6 +244,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Bench(Bench::Fabric(args)) => bench_fabric(args),
+        Command::Bench(Bench::Spindle(args)) => bench_spindle(args),
         Command::Demo(args) => demo(args),
         Command::DemoMember(args) => demo_member(args),
         Command::Config(args) => load_config(&args).map(|c| print!("{}", c.to_toml_string())),
@@ -209,6 +252,8 @@ fn main() -> ExitCode {
         #[cfg(feature = "sim")]
         Command::Sim(args) => sim(args),
         Command::FabricPeer(args) => fabric_peer(args),
+        Command::AcuerdoPeer { args } => ordo_bench::acuerdo_peer_main(&args),
+        Command::Bench(Bench::Acuerdo { args }) => ordo_bench::bench_acuerdo_main(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -243,6 +288,31 @@ fn bench_fabric(args: FabricArgs) -> Result<(), String> {
         fabric::print_table(&report);
     }
     Ok(())
+}
+
+fn bench_spindle(args: SpindleArgs) -> Result<(), String> {
+    use ordo_bench::spindle::{self, SpindleOptions};
+    let opts = SpindleOptions {
+        quick: args.quick,
+        figures: args.figures,
+        max_members: args.max_members,
+        out_dir: args.out,
+    };
+    let json = args.json;
+    let report = spindle::run(&opts, |line| {
+        if !json {
+            eprintln!("  {line}");
+        }
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        spindle::print_table(&report);
+    }
+    match report.failures.len() {
+        0 => Ok(()),
+        n => Err(format!("{n} experiment point(s) failed (see above)")),
+    }
 }
 
 fn fabric_peer(args: PeerArgs) -> Result<(), String> {
@@ -313,20 +383,26 @@ fn member(args: MemberArgs) -> Result<(), String> {
 
 #[cfg(feature = "sim")]
 fn sim(args: SimArgs) -> Result<(), String> {
+    let engines = [ordo_vsync::sim::WORKLOAD];
     let Some(name) = args.workload else {
         println!("workloads:");
-        for w in ordo_sim::workloads::REGISTRY {
+        for w in ordo_sim::workloads::REGISTRY.iter().chain(engines.iter()) {
             println!("  {:<18} {}", w.name, w.summary);
         }
         return Ok(());
     };
+    let engine = engines.iter().find(|w| w.name == name);
     let opts = ordo_sim::RunOptions {
         faults: !args.no_faults,
         fault_point_ppm: args.fault_point_ppm,
         ..ordo_sim::RunOptions::default()
     };
+    let run_one = |seed: u64| match engine {
+        Some(w) => (w.run)(seed, &opts),
+        None => ordo_sim::run_workload(&name, seed, &opts),
+    };
     if let Some(seed) = args.seed {
-        let report = ordo_sim::run_workload(&name, seed, &opts).map_err(|f| f.to_string())?;
+        let report = run_one(seed).map_err(|f| f.to_string())?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
         } else {
@@ -359,7 +435,11 @@ fn sim(args: SimArgs) -> Result<(), String> {
             .unwrap_or(1)
     });
     let start = std::time::Instant::now();
-    let report = ordo_sim::run_seeds(&name, (0..count).map(|i| base.wrapping_add(i)), &opts);
+    let seeds = (0..count).map(|i| base.wrapping_add(i));
+    let report = match engine {
+        Some(_) => ordo_vsync::sim::run_seeds(seeds, &opts),
+        None => ordo_sim::run_seeds(&name, seeds, &opts),
+    };
     println!(
         "{name}: {} runs from base seed {base}, {} passed, {} failed, {} faults, {} fault points fired, in {:.1?}",
         report.runs,

@@ -241,7 +241,7 @@ pub fn run_member(
     let agent = &joined.agents[0];
     let stats = agent.member.stats(0).clone();
     let hist = shared.latency.lock().expect("latency").take().expect("histogram");
-    let hist = if hist.len() == 0 { Histogram::new(3).expect("h") } else { hist };
+    let hist = if hist.is_empty() { Histogram::new(3).expect("h") } else { hist };
     Ok(MemberReport {
         member: id,
         sent_messages: sent.load(Ordering::Relaxed),

@@ -4,8 +4,15 @@
 //!   streaming bandwidth per backend, beside the physical limits measured in
 //!   the same run (memcpy at the same sizes and footprint, and a
 //!   cross-process cache-line ping-pong).
+//! - [`acuerdo_bench`]: `ordo bench acuerdo` — the Acuerdo paper's Fig. 8
+//!   (latency vs throughput, beside vsync) and Table 1 (election time).
+//! - [`acuerdo_peer`]: one Acuerdo member process (`ordo acuerdo-peer`)
+//!   for the kill -9 tests.
 //! - [`peer`]: the child process that benchmarks (and the multi-process
 //!   tests) spawn as the remote member.
+//! - [`spindle`]: `ordo bench spindle` — the Spindle paper's experiments
+//!   (spindle §IV) on the vsync engine, baseline and optimized side by side.
+//! - [`plot`]: PNG line charts for the figures.
 //! - [`machine`]: what every result records about the machine.
 //!
 //! # Invariants
@@ -17,8 +24,24 @@
 
 #![warn(missing_docs)]
 
+pub mod acuerdo_bench;
+pub mod acuerdo_peer;
 pub mod demo;
 pub mod fabric;
 pub mod machine;
 pub mod peer;
+pub mod plot;
 pub mod protocol;
+pub mod spindle;
+
+/// Entry point of the hidden `ordo acuerdo-peer` subcommand (`args`
+/// without the program and subcommand names); see [`acuerdo_peer`].
+pub fn acuerdo_peer_main(args: &[String]) -> Result<(), String> {
+    acuerdo_peer::main(args)
+}
+
+/// Entry point of `ordo bench acuerdo` (`args` without the program and
+/// subcommand names); see [`acuerdo_bench`].
+pub fn bench_acuerdo_main(args: &[String]) -> Result<(), String> {
+    acuerdo_bench::main(args)
+}

@@ -75,6 +75,7 @@
 #![doc = concat!("```toml\n", include_str!("../example.toml"), "```")]
 #![warn(missing_docs)]
 
+pub mod acuerdo;
 mod agent;
 mod agent_loop;
 mod clock;

@@ -36,12 +36,19 @@ use std::time::{Duration, Instant};
 /// A message handed to a delivery handler.
 pub type Message<'a> = Delivered<'a>;
 
+/// A delivery handler called with each delivered batch.
+pub type BatchHandler = Box<dyn FnMut(&[Message<'_>]) + Send>;
+
+/// What [`VsyncMember::new`] returns: the agent, a send handle per subgroup
+/// it sends in, and the delivery worker thread if [`Delivery::Worker`].
+pub type NewMember<F> = (VsyncMember<F>, Vec<Option<SubgroupHandle>>, Option<std::thread::JoinHandle<()>>);
+
 /// How delivered messages reach the application.
 pub enum Delivery {
     /// Called on the predicate thread with each batch (spindle §III-D,
     /// batched upcall) — or once per message when the group's
     /// `batched_upcall` switch is off. Must not block.
-    Inline(Box<dyn FnMut(&[Message<'_>]) + Send>),
+    Inline(BatchHandler),
     /// Messages are copied into one of `buffers` preallocated buffers and
     /// handled on a worker thread; the predicate thread never runs
     /// application code.
@@ -84,7 +91,7 @@ struct Sink {
 }
 
 enum SinkMode {
-    Inline(Box<dyn FnMut(&[Message<'_>]) + Send>),
+    Inline(BatchHandler),
     Worker { full: rtrb::Producer<OwnedMessage>, empty: rtrb::Consumer<OwnedMessage> },
     Discard,
 }
@@ -230,10 +237,7 @@ impl<F: Fabric> VsyncMember<F> {
         fabric: F,
         group: GroupConfig,
         delivery: Delivery,
-    ) -> Result<
-        (Self, Vec<Option<SubgroupHandle>>, Option<std::thread::JoinHandle<()>>),
-        ordo_vsync::ConfigError,
-    > {
+    ) -> Result<NewMember<F>, ordo_vsync::ConfigError> {
         let switches = group.switches;
         let (engine, senders) = Engine::new(group, fabric.member(), fabric.region().clone())?;
         let lock = Arc::new(Mutex::new(()));
@@ -460,8 +464,7 @@ impl Group {
     /// Stops the predicate thread and returns the member (engine stats).
     pub fn stop(mut self) -> VsyncMember<MemberFabric> {
         let runner = self.runner.take().expect("running");
-        let member = runner.join().agents.pop().expect("one member");
-        member
+        runner.join().agents.pop().expect("one member")
     }
 }
 

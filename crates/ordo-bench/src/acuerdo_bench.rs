@@ -1,0 +1,785 @@
+//! `ordo bench acuerdo`: the Acuerdo paper's experiments (acuerdo §4.1-4.2)
+//! on ordo's Acuerdo engine, beside the vsync engine measured in the same
+//! run.
+//!
+//! - **Fig. 8** — commit latency vs throughput as the client window grows
+//!   `2^0, 2^1, …` until throughput stops growing (saturation), for 10 B
+//!   and 1000 B messages and groups of 3 and 7 members. Acuerdo: one
+//!   client at the leader keeps `window` messages outstanding; latency is
+//!   from its submit to its commit notification (both on the leader's
+//!   agent thread). vsync (ordo-runtime's `VsyncMember`, Spindle on, via
+//!   [`crate::spindle::run_point`]): leader-only (member 0 sends) and
+//!   all-senders, `window` slots per sender; latency is from send to
+//!   delivery, recorded at every member (the sender included; with the
+//!   total order every member delivers a message in the same round).
+//! - **Table 1** — election duration for 3, 5, 7, 9 members: the leader
+//!   (loaded with 10 B messages) is crashed repeatedly (its agent and its
+//!   fabric endpoint dropped), and the time from the new leader's first
+//!   vote after the crash (its detection of the failure) to its
+//!   `BecameLeader` (when it can send its first new message) is averaged.
+//!   Also reported: to the first commit of the new epoch (diff accepted by
+//!   a quorum included). The crashed member restarts as a new incarnation
+//!   (it catches up through a full diff) before the next crash.
+//!
+//! Every point is measured twice and the better one (by throughput) kept,
+//! since this shared 2-core machine occasionally stalls a point; a curve
+//! stops after two windows in a row that add less than 5 % throughput.
+//!
+//! Every member runs in this process on the shm fabric: Fig. 8 puts the
+//! members on two runner threads in the shared threading mode (as the
+//! spindle benchmark does on this 2-core machine); Table 1 gives each
+//! member its own thread (so one can be crashed alone). CSV and PNG files
+//! go to `--out` (default `bench-results/acuerdo`).
+
+use crate::demo::monotonic_ns;
+use crate::machine::MachineInfo;
+use crate::plot::{Panel, Series, write_png};
+use crate::spindle::{Pattern, Plan, Point, run_point};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use ordo_acuerdo::{Config, Note, Role};
+use ordo_fabric::MemberId;
+use ordo_fabric_shm::{ShmFabric, ShmOptions};
+use ordo_runtime::acuerdo::{AcuerdoClient, AcuerdoMember, ClientEvent, MemberOptions, region_len};
+use ordo_runtime::{Agent, IdleStrategy, Runner, RunnerOptions, ThreadingMode};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Arguments of `ordo bench acuerdo`.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "ordo bench acuerdo", about = "Acuerdo paper Fig. 8 and Table 1, beside vsync")]
+pub struct BenchArgs {
+    /// Reduced run (under two minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the rows as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Experiments: fig8, table1 (default: both).
+    #[arg(long, value_delimiter = ',')]
+    pub figures: Vec<String>,
+    /// Largest client window exponent (default 7 with --quick, 10 otherwise).
+    #[arg(long)]
+    pub max_window_exp: Option<u32>,
+    /// Leader failures per group size in Table 1 (default 4 with --quick, 12 otherwise).
+    #[arg(long)]
+    pub elections: Option<usize>,
+    /// Directory for CSV and PNG files.
+    #[arg(long, default_value = "bench-results/acuerdo")]
+    pub out: PathBuf,
+}
+
+/// One result row.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// `fig8` or `table1`.
+    pub figure: String,
+    /// `acuerdo`, `vsync-leader` or `vsync-all`.
+    pub engine: String,
+    /// Group size.
+    pub members: u32,
+    /// Message size.
+    pub size_bytes: usize,
+    /// Client window (messages outstanding per sender).
+    pub window: u64,
+    /// Messages committed (delivered) per second.
+    pub throughput_msgs_per_s: f64,
+    /// Payload MB/s.
+    pub throughput_mb_per_s: f64,
+    /// p50 latency, ns.
+    pub latency_ns_p50: Option<u64>,
+    /// p99 latency, ns.
+    pub latency_ns_p99: Option<u64>,
+    /// Table 1: mean election duration (first vote → BecameLeader), ns.
+    pub election_ns_mean: Option<f64>,
+    /// Table 1: mean first vote → first commit of the new epoch, ns.
+    pub recovery_ns_mean: Option<f64>,
+    /// Table 1: elections measured.
+    pub elections: Option<usize>,
+}
+
+impl Row {
+    fn fig8(
+        engine: &str,
+        members: u32,
+        size: usize,
+        window: u64,
+        tput: f64,
+        p50: Option<u64>,
+        p99: Option<u64>,
+    ) -> Row {
+        Row {
+            figure: "fig8".into(),
+            engine: engine.into(),
+            members,
+            size_bytes: size,
+            window,
+            throughput_msgs_per_s: tput,
+            throughput_mb_per_s: tput * size as f64 / 1e6,
+            latency_ns_p50: p50,
+            latency_ns_p99: p99,
+            election_ns_mean: None,
+            recovery_ns_mean: None,
+            elections: None,
+        }
+    }
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The machine.
+    pub machine: MachineInfo,
+    /// Whether `--quick`.
+    pub quick: bool,
+    /// Every row.
+    pub rows: Vec<Row>,
+    /// Where the files went.
+    pub out_dir: String,
+}
+
+/// Entry point of `ordo bench acuerdo` (`args` without program/subcommand).
+pub fn main(args: &[String]) -> Result<(), String> {
+    use std::io::Write as _;
+    let argv = std::iter::once("ordo bench acuerdo".to_string()).chain(args.iter().cloned());
+    let args = match BenchArgs::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) if !e.use_stderr() => {
+            let _ = write!(std::io::stdout(), "{e}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let report = run(&args, |line| eprintln!("{line}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The measuring agent: an Acuerdo member plus, when it leads, the client.
+
+/// What the client does, shared by every member's agent (only the leader
+/// acts on it).
+struct Load {
+    size: usize,
+    window: AtomicU64,
+    /// Record latencies and count commits.
+    measuring: AtomicBool,
+    committed: AtomicU64,
+    latency: Mutex<Histogram<u64>>,
+    /// First commit of each epoch (encoded) at its leader: time, ns.
+    first_commit: Mutex<BTreeMap<u64, u64>>,
+}
+
+impl Load {
+    fn new(size: usize, window: u64) -> Arc<Load> {
+        Arc::new(Load {
+            size,
+            window: AtomicU64::new(window),
+            measuring: AtomicBool::new(false),
+            committed: AtomicU64::new(0),
+            latency: Mutex::new(Histogram::new(3).expect("histogram")),
+            first_commit: Mutex::default(),
+        })
+    }
+}
+
+struct LoadedMember {
+    member: AcuerdoMember<ShmFabric>,
+    client: AcuerdoClient,
+    load: Arc<Load>,
+    /// Submitted tickets and their submit times (commits come in order).
+    in_flight: BTreeMap<u64, u64>,
+    payload: Vec<u8>,
+    local: Histogram<u64>,
+    local_commits: u64,
+}
+
+impl LoadedMember {
+    fn new(member: AcuerdoMember<ShmFabric>, client: AcuerdoClient, load: Arc<Load>) -> Self {
+        let payload = vec![0x5A; load.size];
+        LoadedMember {
+            member,
+            client,
+            load,
+            in_flight: BTreeMap::new(),
+            payload,
+            local: Histogram::new(3).expect("histogram"),
+            local_commits: 0,
+        }
+    }
+
+    fn flush_stats(&mut self) {
+        if self.local_commits > 0 {
+            self.load.committed.fetch_add(self.local_commits, Ordering::Relaxed);
+            let mut h = self.load.latency.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = h.add(&self.local);
+            self.local.reset();
+            self.local_commits = 0;
+        }
+    }
+}
+
+impl Agent for LoadedMember {
+    fn name(&self) -> &str {
+        "acuerdo-bench"
+    }
+
+    fn do_work(&mut self, now_ns: u64) -> usize {
+        let mut work = self.member.do_work(now_ns);
+        let measuring = self.load.measuring.load(Ordering::Relaxed);
+        while let Some(ev) = self.client.poll() {
+            work += 1;
+            match ev {
+                ClientEvent::Accepted { .. } => {}
+                ClientEvent::Committed { ticket, header } => {
+                    let now = monotonic_ns();
+                    if let Some(t) = self.in_flight.remove(&ticket)
+                        && measuring
+                    {
+                        let _ = self.local.record(now.saturating_sub(t).max(1));
+                        self.local_commits += 1;
+                    }
+                    if header.count == 1 {
+                        self.load
+                            .first_commit
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry(header.epoch.encode())
+                            .or_insert(now);
+                    }
+                }
+                ClientEvent::Rejected { ticket, .. } | ClientEvent::Lost { ticket, .. } => {
+                    self.in_flight.remove(&ticket);
+                }
+            }
+        }
+        if measuring {
+            if self.local_commits >= 256 {
+                self.flush_stats();
+            }
+        } else {
+            self.flush_stats();
+        }
+        if self.client.status().role() == Role::Leader {
+            let window = self.load.window.load(Ordering::Relaxed);
+            while (self.in_flight.len() as u64) < window {
+                let now = monotonic_ns();
+                self.payload[..8.min(self.load.size)]
+                    .copy_from_slice(&now.to_le_bytes()[..8.min(self.load.size)]);
+                match self.client.submit(&self.payload) {
+                    Ok(t) => {
+                        self.in_flight.insert(t, now);
+                        work += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        work
+    }
+
+    fn on_close(&mut self) {
+        self.flush_stats();
+    }
+
+    fn doorbell(&self) -> Option<ordo_fabric::Doorbell> {
+        self.member.doorbell()
+    }
+}
+
+fn bench_config(members: &[MemberId], me: MemberId, size: usize, max_window: u64) -> Config {
+    let mut c = Config::new(members.to_vec(), me);
+    c.max_payload = size.max(16);
+    c.window = 128;
+    c.max_outstanding = (max_window as u32).max(64) * 2;
+    c.heartbeat_interval_ns = 1_000_000;
+    c.heartbeat_timeout_ns = 20_000_000;
+    c.election_timeout_ns = 30_000_000;
+    c
+}
+
+fn create_fabrics(
+    cluster: &str,
+    ids: &[MemberId],
+    len: usize,
+    shared_bells: bool,
+) -> Result<Vec<ShmFabric>, String> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = ids
+            .iter()
+            .map(|&m| {
+                let ids = ids.to_vec();
+                s.spawn(move || {
+                    let mut o = ShmOptions::new(cluster, m, ids, len);
+                    if shared_bells {
+                        o.doorbell_owner = Some(m % 2);
+                    }
+                    o.liveness_check_interval = Duration::from_millis(20);
+                    ShmFabric::create(o).map_err(|e| format!("member {m}: {e}"))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("fabric thread")).collect()
+    })
+}
+
+fn idle() -> IdleStrategy {
+    IdleStrategy::BackoffPark {
+        spins: 2_000,
+        yields: 200,
+        park_min: Duration::from_micros(20),
+        park_max: Duration::from_micros(500),
+    }
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Result<(), String> {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() > limit {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Fig. 8
+
+/// Measurements per point; the best (by throughput) is kept.
+const ATTEMPTS: usize = 2;
+
+struct Timing {
+    warmup: Duration,
+    duration: Duration,
+}
+
+fn acuerdo_curve(
+    members: u32,
+    size: usize,
+    windows: &[u64],
+    t: &Timing,
+    progress: &mut impl FnMut(&str),
+) -> Result<Vec<Row>, String> {
+    let ids: Vec<MemberId> = (0..members).collect();
+    let max_window = *windows.last().expect("windows");
+    let cfg0 = bench_config(&ids, 0, size, max_window);
+    let cluster = format!("ab8-{}-{members}-{size}", std::process::id());
+    let fabrics = create_fabrics(&cluster, &ids, region_len(&cfg0), true)?;
+    let load = Load::new(size, 0);
+    let mut agents: [Vec<LoadedMember>; 2] = [Vec::new(), Vec::new()];
+    let mut statuses = Vec::new();
+    for (i, f) in fabrics.into_iter().enumerate() {
+        let cfg = bench_config(&ids, i as MemberId, size, max_window);
+        let (m, c) = AcuerdoMember::new(f, cfg, 0, MemberOptions::default()).map_err(|e| e.to_string())?;
+        statuses.push(m.status());
+        agents[i % 2].push(LoadedMember::new(m, c, load.clone()));
+    }
+    let options = RunnerOptions::new(ThreadingMode::Shared, idle());
+    let [a0, a1] = agents;
+    let r0 = Runner::start(a0, &options).map_err(|e| e.to_string())?;
+    let r1 = Runner::start(a1, &options).map_err(|e| e.to_string())?;
+    wait_for("a leader", Duration::from_secs(10), || {
+        statuses.iter().filter(|s| s.is_leader()).count() == 1
+            && statuses.iter().all(|s| s.role() != Role::Electing)
+    })?;
+    let mut rows = Vec::new();
+    let mut best = 0.0f64;
+    let mut flat = 0;
+    for &w in windows {
+        load.window.store(w, Ordering::Relaxed);
+        // Best of two measurements (by throughput): a point disturbed by
+        // other load on this shared machine is measured again.
+        let mut best_point: Option<(f64, Option<u64>, Option<u64>)> = None;
+        for _ in 0..ATTEMPTS {
+            std::thread::sleep(t.warmup);
+            load.latency.lock().unwrap_or_else(|p| p.into_inner()).reset();
+            load.committed.store(0, Ordering::Relaxed);
+            let t0 = Instant::now();
+            load.measuring.store(true, Ordering::Relaxed);
+            std::thread::sleep(t.duration);
+            load.measuring.store(false, Ordering::Relaxed);
+            let secs = t0.elapsed().as_secs_f64();
+            std::thread::sleep(Duration::from_millis(5)); // agents flush
+            let h = load.latency.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let tput = load.committed.load(Ordering::Relaxed) as f64 / secs;
+            let (p50, p99) = if h.is_empty() {
+                (None, None)
+            } else {
+                (Some(h.value_at_quantile(0.5)), Some(h.value_at_quantile(0.99)))
+            };
+            if best_point.is_none_or(|b| tput > b.0) {
+                best_point = Some((tput, p50, p99));
+            }
+        }
+        let (tput, p50, p99) = best_point.expect("measured");
+        progress(&format!(
+            "  acuerdo n={members} {size} B w={w}: {tput:.0} msg/s, p50 {} µs",
+            p50.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3))
+        ));
+        rows.push(Row::fig8("acuerdo", members, size, w, tput, p50, p99));
+        if saturated(&mut best, &mut flat, tput) {
+            break;
+        }
+    }
+    load.window.store(0, Ordering::Relaxed);
+    drop(r0.join());
+    drop(r1.join());
+    Ok(rows)
+}
+
+/// Saturation: two windows in a row that add less than 5 % throughput.
+fn saturated(best: &mut f64, flat: &mut u32, tput: f64) -> bool {
+    if tput > *best * 1.05 {
+        *best = tput;
+        *flat = 0;
+    } else {
+        *flat += 1;
+        *best = best.max(tput);
+    }
+    *flat >= 2
+}
+
+fn vsync_curve(
+    members: u32,
+    size: usize,
+    pattern: Pattern,
+    windows: &[u64],
+    t: &Timing,
+    progress: &mut impl FnMut(&str),
+) -> Result<Vec<Row>, String> {
+    let engine = if pattern == Pattern::One { "vsync-leader" } else { "vsync-all" };
+    let mut rows = Vec::new();
+    let (mut best, mut flat) = (0.0, 0);
+    for &w in windows {
+        let p = Point {
+            window: w as usize,
+            ..Point::simple(members, pattern, size, ordo_vsync::Switches::SPINDLE)
+        };
+        let cluster = format!("abv-{}-{members}-{size}-{w}-{}", std::process::id(), pattern.name());
+        let mut m: Option<crate::spindle::Measurement> = None;
+        for _ in 0..ATTEMPTS {
+            let got = run_point(&p, Plan { warmup: t.warmup, duration: t.duration }, &cluster)?;
+            if m.as_ref().is_none_or(|b| got.messages_per_s > b.messages_per_s) {
+                m = Some(got);
+            }
+        }
+        let m = m.expect("measured");
+        progress(&format!(
+            "  {engine} n={members} {size} B w={w}: {:.0} msg/s, p50 {} µs",
+            m.messages_per_s,
+            m.latency_ns_p50.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3))
+        ));
+        rows.push(Row::fig8(engine, members, size, w, m.messages_per_s, m.latency_ns_p50, m.latency_ns_p99));
+        if saturated(&mut best, &mut flat, m.messages_per_s) {
+            break;
+        }
+    }
+    Ok(rows)
+}
+
+// ---------------------------------------------------------------------------
+// Table 1
+
+type NoteLog = Arc<Mutex<Vec<(MemberId, u64, Note)>>>;
+
+struct Node {
+    runner: Option<Runner<LoadedMember>>,
+    status: Arc<ordo_runtime::acuerdo::AcuerdoStatus>,
+    incarnation: u64,
+}
+
+fn start_node(
+    cluster: &str,
+    ids: &[MemberId],
+    me: MemberId,
+    incarnation: u64,
+    load: &Arc<Load>,
+    notes: &NoteLog,
+) -> Result<Node, String> {
+    let mut cfg = bench_config(ids, me, 10, 64);
+    cfg.incarnation = incarnation;
+    let len = region_len(&cfg);
+    let mut o = ShmOptions::new(cluster, me, ids.to_vec(), len);
+    o.liveness_check_interval = Duration::from_millis(5);
+    let fabric = ShmFabric::create(o).map_err(|e| format!("member {me}: {e}"))?;
+    let log = notes.clone();
+    let options = MemberOptions {
+        reconnect_interval_ns: 2_000_000,
+        on_note: Some(Box::new(move |_, n: &Note| {
+            if matches!(n, Note::Voted(_) | Note::BecameLeader(_)) {
+                log.lock().unwrap_or_else(|p| p.into_inner()).push((me, monotonic_ns(), n.clone()));
+            }
+        })),
+        ..MemberOptions::default()
+    };
+    let idle = AcuerdoMember::<ShmFabric>::idle_strategy(&cfg);
+    let (m, c) = AcuerdoMember::new(fabric, cfg, 0, options).map_err(|e| e.to_string())?;
+    let status = m.status();
+    let mut ro = RunnerOptions::new(ThreadingMode::Dedicated, idle);
+    ro.thread_name_prefix = format!("t1m{me}");
+    let runner =
+        Runner::start(vec![LoadedMember::new(m, c, load.clone())], &ro).map_err(|e| e.to_string())?;
+    Ok(Node { runner: Some(runner), status, incarnation })
+}
+
+fn election_table(members: u32, elections: usize, progress: &mut impl FnMut(&str)) -> Result<Row, String> {
+    let ids: Vec<MemberId> = (0..members).collect();
+    let cluster = format!("ab1-{}-{members}", std::process::id());
+    let load = Load::new(10, 4);
+    let notes: NoteLog = Arc::default();
+    let mut nodes: Vec<Node> = std::thread::scope(|s| {
+        let handles: Vec<_> = ids
+            .iter()
+            .map(|&m| {
+                let (ids, load, notes, cluster) = (ids.clone(), load.clone(), notes.clone(), cluster.clone());
+                s.spawn(move || start_node(&cluster, &ids, m, 1, &load, &notes))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("start thread")).collect::<Result<Vec<_>, _>>()
+    })?;
+    let leader_of = |nodes: &[Node]| {
+        let live: Vec<&Node> = nodes.iter().filter(|n| n.runner.is_some()).collect();
+        let leaders: Vec<usize> =
+            (0..nodes.len()).filter(|&i| nodes[i].runner.is_some() && nodes[i].status.is_leader()).collect();
+        match leaders[..] {
+            [l] if live.iter().all(|n| n.status.leader() == Some(l as MemberId)) => Some(l),
+            _ => None,
+        }
+    };
+    let mut durations = Vec::new();
+    let mut recoveries = Vec::new();
+    for round in 0..elections {
+        wait_for("a leader followed by all", Duration::from_secs(20), || leader_of(&nodes).is_some())?;
+        let l = leader_of(&nodes).expect("leader");
+        let old_epoch = nodes[l].status.epoch();
+        // Let it commit under load for a moment, then crash it.
+        std::thread::sleep(Duration::from_millis(30));
+        let crash_ns = monotonic_ns();
+        drop(nodes[l].runner.take().expect("running").join());
+        // The first epoch after the crash that commits a message (a
+        // candidate that wins and abdicates at once commits nothing).
+        let mut first: Option<(u64, u64)> = None;
+        let fc = &load.first_commit;
+        let res = wait_for("a new epoch's first commit", Duration::from_secs(10), || {
+            first = fc
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .range(old_epoch.encode() + 1..)
+                .next()
+                .map(|(e, t)| (*e, *t));
+            first.is_some()
+        });
+        if let Err(e) = res {
+            let states: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("{:?}/{:?}/{}", n.status.role(), n.status.epoch(), n.runner.is_some()))
+                .collect();
+            return Err(format!("{e} (n={members}, round {round}: {states:?})"));
+        }
+        let (enc, committed_ns) = first.expect("first commit");
+        let epoch = ordo_acuerdo::Header::decode(enc).epoch;
+        let nl = epoch.leader;
+        let log = notes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let first_vote = log
+            .iter()
+            .find(|(m, t, n)| *m == nl && *t >= crash_ns && matches!(n, Note::Voted(_)))
+            .map(|(_, t, _)| *t);
+        let became = log
+            .iter()
+            .find(|(m, t, n)| *m == nl && *t >= crash_ns && *n == Note::BecameLeader(epoch))
+            .map(|(_, t, _)| *t);
+        if let (Some(v), Some(b)) = (first_vote, became) {
+            durations.push(b.saturating_sub(v));
+            recoveries.push(committed_ns.saturating_sub(v));
+            progress(&format!(
+                "  n={members} election {}: {:.2} ms to leader, {:.2} ms to first commit (detection {:.1} ms)",
+                round + 1,
+                (b - v) as f64 / 1e6,
+                committed_ns.saturating_sub(v) as f64 / 1e6,
+                v.saturating_sub(crash_ns) as f64 / 1e6
+            ));
+        }
+        // Restart the crashed member as a new incarnation; it catches up.
+        let inc = nodes[l].incarnation + 1;
+        nodes[l] = start_node(&cluster, &ids, l as MemberId, inc, &load, &notes)?;
+    }
+    wait_for("a leader at the end", Duration::from_secs(20), || leader_of(&nodes).is_some())?;
+    for n in &mut nodes {
+        if let Some(r) = n.runner.take() {
+            drop(r.join());
+        }
+    }
+    let _ = ordo_fabric_shm::remove_stale_files(std::path::Path::new("/dev/shm"), &cluster);
+    let mean = |v: &[u64]| (!v.is_empty()).then(|| v.iter().sum::<u64>() as f64 / v.len() as f64);
+    Ok(Row {
+        figure: "table1".into(),
+        engine: "acuerdo".into(),
+        members,
+        size_bytes: 10,
+        window: 4,
+        throughput_msgs_per_s: 0.0,
+        throughput_mb_per_s: 0.0,
+        latency_ns_p50: None,
+        latency_ns_p99: None,
+        election_ns_mean: mean(&durations),
+        recovery_ns_mean: mean(&recoveries),
+        elections: Some(durations.len()),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Running and output
+
+/// Runs the selected experiments; writes CSV and PNG files.
+pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, String> {
+    let want = |f: &str| args.figures.is_empty() || args.figures.iter().any(|x| x == f);
+    let machine = MachineInfo::current();
+    progress(&format!("ordo bench acuerdo — {}", machine.summary()));
+    let timing = if args.quick {
+        Timing { warmup: Duration::from_millis(60), duration: Duration::from_millis(250) }
+    } else {
+        Timing { warmup: Duration::from_millis(200), duration: Duration::from_secs(1) }
+    };
+    let max_exp = args.max_window_exp.unwrap_or(if args.quick { 7 } else { 10 });
+    let windows: Vec<u64> = (0..=max_exp).map(|e| 1u64 << e).collect();
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let mut rows = Vec::new();
+    if want("fig8") {
+        for members in [3u32, 7] {
+            for size in [10usize, 1000] {
+                progress(&format!("fig8: {members} members, {size} B"));
+                rows.extend(acuerdo_curve(members, size, &windows, &timing, &mut progress)?);
+                rows.extend(vsync_curve(members, size, Pattern::One, &windows, &timing, &mut progress)?);
+                rows.extend(vsync_curve(members, size, Pattern::All, &windows, &timing, &mut progress)?);
+            }
+        }
+        write_fig8(args, &rows)?;
+    }
+    if want("table1") {
+        let elections = args.elections.unwrap_or(if args.quick { 4 } else { 12 });
+        let mut t1 = Vec::new();
+        for members in [3u32, 5, 7, 9] {
+            progress(&format!("table1: {members} members, {elections} leader crashes"));
+            t1.push(election_table(members, elections, &mut progress)?);
+        }
+        rows.extend(t1);
+    }
+    let csv = rows_csv(&rows);
+    let path = args.out.join("acuerdo.csv");
+    std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Report { machine, quick: args.quick, rows, out_dir: args.out.display().to_string() })
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+/// The rows as CSV (header included).
+pub fn rows_csv(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "figure,engine,members,size_bytes,window,throughput_msgs_per_s,throughput_mb_per_s,latency_ns_p50,latency_ns_p99,election_ns_mean,recovery_ns_mean,elections\n",
+    );
+    for r in rows {
+        s += &format!(
+            "{},{},{},{},{},{:.1},{:.3},{},{},{},{},{}\n",
+            r.figure,
+            r.engine,
+            r.members,
+            r.size_bytes,
+            r.window,
+            r.throughput_msgs_per_s,
+            r.throughput_mb_per_s,
+            opt(r.latency_ns_p50),
+            opt(r.latency_ns_p99),
+            opt(r.election_ns_mean.map(|v| format!("{v:.0}"))),
+            opt(r.recovery_ns_mean.map(|v| format!("{v:.0}"))),
+            opt(r.elections)
+        );
+    }
+    s
+}
+
+fn write_fig8(args: &BenchArgs, rows: &[Row]) -> Result<(), String> {
+    let mut panels = Vec::new();
+    for members in [3u32, 7] {
+        for size in [10usize, 1000] {
+            let series = ["acuerdo", "vsync-leader", "vsync-all"]
+                .iter()
+                .enumerate()
+                .map(|(i, e)| Series {
+                    label: (*e).to_string(),
+                    points: rows
+                        .iter()
+                        .filter(|r| {
+                            r.figure == "fig8"
+                                && r.engine == *e
+                                && r.members == members
+                                && r.size_bytes == size
+                        })
+                        .filter_map(|r| r.latency_ns_p50.map(|l| (r.throughput_mb_per_s, l as f64 / 1e3)))
+                        .collect(),
+                    dashed: i > 0,
+                    color: Some(i),
+                })
+                .collect();
+            panels.push(Panel {
+                title: format!("{members} members, {size} B"),
+                x_label: "throughput (MB/s)".into(),
+                y_label: "p50 latency (µs)".into(),
+                log_y: true,
+                series,
+            });
+        }
+    }
+    let path = args.out.join("fig8.png");
+    write_png(&path, "Acuerdo Fig. 8: latency vs throughput (window 2^0..2^N)", &panels, 2)
+}
+
+/// Prints the report as tables.
+pub fn print_table(report: &Report) {
+    println!("ordo bench acuerdo — {}", report.machine.summary());
+    println!(
+        "{:<7} {:<13} {:>3} {:>6} {:>6} {:>12} {:>9} {:>11} {:>11}",
+        "figure", "engine", "n", "size", "window", "msgs/s", "MB/s", "p50 µs", "p99 µs"
+    );
+    let us = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3));
+    for r in report.rows.iter().filter(|r| r.figure == "fig8") {
+        println!(
+            "{:<7} {:<13} {:>3} {:>6} {:>6} {:>12.0} {:>9.2} {:>11} {:>11}",
+            r.figure,
+            r.engine,
+            r.members,
+            r.size_bytes,
+            r.window,
+            r.throughput_msgs_per_s,
+            r.throughput_mb_per_s,
+            us(r.latency_ns_p50),
+            us(r.latency_ns_p99)
+        );
+    }
+    let t1: Vec<&Row> = report.rows.iter().filter(|r| r.figure == "table1").collect();
+    if !t1.is_empty() {
+        println!("\nTable 1: election duration (first vote of the new leader -> BecameLeader), mean");
+        println!("{:>8} {:>10} {:>16} {:>22}", "members", "elections", "election ms", "to first commit ms");
+        for r in t1 {
+            println!(
+                "{:>8} {:>10} {:>16} {:>22}",
+                r.members,
+                opt(r.elections),
+                r.election_ns_mean.map_or("-".into(), |v| format!("{:.3}", v / 1e6)),
+                r.recovery_ns_mean.map_or("-".into(), |v| format!("{:.3}", v / 1e6))
+            );
+        }
+    }
+    println!("files: {}", report.out_dir);
+}

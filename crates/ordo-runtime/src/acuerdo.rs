@@ -1,0 +1,717 @@
+//! Running the Acuerdo engine for real: one predicate agent per member
+//! ([`AcuerdoMember`]) that owns the member's fabric endpoint and its
+//! [`ordo_acuerdo::Engine`], a client handle usable from another thread
+//! ([`AcuerdoClient`]), per-message delivery callbacks in commit order, and
+//! [`connect_local_group`] to bring a whole group up in one process (tests,
+//! benchmarks).
+//!
+//! # Invariants
+//! - Pushes are posted in the order the engine emitted them, to each target
+//!   in order ([`Target::All`] fans out to every peer, in sorted order); a
+//!   push the fabric refuses with back-pressure stays queued and is retried
+//!   before anything newer, and **the engine is not polled again until the
+//!   backlog is empty** (a later poll could advance a ring counter that a
+//!   queued write would then carry ahead of its data). The backlog therefore
+//!   holds at most one poll's pushes. A push to a suspected peer is dropped:
+//!   the link reset that follows its reconnection makes the engine re-send
+//!   what matters (new ring session, row, diff).
+//! - A suspected peer is retried with [`Fabric::reconnect`] every
+//!   `reconnect_interval_ns`; a [`FabricEvent::Reconnected`] (a transient
+//!   fault healed, or a restarted peer's new incarnation) becomes
+//!   [`Engine::on_link_reset`].
+//! - Timers: the engine asks to be polled again by `Effects::wake_at_ns`
+//!   (its next heartbeat). The agent is polled on every duty cycle, and an
+//!   idle runner re-checks it at least every `park_max`
+//!   ([`AcuerdoMember::idle_strategy`] keeps `park_max` below the heartbeat
+//!   interval); a duty cycle at or after the wake time counts as work.
+//! - Client requests travel through a bounded SPSC queue; the agent takes a
+//!   request only when every earlier reply was handed to the reply queue,
+//!   so replies are never dropped and the agent's own overflow is bounded
+//!   by `max_outstanding + 1`. Every accepted ticket ends with exactly one
+//!   [`ClientEvent::Committed`] or [`ClientEvent::Lost`].
+//! - Delivery callbacks run on the agent's thread, once per committed
+//!   message, in the total order; they must not block.
+
+use crate::config::Backend;
+use crate::wiring::{MemberFabric, WiringError};
+use crate::{Agent, IdleStrategy};
+use ordo_acuerdo::{
+    BroadcastError, Config, Effects, Engine, Epoch, Header, Layout, Note, Push, Role, Target,
+};
+use ordo_fabric::{Doorbell, Fabric, FabricEvent, MemberId, PostError, Write};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Delivery callback: `(header, payload)` of each committed message, in
+/// commit order, on the agent's thread.
+pub type DeliverFn = Box<dyn FnMut(Header, &[u8]) + Send>;
+/// Note callback: `(now_ns on the runner's clock, note)`.
+pub type NoteFn = Box<dyn FnMut(u64, &Note) + Send>;
+
+/// A [`Config`] with timers suited to real threads and processes on a
+/// shared machine: 1 ms heartbeats, 30 ms heartbeat timeout, 40 ms election
+/// timeout (the engine's defaults, 50 µs / 1 ms, suit a dedicated core per
+/// member that never parks).
+pub fn runtime_config(members: Vec<MemberId>, me: MemberId) -> Config {
+    let mut c = Config::new(members, me);
+    c.heartbeat_interval_ns = 1_000_000;
+    c.heartbeat_timeout_ns = 30_000_000;
+    c.election_timeout_ns = 40_000_000;
+    c
+}
+
+/// Bytes of the fabric region a member of `cfg`'s group needs (rounded up
+/// to a page, as every backend accepts).
+pub fn region_len(cfg: &Config) -> usize {
+    Layout::new(cfg).region_len.next_multiple_of(4096)
+}
+
+/// Connects every member of a group inside this process (one thread per
+/// member while connecting, since each endpoint waits for the others):
+/// shm files in `/dev/shm` named by `cluster`, or tcp on loopback ephemeral
+/// ports. Returns the endpoints in the order of `members`.
+pub fn connect_local_group(
+    backend: Backend,
+    cluster: &str,
+    members: &[MemberId],
+    region_len: usize,
+) -> Result<Vec<MemberFabric>, WiringError> {
+    let results: Vec<Result<MemberFabric, WiringError>> = match backend {
+        Backend::Shm => std::thread::scope(|s| {
+            let handles: Vec<_> = members
+                .iter()
+                .map(|&m| {
+                    let o = ordo_fabric_shm::ShmOptions::new(cluster, m, members.to_vec(), region_len);
+                    s.spawn(move || ordo_fabric_shm::ShmFabric::create(o).map(MemberFabric::Shm))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("connect thread").map_err(WiringError::from))
+                .collect()
+        }),
+        Backend::Tcp => {
+            let mut bindings = Vec::new();
+            for &m in members {
+                let o = tcp_options(m, cluster, region_len, "127.0.0.1:0".parse().expect("address"));
+                bindings.push(ordo_fabric_tcp::TcpFabric::bind(o)?);
+            }
+            let addrs: Vec<(MemberId, std::net::SocketAddr)> =
+                members.iter().copied().zip(bindings.iter().map(|b| b.local_addr())).collect();
+            std::thread::scope(|s| {
+                let handles: Vec<_> = bindings
+                    .into_iter()
+                    .zip(members)
+                    .map(|(b, &m)| {
+                        let peers = addrs.iter().copied().filter(|p| p.0 != m).collect();
+                        s.spawn(move || b.connect(peers).map(MemberFabric::Tcp))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("connect thread").map_err(WiringError::from))
+                    .collect()
+            })
+        }
+    };
+    results.into_iter().collect()
+}
+
+/// Tcp options for an Acuerdo member: frames as large as the region (a
+/// ring plan can cover a whole ring), a send buffer of a few of them, and a
+/// write timeout of one second.
+pub fn tcp_options(
+    me: MemberId,
+    cluster: &str,
+    region_len: usize,
+    listen: std::net::SocketAddr,
+) -> ordo_fabric_tcp::TcpOptions {
+    let mut o = ordo_fabric_tcp::TcpOptions::new(me, listen, region_len);
+    o.cluster = cluster.to_string();
+    o.max_frame_bytes = region_len;
+    o.send_buffer_bytes = (4 * region_len).max(8 << 20);
+    o.reconnect_interval = Duration::from_millis(20);
+    o
+}
+
+/// What the agent tells a client about one of its tickets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// The leader took the message and assigned it `header`.
+    Accepted {
+        /// The client's ticket.
+        ticket: u64,
+        /// The message's place in the total order (once committed).
+        header: Header,
+    },
+    /// The engine refused the message: redirect (`NotLeader`), retry later
+    /// (`WouldBlock`), or too large.
+    Rejected {
+        /// The client's ticket.
+        ticket: u64,
+        /// Why.
+        error: BroadcastError,
+    },
+    /// The message is committed (delivered here, in the total order).
+    Committed {
+        /// The client's ticket.
+        ticket: u64,
+        /// Its header.
+        header: Header,
+    },
+    /// The message was accepted but will never be committed: this member
+    /// lost its epoch before a quorum accepted it, and the group committed
+    /// past its header without it. Resubmit it (to the new leader).
+    Lost {
+        /// The client's ticket.
+        ticket: u64,
+        /// The header it had.
+        header: Header,
+    },
+}
+
+impl ClientEvent {
+    /// The ticket this event is about.
+    pub fn ticket(&self) -> u64 {
+        match *self {
+            ClientEvent::Accepted { ticket, .. }
+            | ClientEvent::Rejected { ticket, .. }
+            | ClientEvent::Committed { ticket, .. }
+            | ClientEvent::Lost { ticket, .. } => ticket,
+        }
+    }
+}
+
+/// Why [`AcuerdoClient::submit`] did not queue a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The request queue is full (the agent is behind): retry later.
+    #[error("the request queue is full")]
+    Full,
+    /// The payload exceeds the group's `max_payload`.
+    #[error("payload of {len} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// Requested length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The agent is gone (stopped or crashed).
+    #[error("the member's agent is gone")]
+    Closed,
+}
+
+/// Why a blocking [`AcuerdoClient::broadcast_and_wait`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// Submitting failed.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// The engine refused the message.
+    #[error(transparent)]
+    Broadcast(#[from] BroadcastError),
+    /// Accepted, but lost in a leader change.
+    #[error("message {0} was lost in a leader change")]
+    Lost(Header),
+    /// No answer within the timeout.
+    #[error("timed out")]
+    TimedOut,
+}
+
+struct Request {
+    ticket: u64,
+    payload: Vec<u8>,
+}
+
+/// Live state of a member, readable from any thread.
+#[derive(Debug)]
+pub struct AcuerdoStatus {
+    member: MemberId,
+    role: AtomicU8,
+    leader: AtomicU64,
+    epoch: AtomicU64,
+    committed: AtomicU64,
+    delivered: AtomicU64,
+    elections_won: AtomicU64,
+    log_len: AtomicU64,
+}
+
+impl AcuerdoStatus {
+    fn new(member: MemberId) -> Self {
+        AcuerdoStatus {
+            member,
+            role: AtomicU8::new(0),
+            leader: AtomicU64::new(u64::MAX),
+            epoch: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            elections_won: AtomicU64::new(0),
+            log_len: AtomicU64::new(0),
+        }
+    }
+
+    fn update(&self, e: &Engine) {
+        let role = match e.role() {
+            Role::Electing => 0,
+            Role::Leader => 1,
+            Role::Follower => 2,
+        };
+        self.role.store(role, Ordering::Release);
+        self.leader.store(e.leader().map_or(u64::MAX, u64::from), Ordering::Release);
+        self.epoch.store(e.epoch().encode(), Ordering::Release);
+        self.committed.store(e.committed().encode(), Ordering::Release);
+        self.delivered.store(e.delivered(), Ordering::Release);
+        self.log_len.store(e.log_len() as u64, Ordering::Release);
+    }
+
+    /// The member.
+    pub fn member(&self) -> MemberId {
+        self.member
+    }
+
+    /// Its role as of its last duty cycle.
+    pub fn role(&self) -> Role {
+        match self.role.load(Ordering::Acquire) {
+            1 => Role::Leader,
+            2 => Role::Follower,
+            _ => Role::Electing,
+        }
+    }
+
+    /// Whether it leads.
+    pub fn is_leader(&self) -> bool {
+        self.role() == Role::Leader
+    }
+
+    /// The leader it follows (or itself).
+    pub fn leader(&self) -> Option<MemberId> {
+        let l = self.leader.load(Ordering::Acquire);
+        (l != u64::MAX).then_some(l as MemberId)
+    }
+
+    /// Its current epoch.
+    pub fn epoch(&self) -> Epoch {
+        Header::decode(self.epoch.load(Ordering::Acquire)).epoch
+    }
+
+    /// Its last committed header.
+    pub fn committed(&self) -> Header {
+        Header::decode(self.committed.load(Ordering::Acquire))
+    }
+
+    /// Messages delivered by it.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Acquire)
+    }
+
+    /// Elections it won.
+    pub fn elections_won(&self) -> u64 {
+        self.elections_won.load(Ordering::Acquire)
+    }
+
+    /// Entries in its log.
+    pub fn log_len(&self) -> u64 {
+        self.log_len.load(Ordering::Acquire)
+    }
+}
+
+/// A client of one member: submits messages (the member broadcasts them
+/// if it leads) and receives per-ticket outcomes. `Send`, so it can live on
+/// any one thread (it is the producer end of an SPSC queue, not `Clone`).
+pub struct AcuerdoClient {
+    requests: rtrb::Producer<Request>,
+    replies: rtrb::Consumer<ClientEvent>,
+    next_ticket: u64,
+    max_payload: usize,
+    bell: Option<Doorbell>,
+    status: Arc<AcuerdoStatus>,
+}
+
+impl AcuerdoClient {
+    /// Queues `payload` for broadcast and returns its ticket; the outcome
+    /// arrives through [`poll`](Self::poll).
+    pub fn submit(&mut self, payload: &[u8]) -> Result<u64, SubmitError> {
+        if payload.len() > self.max_payload {
+            return Err(SubmitError::TooLarge { len: payload.len(), max: self.max_payload });
+        }
+        if self.requests.is_abandoned() {
+            return Err(SubmitError::Closed);
+        }
+        let ticket = self.next_ticket;
+        self.requests.push(Request { ticket, payload: payload.to_vec() }).map_err(|_| SubmitError::Full)?;
+        self.next_ticket += 1;
+        if let Some(bell) = &self.bell {
+            bell.ring();
+        }
+        Ok(ticket)
+    }
+
+    /// The next outcome, if any.
+    pub fn poll(&mut self) -> Option<ClientEvent> {
+        self.replies.pop().ok()
+    }
+
+    /// Whether the agent is gone (after draining its last replies).
+    pub fn is_closed(&self) -> bool {
+        self.requests.is_abandoned()
+    }
+
+    /// The member's live status.
+    pub fn status(&self) -> &Arc<AcuerdoStatus> {
+        &self.status
+    }
+
+    /// Submits `payload` and waits (polling, sleeping 50 µs between
+    /// checks) until it is committed, refused or lost, up to `timeout`.
+    /// Events of other tickets seen meanwhile are dropped: use it only
+    /// when this client has nothing else in flight.
+    pub fn broadcast_and_wait(&mut self, payload: &[u8], timeout: Duration) -> Result<Header, ClientError> {
+        let deadline = Instant::now() + timeout;
+        let ticket = loop {
+            match self.submit(payload) {
+                Ok(t) => break t,
+                Err(SubmitError::Full) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(50))
+                }
+                Err(SubmitError::Full) => return Err(ClientError::TimedOut),
+                Err(e) => return Err(e.into()),
+            }
+        };
+        loop {
+            while let Some(ev) = self.poll() {
+                match ev {
+                    ClientEvent::Committed { ticket: t, header } if t == ticket => return Ok(header),
+                    ClientEvent::Rejected { ticket: t, error } if t == ticket => return Err(error.into()),
+                    ClientEvent::Lost { ticket: t, header } if t == ticket => {
+                        return Err(ClientError::Lost(header));
+                    }
+                    _ => {}
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ClientError::TimedOut);
+            }
+            if self.is_closed() && self.replies.is_empty() {
+                return Err(SubmitError::Closed.into());
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Options of an [`AcuerdoMember`] beyond the engine's [`Config`].
+pub struct MemberOptions {
+    /// Requests the client can queue before [`SubmitError::Full`].
+    pub request_capacity: usize,
+    /// How often a suspected peer is retried with [`Fabric::reconnect`].
+    pub reconnect_interval_ns: u64,
+    /// Called per committed message, in commit order.
+    pub on_deliver: Option<DeliverFn>,
+    /// Called per engine note (votes, elections, diffs).
+    pub on_note: Option<NoteFn>,
+}
+
+impl Default for MemberOptions {
+    fn default() -> Self {
+        MemberOptions {
+            request_capacity: 1024,
+            reconnect_interval_ns: 10_000_000,
+            on_deliver: None,
+            on_note: None,
+        }
+    }
+}
+
+/// A member's Acuerdo predicate agent: the engine, its fabric endpoint,
+/// the pushes waiting to be posted and the client's queues.
+pub struct AcuerdoMember<F: Fabric> {
+    engine: Engine,
+    fabric: F,
+    effects: Effects,
+    /// Pushes not yet posted to every target: (push, index of the next
+    /// peer of its target list).
+    backlog: VecDeque<(Push, usize)>,
+    peers: Vec<MemberId>,
+    on_deliver: DeliverFn,
+    on_note: Option<NoteFn>,
+    requests: rtrb::Consumer<Request>,
+    replies: rtrb::Producer<ClientEvent>,
+    /// Replies the reply queue had no room for yet, oldest first.
+    overflow: VecDeque<ClientEvent>,
+    /// Accepted tickets not yet committed, in header order.
+    pending: VecDeque<(Header, u64)>,
+    events: Vec<FabricEvent>,
+    /// Suspected peers and when to try reconnecting them next.
+    suspected: Vec<(MemberId, u64)>,
+    reconnect_interval_ns: u64,
+    wake_at_ns: u64,
+    status: Arc<AcuerdoStatus>,
+    suspicions: u64,
+    reconnections: u64,
+}
+
+impl<F: Fabric> AcuerdoMember<F> {
+    /// The agent of `cfg.me` over `fabric` (whose region must be zeroed and
+    /// at least [`Layout::region_len`] bytes), and its client.
+    pub fn new(
+        fabric: F,
+        cfg: Config,
+        now_ns: u64,
+        options: MemberOptions,
+    ) -> Result<(Self, AcuerdoClient), ordo_acuerdo::ConfigError> {
+        assert_eq!(fabric.member(), cfg.me, "the fabric endpoint is not cfg.me's");
+        let max_payload = cfg.max_payload;
+        let reply_capacity = options.request_capacity + cfg.max_outstanding as usize + 16;
+        let engine = Engine::new(cfg, fabric.region().clone(), now_ns)?;
+        let (req_tx, req_rx) = rtrb::RingBuffer::new(options.request_capacity.max(1));
+        let (rep_tx, rep_rx) = rtrb::RingBuffer::new(reply_capacity);
+        let status = Arc::new(AcuerdoStatus::new(engine.member()));
+        status.update(&engine);
+        let client = AcuerdoClient {
+            requests: req_tx,
+            replies: rep_rx,
+            next_ticket: 0,
+            max_payload,
+            bell: fabric.doorbell().cloned(),
+            status: status.clone(),
+        };
+        let member = AcuerdoMember {
+            peers: engine.peers(),
+            engine,
+            fabric,
+            effects: Effects::default(),
+            backlog: VecDeque::new(),
+            on_deliver: options.on_deliver.unwrap_or_else(|| Box::new(|_, _| {})),
+            on_note: options.on_note,
+            requests: req_rx,
+            replies: rep_tx,
+            overflow: VecDeque::new(),
+            pending: VecDeque::new(),
+            events: Vec::new(),
+            suspected: Vec::new(),
+            reconnect_interval_ns: options.reconnect_interval_ns.max(1),
+            wake_at_ns: now_ns,
+            status,
+            suspicions: 0,
+            reconnections: 0,
+        };
+        Ok((member, client))
+    }
+
+    /// An idle strategy that re-checks the agent at least every heartbeat
+    /// interval of `cfg` (spin, yield, then park up to half an interval).
+    pub fn idle_strategy(cfg: &Config) -> IdleStrategy {
+        let half = Duration::from_nanos(cfg.heartbeat_interval_ns / 2).max(IdleStrategy::MIN_PARK);
+        IdleStrategy::BackoffPark {
+            spins: 2_000,
+            yields: 100,
+            park_min: Duration::from_micros(20).min(half),
+            park_max: half,
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The fabric endpoint.
+    pub fn fabric(&self) -> &F {
+        &self.fabric
+    }
+
+    /// The live status (shared with the client).
+    pub fn status(&self) -> Arc<AcuerdoStatus> {
+        self.status.clone()
+    }
+
+    /// Peers suspected so far (count) and links reconnected (count).
+    pub fn link_counts(&self) -> (u64, u64) {
+        (self.suspicions, self.reconnections)
+    }
+
+    /// Pushes waiting for the fabric.
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// Posts the backlog, oldest first, stopping at the first push a peer
+    /// refuses with back-pressure (so later writes never overtake it).
+    fn post_backlog(&mut self) -> usize {
+        let mut posted = 0;
+        while let Some((push, next)) = self.backlog.front_mut() {
+            let targets: &[MemberId] = match &push.to {
+                Target::All => &self.peers,
+                Target::Peer(p) => std::slice::from_ref(p),
+            };
+            while *next < targets.len() {
+                match self.fabric.post_write(Write::new(targets[*next], push.offset, push.len)) {
+                    Ok(()) | Err(PostError::PeerSuspected(_)) => {
+                        *next += 1;
+                        posted += 1;
+                    }
+                    Err(PostError::Backpressure(_)) => return posted,
+                    Err(e) => panic!("the engine emitted an invalid push {push:?}: {e}"),
+                }
+            }
+            self.backlog.pop_front();
+        }
+        posted
+    }
+
+    fn handle_events(&mut self, now_ns: u64) -> usize {
+        let mut work = 0;
+        self.fabric.poll_events(&mut self.events);
+        for e in std::mem::take(&mut self.events) {
+            match e {
+                FabricEvent::Suspected { peer, cause } => {
+                    tracing::info!(member = self.engine.member(), peer, %cause, "peer suspected");
+                    self.suspicions += 1;
+                    if !self.suspected.iter().any(|s| s.0 == peer) {
+                        self.suspected.push((peer, now_ns + self.reconnect_interval_ns));
+                    }
+                    work += 1;
+                }
+                FabricEvent::Reconnected { peer, incarnation } => {
+                    tracing::info!(member = self.engine.member(), peer, incarnation, "link reconnected");
+                    self.reconnections += 1;
+                    self.suspected.retain(|s| s.0 != peer);
+                    self.engine.on_link_reset(peer);
+                    work += 1;
+                }
+                FabricEvent::Completed { .. } | FabricEvent::Failed { .. } => {}
+            }
+        }
+        for i in 0..self.suspected.len() {
+            let (peer, at) = self.suspected[i];
+            if now_ns >= at {
+                self.suspected[i].1 = now_ns + self.reconnect_interval_ns;
+                // Success raises `Reconnected`, handled at the next cycle.
+                let _ = self.fabric.reconnect(peer);
+            }
+        }
+        work
+    }
+
+    fn reply(&mut self, ev: ClientEvent) {
+        if !self.overflow.is_empty() {
+            self.overflow.push_back(ev);
+        } else if let Err(rtrb::PushError::Full(ev)) = self.replies.push(ev) {
+            self.overflow.push_back(ev);
+        }
+    }
+
+    fn flush_replies(&mut self) {
+        while let Some(ev) = self.overflow.front() {
+            if self.replies.push(*ev).is_err() {
+                return;
+            }
+            self.overflow.pop_front();
+        }
+    }
+
+    /// Takes client requests into the engine (leader) or answers them.
+    fn take_requests(&mut self) -> usize {
+        let mut work = 0;
+        while self.overflow.is_empty() {
+            let Ok(req) = self.requests.pop() else { break };
+            work += 1;
+            match self.engine.broadcast(&req.payload) {
+                Ok(header) => {
+                    self.pending.push_back((header, req.ticket));
+                    self.reply(ClientEvent::Accepted { ticket: req.ticket, header });
+                }
+                Err(error) => self.reply(ClientEvent::Rejected { ticket: req.ticket, error }),
+            }
+        }
+        work
+    }
+
+    /// Commit notifications and lost tickets after a poll.
+    fn settle_tickets(&mut self) {
+        for i in 0..self.effects.committed.len() {
+            let h = self.effects.committed[i];
+            while let Some(&(ph, ticket)) = self.pending.front() {
+                if ph > h {
+                    break;
+                }
+                self.pending.pop_front();
+                let ev = if ph == h {
+                    ClientEvent::Committed { ticket, header: h }
+                } else {
+                    ClientEvent::Lost { ticket, header: ph }
+                };
+                self.reply(ev);
+            }
+        }
+        let committed = self.engine.committed();
+        while let Some(&(ph, ticket)) = self.pending.front() {
+            if ph > committed {
+                break;
+            }
+            self.pending.pop_front();
+            self.reply(ClientEvent::Lost { ticket, header: ph });
+        }
+    }
+}
+
+impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
+    fn name(&self) -> &str {
+        "acuerdo"
+    }
+
+    fn do_work(&mut self, now_ns: u64) -> usize {
+        self.flush_replies();
+        let mut work = self.post_backlog();
+        if !self.backlog.is_empty() {
+            // Back-pressure: the engine may not run again until everything
+            // it asked for is posted.
+            return work + self.handle_events(now_ns);
+        }
+        work += self.take_requests();
+        if now_ns >= self.wake_at_ns {
+            work += 1;
+        }
+        self.effects.clear();
+        work += self.engine.poll(now_ns, &mut self.effects, &mut self.on_deliver);
+        self.wake_at_ns = self.effects.wake_at_ns.unwrap_or(u64::MAX);
+        for note in &self.effects.notes {
+            if matches!(note, Note::BecameLeader(_)) {
+                self.status.elections_won.fetch_add(1, Ordering::AcqRel);
+            }
+            tracing::debug!(member = self.engine.member(), ?note, "acuerdo");
+            if let Some(f) = self.on_note.as_mut() {
+                f(now_ns, note);
+            }
+        }
+        self.settle_tickets();
+        self.backlog.extend(self.effects.pushes.drain(..).map(|p| (p, 0)));
+        work += self.post_backlog();
+        self.status.update(&self.engine);
+        work + self.handle_events(now_ns)
+    }
+
+    fn doorbell(&self) -> Option<Doorbell> {
+        self.fabric.doorbell().cloned()
+    }
+}
+
+/// Convenience for tests and tools: the member of `cfg.me` over `fabric`,
+/// started on its own runner thread with [`AcuerdoMember::idle_strategy`].
+pub fn start_member(
+    fabric: MemberFabric,
+    cfg: Config,
+    options: MemberOptions,
+) -> Result<(crate::Runner<AcuerdoMember<MemberFabric>>, AcuerdoClient), String> {
+    let idle = AcuerdoMember::<MemberFabric>::idle_strategy(&cfg);
+    let name = format!("acuerdo{}", cfg.me);
+    // The runner's clock starts at zero when it starts; the engine's time
+    // origin is its first poll, so start it at 0 too.
+    let (member, client) = AcuerdoMember::new(fabric, cfg, 0, options).map_err(|e| e.to_string())?;
+    let mut opts = crate::RunnerOptions::new(crate::ThreadingMode::Dedicated, idle);
+    opts.thread_name_prefix = name;
+    let runner = crate::Runner::start(vec![member], &opts).map_err(|e| e.to_string())?;
+    Ok((runner, client))
+}
