@@ -292,10 +292,21 @@ pub struct SeedsReport {
 /// Runs every seed of `seeds` (all of them, even after a failure) and
 /// collects the failures.
 pub fn run_seeds(name: &str, seeds: impl IntoIterator<Item = u64>, opts: &RunOptions) -> SeedsReport {
+    run_seeds_with(name, seeds, opts, |seed, opts| run_workload(name, seed, opts))
+}
+
+/// Like [`run_seeds`] for a workload that is not in this crate's registry
+/// (an engine's, defined in a crate above this one): `run` runs one seed.
+pub fn run_seeds_with(
+    name: &str,
+    seeds: impl IntoIterator<Item = u64>,
+    opts: &RunOptions,
+    run: impl Fn(u64, &RunOptions) -> Result<RunReport, RunFailure>,
+) -> SeedsReport {
     let mut out = SeedsReport { workload: name.to_string(), ..SeedsReport::default() };
     for seed in seeds {
         out.runs += 1;
-        match run_workload(name, seed, opts) {
+        match run(seed, opts) {
             Ok(r) => {
                 out.passed += 1;
                 out.sim_time_ns += r.sim_time_ns;

@@ -438,21 +438,7 @@ pub fn run(seed: u64, opts: &RunOptions) -> Result<RunReport, RunFailure> {
 /// Runs every seed (all of them, even after a failure) and collects the
 /// failures, like [`ordo_sim::run_seeds`] for registered workloads.
 pub fn run_seeds(seeds: impl IntoIterator<Item = u64>, opts: &RunOptions) -> SeedsReport {
-    let mut out = SeedsReport { workload: NAME.to_string(), ..SeedsReport::default() };
-    for seed in seeds {
-        out.runs += 1;
-        match run(seed, opts) {
-            Ok(r) => {
-                out.passed += 1;
-                out.sim_time_ns += r.sim_time_ns;
-                out.steps += r.steps;
-                out.faults_fired += r.faults_fired;
-                out.fault_points_fired += r.fault_points_fired;
-            }
-            Err(f) => out.failures.push(f),
-        }
-    }
-    out
+    ordo_sim::run_seeds_with(NAME, seeds, opts, run)
 }
 
 // ---------------------------------------------------------------------------
