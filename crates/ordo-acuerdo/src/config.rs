@@ -73,6 +73,16 @@ pub struct Config {
     /// An election whose best vote has not changed for this long (plus a
     /// per-member stagger) is retried with a bigger epoch.
     pub election_timeout_ns: u64,
+    /// Log garbage collection: drop the log entries committed at *every*
+    /// member (header ≤ the smallest Commit column of all rows), so memory
+    /// stays bounded under endless load. Off by default: a member that
+    /// restarts with empty state is caught up by a full diff from the
+    /// leader's log, and there is no state transfer yet, so once the log was
+    /// truncated a restarted member cannot rejoin (it stays unsynced, which
+    /// is safe, and never votes), and a crashed member's frozen Commit
+    /// column pins the log until it restarts or leaves the configuration.
+    /// See the crate docs, "Log garbage collection".
+    pub log_gc: bool,
 }
 
 impl Config {
@@ -88,6 +98,7 @@ impl Config {
             heartbeat_interval_ns: 50_000,
             heartbeat_timeout_ns: 1_000_000,
             election_timeout_ns: 1_500_000,
+            log_gc: false,
         }
     }
 

@@ -209,6 +209,9 @@ pub struct Engine {
     next: Header,
     count: u32,
     log: BTreeMap<Header, Box<[u8]>>,
+    /// The largest header garbage collection dropped from the log (every
+    /// member committed it); `Header::NONE` while the log is whole.
+    log_floor: Header,
     my_vote: Vote,
 
     synced: bool,
@@ -293,6 +296,7 @@ impl Engine {
             next: Header::NONE.succ(),
             count: 0,
             log: BTreeMap::new(),
+            log_floor: Header::NONE,
             my_vote: Vote::NONE,
             synced,
             floor_ready: synced,
@@ -392,9 +396,17 @@ impl Engine {
         self.log.keys().copied()
     }
 
-    /// Number of log entries.
+    /// Number of log entries (bounded under load with
+    /// [`Config::log_gc`]; with it off, the log grows without bound).
     pub fn log_len(&self) -> usize {
         self.log.len()
+    }
+
+    /// The largest header log garbage collection dropped (every member had
+    /// committed it), or [`Header::NONE`] while the log is whole. A diff
+    /// from this member never reaches back below it.
+    pub fn log_floor(&self) -> Header {
+        self.log_floor
     }
 
     /// Whether some outgoing ring has messages not yet pushed or a session
@@ -407,7 +419,7 @@ impl Engine {
     /// and failing simulation runs.
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "m{} {:?} e_cur {:?} e_new {:?} acc {:?} com {:?} next {:?} synced {} log {} |",
+            "m{} {:?} e_cur {:?} e_new {:?} acc {:?} com {:?} next {:?} synced {} log {} floor {:?} |",
             self.me,
             self.role,
             self.e_cur,
@@ -416,7 +428,8 @@ impl Engine {
             self.committed,
             self.next,
             self.synced,
-            self.log.len()
+            self.log.len(),
+            self.log_floor
         );
         for l in self.out.iter().flatten() {
             s += &format!(
@@ -497,6 +510,7 @@ impl Engine {
         }
         work += self.roles(fx);
         work += self.commit(fx, sink);
+        self.collect_garbage();
         if self.role == Role::Leader {
             self.serve_requests();
         }
@@ -1050,6 +1064,10 @@ impl Engine {
     /// header (after nothing when `full`), up to the end of the log.
     fn diff_stream(&mut self, row: usize, full: bool) -> Stream {
         let base = if full { Header::NONE } else { self.row_header(row, self.layout.columns.commit) };
+        // Entries at or below the log floor are gone: a diff never claims to
+        // reach back further, so a member that needs them (a restarted one)
+        // rejects it rather than delivering with a gap.
+        let base = base.max(self.log_floor);
         let upto = self.log.last_key_value().map_or(Header::NONE, |(h, _)| *h).max(self.e_cur.header(0));
         let link = self.out[row].as_mut().expect("link");
         link.next_serial = (link.next_serial + 1) & 0xFF_FFFF;
@@ -1129,6 +1147,35 @@ impl Engine {
             self.dirty_all = true;
         }
         work
+    }
+
+    /// Log garbage collection ([`Config::log_gc`]; crate docs, "Log garbage
+    /// collection"): drops the entries at or below the smallest Commit
+    /// column of all rows (own row: `Committed`). Every member committed
+    /// them, and Commit columns only grow within an incarnation, so a diff
+    /// for any current incarnation (which starts after its Commit header)
+    /// never needs them; a row not heard from yet reads `Header::NONE` and
+    /// drops nothing.
+    fn collect_garbage(&mut self) {
+        if !self.cfg.log_gc || !self.synced {
+            return;
+        }
+        let c = self.layout.columns;
+        let everywhere = (0..self.members.len())
+            .map(|r| if r == self.my_row { self.committed } else { self.row_header(r, c.commit) })
+            .min()
+            .unwrap_or(Header::NONE)
+            .min(self.committed);
+        if everywhere <= self.log_floor {
+            return;
+        }
+        match self.log.first_key_value() {
+            Some((h, _)) if *h <= everywhere => {
+                self.log = self.log.split_off(&everywhere.succ());
+            }
+            _ => {}
+        }
+        self.log_floor = everywhere;
     }
 
     fn deliver(&mut self, h: Header, fx: &mut Effects, sink: &mut impl DeliverySink) {
@@ -1238,6 +1285,12 @@ impl Engine {
         assert!(self.committed >= before.2, "Committed went back");
         assert!(self.my_vote >= before.3, "vote went back");
         assert!(self.committed < self.next, "Committed {:?} ≥ Next {:?}", self.committed, self.next);
+        assert!(self.log_floor <= self.committed, "log floor {:?} above Committed", self.log_floor);
+        assert!(
+            self.log.first_key_value().is_none_or(|(h, _)| *h > self.log_floor),
+            "an entry at or below the log floor {:?} is kept",
+            self.log_floor
+        );
         if self.role == Role::Leader {
             assert!(self.e_cur == self.e_new && self.e_cur.leader == self.me, "leader of a foreign epoch");
         }
@@ -1301,6 +1354,75 @@ mod tests {
         assert_eq!(fx.notes, vec![Note::Voted(Vote { e_new: Epoch::new(0, 1), acpt: Header::NONE })]);
         assert_eq!(fx.wake_at_ns, Some(e.config().heartbeat_interval_ns));
         assert_eq!(e.broadcast(b"x"), Err(BroadcastError::NotLeader { leader: None }));
+    }
+
+    /// A failure-free group driven in lockstep (every push lands before the
+    /// next poll) under endless load, with log garbage collection on: every
+    /// member delivers every message in order and no log grows beyond the
+    /// outstanding window plus a small constant.
+    #[test]
+    fn log_gc_bounds_the_log_under_endless_load() {
+        const MESSAGES: u64 = 100_000;
+        let members: Vec<MemberId> = vec![0, 1, 2];
+        let mut engines: Vec<Engine> = members
+            .iter()
+            .map(|&me| {
+                let mut cfg = Config::new(members.clone(), me);
+                cfg.log_gc = true;
+                let region = Region::new_heap(Layout::new(&cfg).region_len);
+                Engine::new(cfg, region, 0).expect("valid")
+            })
+            .collect();
+        let bound = engines[0].config().max_outstanding as usize + engines[0].config().window + 8;
+        let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); members.len()];
+        let (mut sent, mut max_log, mut now) = (0u64, 0usize, 0u64);
+        let mut fx = Effects::default();
+        let mut buf = Vec::new();
+        while delivered.iter().any(|d| (d.len() as u64) < MESSAGES) {
+            now += 1_000;
+            assert!(
+                now < 10_000_000_000,
+                "stuck: {:?}",
+                engines.iter().map(Engine::describe).collect::<Vec<_>>()
+            );
+            for i in 0..engines.len() {
+                if engines[i].role() == Role::Leader {
+                    while sent < MESSAGES {
+                        match engines[i].broadcast(&sent.to_le_bytes()) {
+                            Ok(_) => sent += 1,
+                            Err(BroadcastError::WouldBlock) => break,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                fx.clear();
+                let sink = &mut delivered[i];
+                engines[i].poll(now, &mut fx, &mut |h: Header, p: &[u8]| {
+                    sink.push((h, u64::from_le_bytes(p.try_into().expect("8 bytes"))))
+                });
+                for push in &fx.pushes {
+                    buf.resize(push.len, 0);
+                    engines[i].region.read_bytes(push.offset, &mut buf);
+                    for (j, e) in engines.iter().enumerate() {
+                        let hit = match push.to {
+                            Target::All => j != i,
+                            Target::Peer(m) => e.member() == m,
+                        };
+                        if hit {
+                            e.region.write_bytes(push.offset, &buf);
+                        }
+                    }
+                }
+                max_log = max_log.max(engines[i].log_len());
+            }
+        }
+        assert!(max_log <= bound, "a log reached {max_log} entries (bound {bound})");
+        for d in &delivered {
+            assert_eq!(d.len() as u64, MESSAGES);
+            assert!(d.iter().map(|(_, v)| *v).eq(0..MESSAGES), "delivered out of order");
+            assert!(d.windows(2).all(|w| w[0].0 < w[1].0), "headers not increasing");
+        }
+        assert!(engines.iter().all(|e| e.log_floor() > Header::NONE));
     }
 
     #[test]

@@ -77,12 +77,37 @@
 //! - **Transient delays.** A member that timed out but never moved past its
 //!   epoch returns to following when its leader's heartbeat resumes.
 //!
+//! # Log garbage collection ([`Config::log_gc`], off by default)
+//! - **What is dropped.** After committing, every synced member drops the
+//!   log entries at or below the smallest Commit column over *all* rows of
+//!   its SST (its own row: `Committed`): messages committed everywhere. The
+//!   largest dropped header is the *log floor* ([`Engine::log_floor`]); the
+//!   floor never exceeds `Committed`, so nothing undelivered is dropped.
+//! - **Why it is safe.** A diff for member `r` (§3.4) carries the entries
+//!   after `r`'s Commit header. Commit columns only grow within an
+//!   incarnation and a member's copy of a row only lags the owner's, so
+//!   every current incarnation's Commit is ≥ the floor of every member
+//!   (leader or future leader) that dropped entries: GC keeps everything a
+//!   diff for it needs. A diff never claims to reach back below the
+//!   sender's floor (its `base` is at least the floor), so a member that
+//!   needs older entries rejects it instead of delivering with a gap.
+//! - **Limits (no state transfer yet).** A member that restarts with empty
+//!   state needs the whole history, which a truncated log no longer holds:
+//!   with GC on it keeps rejecting the leader's diffs and re-asking, stays
+//!   unsynced and never votes (safe, it counts as one of the f unsafe
+//!   members, but it never rejoins). A crashed member's frozen Commit
+//!   column pins the floor, so the log grows again until it restarts or is
+//!   removed from the configuration (membership change is a later issue).
+//!   Operators watch [`Engine::log_len`]. Under failure-free load the log
+//!   stays within the outstanding window plus what the slowest member has
+//!   not yet committed.
+//!
 //! # Limits
 //! Member ids ≤ 255, rounds < 2^24, counts < 2^32 per epoch, up to 15
-//! members, incarnations < 2^15. The log is kept whole (log compaction is
-//! out of scope); a restarted member is caught up from it, and a follower
-//! stages a diff's entries until its end marker (bounded by the leader's
-//! log). Memory per ring is fixed by `window × (max_payload + 32)`.
+//! members, incarnations < 2^15. Without [`Config::log_gc`] the log is kept
+//! whole; a restarted member is caught up from it, and a follower stages a
+//! diff's entries until its end marker (bounded by the leader's log).
+//! Memory per ring is fixed by `window × (max_payload + 32)`.
 
 #![warn(missing_docs)]
 

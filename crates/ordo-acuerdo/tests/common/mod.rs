@@ -50,7 +50,9 @@ pub enum AcEvent {
     /// A member delivered (committed) a message.
     Deliver { header: u64, digest: u64 },
     /// A member won an election; `log` is every header in its log then.
-    Elected { epoch: u64, log: Vec<u64> },
+    /// `floor`: the winner's log floor (log garbage collection dropped the
+    /// entries at or below it, all of which it delivered itself).
+    Elected { epoch: u64, log: Vec<u64>, floor: u64 },
     /// Something the harness did not expect.
     Anomaly { what: String },
     /// An engine note (elections, diffs), for reading a failing history.
@@ -72,6 +74,9 @@ pub struct Params {
     pub end_ns: u64,
     pub faults: bool,
     pub restarts: bool,
+    /// `Config::log_gc` (off in drawn runs: a restarted member cannot catch
+    /// up from a truncated log, so no-loss and liveness need it off).
+    pub log_gc: bool,
     pub trace: bool,
 }
 
@@ -94,6 +99,7 @@ impl Params {
             end_ns: calm_ns + 12_000_000,
             faults: true,
             restarts: true,
+            log_gc: false,
             trace: false,
         }
     }
@@ -107,6 +113,7 @@ impl Params {
         cfg.heartbeat_interval_ns = self.heartbeat_interval_ns;
         cfg.heartbeat_timeout_ns = self.heartbeat_timeout_ns;
         cfg.election_timeout_ns = self.election_timeout_ns;
+        cfg.log_gc = self.log_gc;
         cfg
     }
 }
@@ -320,7 +327,8 @@ impl SimProcess<AcEvent> for Member {
             match note {
                 Note::BecameLeader(e) => {
                     let log = self.engine.log_headers().map(|h| h.encode()).collect();
-                    ctx.record(AcEvent::Elected { epoch: e.encode(), log });
+                    let floor = self.engine.log_floor().encode();
+                    ctx.record(AcEvent::Elected { epoch: e.encode(), log, floor });
                 }
                 Note::BadMessage { sender, what } => {
                     Self::anomaly(ctx, format!("bad message from {sender}: {what}"))
@@ -694,7 +702,9 @@ impl Checker<AcEvent> for OneLeaderPerEpoch {
 }
 
 /// An elected leader's log holds every message committed before its epoch
-/// (delivered anywhere before the election, with a smaller header).
+/// (delivered anywhere before the election, with a smaller header), except
+/// those at or below its log floor, which it must have delivered itself (in
+/// the same incarnation) before the election.
 pub struct LeaderUpToDate;
 impl Checker<AcEvent> for LeaderUpToDate {
     fn name(&self) -> &'static str {
@@ -702,12 +712,14 @@ impl Checker<AcEvent> for LeaderUpToDate {
     }
     fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
         let mut committed = BTreeSet::new();
+        let mut own: BTreeSet<(MemberId, u64, u64)> = BTreeSet::new();
         for e in &h.entries {
             match &e.event {
                 AcEvent::Deliver { header, .. } => {
                     committed.insert(*header);
+                    own.insert((e.member, e.incarnation, *header));
                 }
-                AcEvent::Elected { epoch, log } => {
+                AcEvent::Elected { epoch, log, floor } => {
                     // Committed before its epoch: delivered somewhere before
                     // the election and ordered before the epoch. (A member
                     // can move its vote to a bigger epoch after a candidate
@@ -716,7 +728,10 @@ impl Checker<AcEvent> for LeaderUpToDate {
                     // a quorum promised the bigger one; messages of bigger
                     // epochs are not its business.)
                     let log: BTreeSet<u64> = log.iter().copied().collect();
-                    let missing = committed.range(..*epoch).find(|c| !log.contains(c));
+                    let missing = committed.range(..*epoch).find(|c| {
+                        let below_floor = **c <= *floor && own.contains(&(e.member, e.incarnation, **c));
+                        !log.contains(c) && !below_floor
+                    });
                     if let Some(missing) = missing {
                         return Err(Violation::new(
                             self.name(),
