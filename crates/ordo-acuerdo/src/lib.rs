@@ -118,3 +118,16 @@ pub mod header;
 pub use config::{Columns, Config, ConfigError, Layout};
 pub use engine::{BroadcastError, DeliverySink, Effects, Engine, Note, Push, Role, Target};
 pub use header::{Epoch, Header, Vote};
+
+// The simulation workload lives with the tests (tests/common) and is also
+// compiled into the library under the `sim` feature, so the CLI can replay
+// a seed. It names this crate `ordo_acuerdo`, as an integration test does.
+#[cfg(feature = "sim")]
+extern crate self as ordo_acuerdo;
+
+/// The seeded simulation workload and its checkers (feature `sim`). Its
+/// event fields are described on their variants (test-harness style).
+#[cfg(feature = "sim")]
+#[allow(missing_docs)]
+#[path = "../tests/common/mod.rs"]
+pub mod sim;
