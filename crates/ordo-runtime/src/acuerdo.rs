@@ -32,13 +32,14 @@
 //! - Delivery callbacks run on the agent's thread, once per committed
 //!   message, in the total order; they must not block.
 
+use crate::backlog::{PushBacklog, Targets};
 use crate::config::Backend;
 use crate::wiring::{MemberFabric, WiringError};
 use crate::{Agent, IdleStrategy};
 use ordo_acuerdo::{
     BroadcastError, Config, Effects, Engine, Epoch, Header, Layout, Note, Push, Role, Target,
 };
-use ordo_fabric::{Doorbell, Fabric, FabricEvent, MemberId, PostError, Write};
+use ordo_fabric::{Doorbell, Fabric, FabricEvent, MemberId};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -432,7 +433,7 @@ pub struct AcuerdoMember<F: Fabric> {
     effects: Effects,
     /// Pushes not yet posted to every target: (push, index of the next
     /// peer of its target list).
-    backlog: VecDeque<(Push, usize)>,
+    backlog: PushBacklog<Push>,
     peers: Vec<MemberId>,
     on_deliver: DeliverFn,
     on_note: Option<NoteFn>,
@@ -482,7 +483,7 @@ impl<F: Fabric> AcuerdoMember<F> {
             engine,
             fabric,
             effects: Effects::default(),
-            backlog: VecDeque::new(),
+            backlog: PushBacklog::new(),
             on_deliver: options.on_deliver.unwrap_or_else(|| Box::new(|_, _| {})),
             on_note: options.on_note,
             requests: req_rx,
@@ -540,25 +541,11 @@ impl<F: Fabric> AcuerdoMember<F> {
     /// Posts the backlog, oldest first, stopping at the first push a peer
     /// refuses with back-pressure (so later writes never overtake it).
     fn post_backlog(&mut self) -> usize {
-        let mut posted = 0;
-        while let Some((push, next)) = self.backlog.front_mut() {
-            let targets: &[MemberId] = match &push.to {
-                Target::All => &self.peers,
-                Target::Peer(p) => std::slice::from_ref(p),
-            };
-            while *next < targets.len() {
-                match self.fabric.post_write(Write::new(targets[*next], push.offset, push.len)) {
-                    Ok(()) | Err(PostError::PeerSuspected(_)) => {
-                        *next += 1;
-                        posted += 1;
-                    }
-                    Err(PostError::Backpressure(_)) => return posted,
-                    Err(e) => panic!("the engine emitted an invalid push {push:?}: {e}"),
-                }
-            }
-            self.backlog.pop_front();
-        }
-        posted
+        let peers = &self.peers;
+        self.backlog.post(&mut self.fabric, |push| match push.to {
+            Target::All => Targets::Many(peers),
+            Target::Peer(p) => Targets::One(p),
+        })
     }
 
     fn handle_events(&mut self, now_ns: u64) -> usize {
@@ -687,7 +674,7 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
             }
         }
         self.settle_tickets();
-        self.backlog.extend(self.effects.pushes.drain(..).map(|p| (p, 0)));
+        self.backlog.extend(&mut self.effects.pushes);
         work += self.post_backlog();
         self.status.update(&self.engine);
         work + self.handle_events(now_ns)

@@ -78,6 +78,7 @@
 pub mod acuerdo;
 mod agent;
 mod agent_loop;
+mod backlog;
 mod clock;
 pub mod config;
 mod idle;

@@ -21,14 +21,14 @@
 //!   instead (spindle §III-D); when every buffer is in use the predicate
 //!   thread waits for the worker (back-pressure, never an unbounded queue).
 
+use crate::backlog::{PushBacklog, Targets};
 use crate::config::OrdoConfig;
 use crate::wiring::{MemberFabric, WiringError, connect_fabric};
 use crate::{Agent, Runner, RunnerError};
-use ordo_fabric::{Doorbell, Fabric, FabricEvent, MemberId, PostError, Write};
+use ordo_fabric::{Doorbell, Fabric, FabricEvent, MemberId};
 use ordo_vsync::{
     Delivered, DeliverySink, Effects, Engine, GroupConfig, Push, SendError, Sender, SubgroupStats,
 };
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -219,9 +219,8 @@ pub struct VsyncMember<F: Fabric> {
     engine: Engine,
     fabric: F,
     effects: Effects,
-    /// Pushes not yet posted to every peer: (push, index of the next peer
-    /// in `engine.peers_of(push.subgroup)`). Bounded by the engine's windows.
-    backlog: VecDeque<(Push, usize)>,
+    /// Pushes not yet posted to every peer (see [`crate::backlog`]).
+    backlog: PushBacklog<Push>,
     sink: Sink,
     lock: Arc<Mutex<()>>,
     post_after_unlock: bool,
@@ -299,7 +298,7 @@ impl<F: Fabric> VsyncMember<F> {
             engine,
             fabric,
             effects: Effects::default(),
-            backlog: VecDeque::new(),
+            backlog: PushBacklog::new(),
             sink: Sink { mode, batched_upcall: switches.batched_upcall, counters: counters.clone() },
             lock,
             post_after_unlock: switches.post_after_unlock,
@@ -339,22 +338,8 @@ impl<F: Fabric> VsyncMember<F> {
     /// Posts the backlog, oldest first, stopping at the first push a peer
     /// refuses with back-pressure (so later writes never overtake it).
     fn post_backlog(&mut self) -> usize {
-        let mut posted = 0;
-        while let Some((push, next)) = self.backlog.front_mut() {
-            let peers = self.engine.peers_of(push.subgroup);
-            while *next < peers.len() {
-                match self.fabric.post_write(Write::new(peers[*next], push.offset, push.len)) {
-                    Ok(()) | Err(PostError::PeerSuspected(_)) => {
-                        *next += 1;
-                        posted += 1;
-                    }
-                    Err(PostError::Backpressure(_)) => return posted,
-                    Err(e) => panic!("the engine emitted an invalid push {push:?}: {e}"),
-                }
-            }
-            self.backlog.pop_front();
-        }
-        posted
+        let engine = &self.engine;
+        self.backlog.post(&mut self.fabric, |push| Targets::Many(engine.peers_of(push.subgroup)))
     }
 
     /// Fabric events: a suspected peer wedges the member (a view change,
@@ -374,7 +359,7 @@ impl<F: Fabric> VsyncMember<F> {
     }
 
     fn take_effects(&mut self) {
-        self.backlog.extend(self.effects.pushes.drain(..).map(|p| (p, 0)));
+        self.backlog.extend(&mut self.effects.pushes);
     }
 }
 
