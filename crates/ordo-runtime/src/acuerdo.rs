@@ -33,8 +33,7 @@
 //!   message, in the total order; they must not block.
 
 use crate::backlog::{PushBacklog, Targets};
-use crate::config::Backend;
-use crate::wiring::{MemberFabric, WiringError};
+use crate::wiring::MemberFabric;
 use crate::{Agent, IdleStrategy};
 use ordo_acuerdo::{
     BroadcastError, Config, Effects, Engine, Epoch, Header, Layout, Note, Push, Role, Target,
@@ -69,73 +68,7 @@ pub fn region_len(cfg: &Config) -> usize {
     Layout::new(cfg).region_len.next_multiple_of(4096)
 }
 
-/// Connects every member of a group inside this process (one thread per
-/// member while connecting, since each endpoint waits for the others):
-/// shm files in `/dev/shm` named by `cluster`, or tcp on loopback ephemeral
-/// ports. Returns the endpoints in the order of `members`.
-pub fn connect_local_group(
-    backend: Backend,
-    cluster: &str,
-    members: &[MemberId],
-    region_len: usize,
-) -> Result<Vec<MemberFabric>, WiringError> {
-    let results: Vec<Result<MemberFabric, WiringError>> = match backend {
-        Backend::Shm => std::thread::scope(|s| {
-            let handles: Vec<_> = members
-                .iter()
-                .map(|&m| {
-                    let o = ordo_fabric_shm::ShmOptions::new(cluster, m, members.to_vec(), region_len);
-                    s.spawn(move || ordo_fabric_shm::ShmFabric::create(o).map(MemberFabric::Shm))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("connect thread").map_err(WiringError::from))
-                .collect()
-        }),
-        Backend::Tcp => {
-            let mut bindings = Vec::new();
-            for &m in members {
-                let o = tcp_options(m, cluster, region_len, "127.0.0.1:0".parse().expect("address"));
-                bindings.push(ordo_fabric_tcp::TcpFabric::bind(o)?);
-            }
-            let addrs: Vec<(MemberId, std::net::SocketAddr)> =
-                members.iter().copied().zip(bindings.iter().map(|b| b.local_addr())).collect();
-            std::thread::scope(|s| {
-                let handles: Vec<_> = bindings
-                    .into_iter()
-                    .zip(members)
-                    .map(|(b, &m)| {
-                        let peers = addrs.iter().copied().filter(|p| p.0 != m).collect();
-                        s.spawn(move || b.connect(peers).map(MemberFabric::Tcp))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("connect thread").map_err(WiringError::from))
-                    .collect()
-            })
-        }
-    };
-    results.into_iter().collect()
-}
-
-/// Tcp options for an Acuerdo member: frames as large as the region (a
-/// ring plan can cover a whole ring), a send buffer of a few of them, and a
-/// write timeout of one second.
-pub fn tcp_options(
-    me: MemberId,
-    cluster: &str,
-    region_len: usize,
-    listen: std::net::SocketAddr,
-) -> ordo_fabric_tcp::TcpOptions {
-    let mut o = ordo_fabric_tcp::TcpOptions::new(me, listen, region_len);
-    o.cluster = cluster.to_string();
-    o.max_frame_bytes = region_len;
-    o.send_buffer_bytes = (4 * region_len).max(8 << 20);
-    o.reconnect_interval = Duration::from_millis(20);
-    o
-}
+pub use crate::wiring::{connect_local_group, tcp_options};
 
 /// What the agent tells a client about one of its tickets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -98,7 +98,9 @@ pub use runner::{
     AgentPanic, CorePinning, Joined, Runner, RunnerError, RunnerHandle, RunnerOptions, ThreadingMode,
 };
 pub use vsync::{Delivery, Group, GroupError, LiveCounters, OwnedMessage, SubgroupHandle, VsyncMember};
-pub use wiring::{HeartbeatAgent, MemberFabric, WiringError, connect_fabric};
+pub use wiring::{
+    HeartbeatAgent, MemberFabric, WiringError, connect_fabric, connect_local_group, tcp_options,
+};
 
 /// The example configuration shown in the crate docs (every key, with
 /// comments); it loads and validates.

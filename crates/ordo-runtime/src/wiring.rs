@@ -123,6 +123,74 @@ pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> 
     }
 }
 
+/// Connects every member of a group inside this process (one thread per
+/// member while connecting, since each endpoint waits for the others):
+/// shm files in `/dev/shm` named by `cluster`, or tcp on loopback ephemeral
+/// ports. Returns the endpoints in the order of `members`.
+pub fn connect_local_group(
+    backend: Backend,
+    cluster: &str,
+    members: &[MemberId],
+    region_len: usize,
+) -> Result<Vec<MemberFabric>, WiringError> {
+    let results: Vec<Result<MemberFabric, WiringError>> = match backend {
+        Backend::Shm => std::thread::scope(|s| {
+            let handles: Vec<_> = members
+                .iter()
+                .map(|&m| {
+                    let o = ordo_fabric_shm::ShmOptions::new(cluster, m, members.to_vec(), region_len);
+                    s.spawn(move || ordo_fabric_shm::ShmFabric::create(o).map(MemberFabric::Shm))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("connect thread").map_err(WiringError::from))
+                .collect()
+        }),
+        Backend::Tcp => {
+            let mut bindings = Vec::new();
+            for &m in members {
+                let o = tcp_options(m, cluster, region_len, "127.0.0.1:0".parse().expect("address"));
+                bindings.push(ordo_fabric_tcp::TcpFabric::bind(o)?);
+            }
+            let addrs: Vec<(MemberId, std::net::SocketAddr)> =
+                members.iter().copied().zip(bindings.iter().map(|b| b.local_addr())).collect();
+            std::thread::scope(|s| {
+                let handles: Vec<_> = bindings
+                    .into_iter()
+                    .zip(members)
+                    .map(|(b, &m)| {
+                        let peers = addrs.iter().copied().filter(|p| p.0 != m).collect();
+                        s.spawn(move || b.connect(peers).map(MemberFabric::Tcp))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("connect thread").map_err(WiringError::from))
+                    .collect()
+            })
+        }
+    };
+    results.into_iter().collect()
+}
+
+/// Tcp options for a member of an in-process or benchmark group: frames as
+/// large as the region (a ring plan can cover a whole ring), a send buffer
+/// of a few of them, and quick redials.
+pub fn tcp_options(
+    me: MemberId,
+    cluster: &str,
+    region_len: usize,
+    listen: std::net::SocketAddr,
+) -> ordo_fabric_tcp::TcpOptions {
+    let mut o = ordo_fabric_tcp::TcpOptions::new(me, listen, region_len);
+    o.cluster = cluster.to_string();
+    o.max_frame_bytes = region_len;
+    o.send_buffer_bytes = (4 * region_len).max(8 << 20);
+    o.reconnect_interval = std::time::Duration::from_millis(20);
+    o
+}
+
 /// A member's liveness agent: every `interval_ns` it bumps its heartbeat
 /// counter in the SST and pushes it to every peer as a signaled write, so a
 /// dead or unreachable peer is suspected within a write timeout; it tries

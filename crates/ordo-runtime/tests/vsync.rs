@@ -4,9 +4,9 @@
 //! inline or through the worker hand-off.
 
 use ordo_fabric::MemberId;
-use ordo_fabric_shm::{ShmFabric, ShmOptions};
 use ordo_runtime::{
-    Delivery, IdleStrategy, Runner, RunnerOptions, SubgroupHandle, ThreadingMode, VsyncMember,
+    Backend, Delivery, IdleStrategy, MemberFabric, Runner, RunnerOptions, SubgroupHandle, ThreadingMode,
+    VsyncMember, connect_local_group,
 };
 use ordo_vsync::{DeliveryMode, GroupConfig, SubgroupConfig, Switches};
 use std::sync::{Arc, Mutex};
@@ -32,41 +32,10 @@ fn region_len(switches: Switches) -> usize {
     ordo_vsync::GroupLayout::new(&group_cfg(switches)).region_len.next_multiple_of(64)
 }
 
-fn shm_fabrics(switches: Switches, tag: &str) -> Vec<ShmFabric> {
-    let len = region_len(switches);
+/// The three members' endpoints, in-process, on `backend`.
+fn fabrics(backend: Backend, switches: Switches, tag: &str) -> Vec<MemberFabric> {
     let cluster = format!("vsync-rt-{}-{tag}", std::process::id());
-    (0..3)
-        .map(|m| {
-            let c = cluster.clone();
-            std::thread::spawn(move || ShmFabric::create(ShmOptions::new(c, m, vec![0, 1, 2], len)).unwrap())
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .collect()
-}
-
-fn tcp_fabrics(switches: Switches) -> Vec<ordo_fabric_tcp::TcpFabric> {
-    let len = region_len(switches);
-    let bindings: Vec<_> = (0..3)
-        .map(|m| {
-            let mut o = ordo_fabric_tcp::TcpOptions::new(m, "127.0.0.1:0".parse().unwrap(), len);
-            o.cluster = format!("vsync-rt-{}", std::process::id());
-            ordo_fabric_tcp::TcpFabric::bind(o).unwrap()
-        })
-        .collect();
-    let addrs: Vec<_> = bindings.iter().map(|b| b.local_addr()).collect();
-    bindings
-        .into_iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let peers: Vec<_> = (0..3).filter(|j| *j != i).map(|j| (j as MemberId, addrs[j])).collect();
-            std::thread::spawn(move || b.connect(peers).unwrap())
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .collect()
+    connect_local_group(backend, &cluster, &[0, 1, 2], region_len(switches)).expect("group connects")
 }
 
 fn run_group<F: ordo_fabric::Fabric + Send + 'static>(
@@ -177,24 +146,25 @@ fn check_round_robin(logs: &[Vec<(MemberId, u64)>], per_sender: u64) {
 
 #[test]
 fn three_members_deliver_one_total_order_with_spindle() {
-    let logs = run_group(shm_fabrics(Switches::SPINDLE, "spindle"), Switches::SPINDLE, false, 2000);
+    let logs = run_group(fabrics(Backend::Shm, Switches::SPINDLE, "spindle"), Switches::SPINDLE, false, 2000);
     check_same_total_order(&logs, 2000);
 }
 
 #[test]
 fn three_members_deliver_one_total_order_in_the_baseline() {
-    let logs = run_group(shm_fabrics(Switches::BASELINE, "baseline"), Switches::BASELINE, false, 500);
+    let logs =
+        run_group(fabrics(Backend::Shm, Switches::BASELINE, "baseline"), Switches::BASELINE, false, 500);
     check_round_robin(&logs, 500);
 }
 
 #[test]
 fn worker_hand_off_delivers_the_same_order() {
-    let logs = run_group(shm_fabrics(Switches::SPINDLE, "worker"), Switches::SPINDLE, true, 1000);
+    let logs = run_group(fabrics(Backend::Shm, Switches::SPINDLE, "worker"), Switches::SPINDLE, true, 1000);
     check_same_total_order(&logs, 1000);
 }
 
 #[test]
 fn three_members_over_tcp_deliver_one_total_order() {
-    let logs = run_group(tcp_fabrics(Switches::SPINDLE), Switches::SPINDLE, false, 1000);
+    let logs = run_group(fabrics(Backend::Tcp, Switches::SPINDLE, "tcp"), Switches::SPINDLE, false, 1000);
     check_same_total_order(&logs, 1000);
 }
