@@ -162,6 +162,33 @@ impl Default for FaultPlan {
     }
 }
 
+impl FaultPlan {
+    /// The plan the substrate workloads draw for a group of `members` (≥ 2):
+    /// faults from within the first 0.3 ms until 1-8 ms, cuts, splits and
+    /// crashes (at most `members - 1` down at once), partitions and downtimes
+    /// of 20 µs to 1.5 ms. The draws happen in a fixed order, so a seed keeps
+    /// its plan.
+    pub fn draw(rng: &mut SimRng, members: u32) -> FaultPlan {
+        assert!(members >= 2, "a fault plan needs a group");
+        let until_ns = rng.range(1_000_000, 8_000_000);
+        FaultPlan {
+            start_ns: rng.range(0, 300_000),
+            until_ns,
+            gap_min_ns: 50_000,
+            gap_max_ns: rng.range(100_000, 800_000),
+            weight_cut: rng.range(0, 4) as u32,
+            weight_split: rng.range(0, 3) as u32,
+            weight_crash: rng.range(0, 3) as u32,
+            weight_none: 1,
+            partition_min_ns: 20_000,
+            partition_max_ns: rng.range(50_000, 1_500_000),
+            down_min_ns: 20_000,
+            down_max_ns: rng.range(50_000, 1_500_000),
+            max_crashed: rng.range(1, u64::from(members - 1)) as u32,
+        }
+    }
+}
+
 /// Bounds of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunLimits {
@@ -171,6 +198,19 @@ pub struct RunLimits {
     pub max_steps: u64,
     /// From this time on, stop as soon as every member is alive and done.
     pub quiesce_after_ns: Option<u64>,
+}
+
+impl RunLimits {
+    /// Limits for a run whose faults stop at `until_ns` and that needs
+    /// `settle_ns` after that to converge: stop once quiescent after
+    /// `until_ns + settle_ns`, and at the latest 50 ms after the faults.
+    pub fn after_faults(until_ns: u64, settle_ns: u64) -> RunLimits {
+        RunLimits {
+            max_time_ns: until_ns + 50_000_000,
+            max_steps: 3_000_000,
+            quiesce_after_ns: Some(until_ns + settle_ns),
+        }
+    }
 }
 
 impl Default for RunLimits {

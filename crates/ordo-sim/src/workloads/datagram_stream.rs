@@ -154,32 +154,14 @@ pub fn scenario(seed: u64, _opts: &RunOptions) -> Scenario<StreamEvent> {
         rto_max_ns: rto_min * rng.range(2, 8),
         probe_ns: rng.range(50_000, 300_000),
     };
-    let until = rng.range(1_000_000, 8_000_000);
-    let plan = FaultPlan {
-        start_ns: rng.range(0, 300_000),
-        until_ns: until,
-        gap_min_ns: 50_000,
-        gap_max_ns: rng.range(100_000, 800_000),
-        weight_cut: rng.range(0, 4) as u32,
-        weight_split: rng.range(0, 3) as u32,
-        weight_crash: rng.range(0, 3) as u32,
-        weight_none: 1,
-        partition_min_ns: 20_000,
-        partition_max_ns: rng.range(50_000, 1_500_000),
-        down_min_ns: 20_000,
-        down_max_ns: rng.range(50_000, 1_500_000),
-        max_crashed: rng.range(1, u64::from(members - 1)) as u32,
-    };
+    let plan = FaultPlan::draw(&mut rng, members);
+    let until = plan.until_ns;
     let settle = 2 * (params.probe_ns + 2 * net.delay_max_ns + params.rto_max_ns) + 200_000;
     let config = SimConfig { members, region_len: 64, net, ..SimConfig::default() };
     Scenario {
         config,
         faults: Some(plan),
-        limits: RunLimits {
-            max_time_ns: until + 50_000_000,
-            max_steps: 3_000_000,
-            quiesce_after_ns: Some(until + settle),
-        },
+        limits: RunLimits::after_faults(until, settle),
         factory: Box::new(move |ctx| Box::new(Member::new(ctx, params))),
         checkers: stream::checkers(params.target),
     }
