@@ -1,0 +1,1 @@
+//! R2P2 (request/response pair protocol over UDP) with Raft inside it.
