@@ -1,1 +1,3 @@
 //! R2P2 (request/response pair protocol over UDP) with Raft inside it.
+
+pub mod disk;

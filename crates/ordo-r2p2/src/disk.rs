@@ -1,0 +1,1 @@
+//! `FsDisk`: the real-file backend of `ordo_raft::storage::Disk`.
