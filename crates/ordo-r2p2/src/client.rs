@@ -1,0 +1,500 @@
+//! The R2P2 client: blocking [`Client::call`] and open-loop
+//! [`Client::send`] / [`Client::poll_responses`] / [`Client::try_recv`].
+//!
+//! # Invariants
+//! - A request id is assigned once per [`Client::send`]; every retry and
+//!   every redirect of that request reuses it (and the client id), so the
+//!   servers' replication hook can recognise duplicates.
+//! - Each request completes exactly once: with the first RESPONSE or ERROR
+//!   for its id, or with [`CallError::Timeout`] after `retries + 1` attempts,
+//!   or [`CallError::RedirectLoop`] after `max_redirects` redirects. Later
+//!   datagrams for it are ignored (`stale_responses`).
+//! - Semantics are at-least-once for FIXED/LB (a retry may run the handler
+//!   again) and whatever the replication hook provides for REPLICATED.
+//! - At most `max_in_flight` requests are outstanding; `send` refuses more.
+//! - Routing: FIXED_ROUTE → `servers[fixed_server]` (retries go to the same
+//!   server); LB_ROUTE → round robin over `servers`, a retry goes to the next
+//!   one; REPLICATED_ROUTE → the believed leader, learnt from REDIRECTs and
+//!   from the leader hint on any response; a timeout moves the belief to the
+//!   next server. `servers` must list the replicas in replica-index order
+//!   (the order of the servers' `ServerConfig::peers`) so hints mean the
+//!   same thing on both sides.
+
+use crate::header::{self, ErrorCode, Header, MAX_DATAGRAM, MessageType, Policy};
+use crate::reassembly::{self, Message, Reassembler, ReassemblyConfig, TooLarge};
+use crate::server::{send_datagram, set_socket_buffers};
+use mio::net::UdpSocket;
+use mio::{Events, Interest, Poll, Token};
+use ordo_runtime::{IdleAction, IdleStrategy, Idler};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// A client-assigned request number (header `request_id`).
+pub type RequestId = u32;
+
+/// Client configuration.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Servers, in replica-index order for REPLICATED_ROUTE.
+    pub servers: Vec<SocketAddr>,
+    /// Local address to bind.
+    pub bind: SocketAddr,
+    /// The client id; `None` draws a random one.
+    pub client_id: Option<u64>,
+    /// Time to wait for an answer before retrying.
+    pub timeout: Duration,
+    /// Retries after the first attempt.
+    pub retries: u32,
+    /// Redirects followed per request.
+    pub max_redirects: u32,
+    /// Server index for FIXED_ROUTE.
+    pub fixed_server: usize,
+    /// Payload bytes per datagram.
+    pub mtu_payload: usize,
+    /// Bounds for incoming responses.
+    pub reassembly: ReassemblyConfig,
+    /// Most outstanding requests.
+    pub max_in_flight: usize,
+    /// How [`Client::call`] / [`Client::wait`] idle (parking = blocking poll).
+    pub idle: IdleStrategy,
+    /// SO_RCVBUF / SO_SNDBUF to ask for; `None` keeps the OS default.
+    pub socket_buffer_bytes: Option<usize>,
+}
+
+impl ClientConfig {
+    /// Defaults for these servers: 100 ms timeout, 3 retries, 1400-byte
+    /// datagrams, 4096 in flight.
+    pub fn new(servers: Vec<SocketAddr>) -> Self {
+        ClientConfig {
+            servers,
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            client_id: None,
+            timeout: Duration::from_millis(100),
+            retries: 3,
+            max_redirects: 8,
+            fixed_server: 0,
+            mtu_payload: 1400,
+            reassembly: ReassemblyConfig::default(),
+            max_in_flight: 4096,
+            idle: IdleStrategy::DEFAULT,
+            socket_buffer_bytes: Some(4 << 20),
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Error)]
+pub enum CallError {
+    /// No answer after this many attempts.
+    #[error("no response after {attempts} attempts")]
+    Timeout {
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The server answered with ERROR.
+    #[error("request refused ({code:?}): {reason}")]
+    Refused {
+        /// The server's code.
+        code: ErrorCode,
+        /// The server's explanation.
+        reason: String,
+    },
+    /// Redirected more than `max_redirects` times.
+    #[error("redirected {0} times without reaching the leader")]
+    RedirectLoop(u32),
+    /// The request does not fit in `max_packets` datagrams.
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
+    /// `max_in_flight` requests are outstanding.
+    #[error("too many requests in flight")]
+    TooManyInFlight,
+    /// The configuration lists no servers (or `fixed_server` is out of range).
+    #[error("no server to send to")]
+    NoServers,
+    /// A socket error.
+    #[error("socket error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Client counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Requests sent (first attempts).
+    pub requests: u64,
+    /// Retransmissions after a timeout.
+    pub retries: u64,
+    /// REDIRECTs followed.
+    pub redirects: u64,
+    /// Requests completed with a RESPONSE.
+    pub responses: u64,
+    /// Answers for requests no longer outstanding (duplicates, late answers).
+    pub stale_responses: u64,
+    /// Datagrams rejected by header validation.
+    pub bad_datagrams: u64,
+}
+
+struct Pending {
+    policy: Policy,
+    payload: Vec<u8>,
+    target: usize,
+    attempts: u32,
+    redirects: u32,
+    deadline: Instant,
+}
+
+/// A UDP R2P2 client (not thread-safe; one per thread).
+pub struct Client {
+    config: ClientConfig,
+    client_id: u64,
+    socket: UdpSocket,
+    poll: Poll,
+    events: Events,
+    reassembler: Reassembler,
+    pending: HashMap<RequestId, Pending>,
+    completed: VecDeque<(RequestId, Result<Vec<u8>, CallError>)>,
+    next_request_id: RequestId,
+    leader: usize,
+    next_lb: usize,
+    earliest_deadline: Option<Instant>,
+    scratch: Vec<u8>,
+    recv_buf: Vec<u8>,
+    started: Instant,
+    stats: ClientStats,
+}
+
+const SOCKET: Token = Token(0);
+
+impl Client {
+    /// Binds a socket for talking to `config.servers`.
+    pub fn new(config: ClientConfig) -> io::Result<Client> {
+        if config.mtu_payload == 0 || config.max_in_flight == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "mtu_payload and max_in_flight must be positive",
+            ));
+        }
+        let mut socket = UdpSocket::bind(config.bind)?;
+        if let Some(bytes) = config.socket_buffer_bytes {
+            set_socket_buffers(&socket, bytes)?;
+        }
+        let poll = Poll::new()?;
+        poll.registry().register(&mut socket, SOCKET, Interest::READABLE)?;
+        let client_id = config.client_id.unwrap_or_else(|| RandomState::new().hash_one(std::process::id()));
+        Ok(Client {
+            reassembler: Reassembler::new(config.reassembly),
+            client_id,
+            socket,
+            poll,
+            events: Events::with_capacity(4),
+            pending: HashMap::new(),
+            completed: VecDeque::new(),
+            next_request_id: 1,
+            leader: 0,
+            next_lb: 0,
+            earliest_deadline: None,
+            scratch: Vec::with_capacity(MAX_DATAGRAM),
+            recv_buf: vec![0u8; MAX_DATAGRAM + 1],
+            started: Instant::now(),
+            stats: ClientStats::default(),
+            config,
+        })
+    }
+
+    /// This client's id.
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
+    /// The local socket address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// The server index believed to lead (REPLICATED_ROUTE target).
+    pub fn leader(&self) -> usize {
+        self.leader
+    }
+
+    /// The servers (redirects may have added addresses).
+    pub fn servers(&self) -> &[SocketAddr] {
+        &self.config.servers
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    /// Requests sent and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Sends a request and returns at once; its result comes out of
+    /// [`Client::try_recv`] after [`Client::poll_responses`] / [`Client::wait`].
+    pub fn send(&mut self, policy: Policy, payload: &[u8]) -> Result<RequestId, CallError> {
+        if self.pending.len() >= self.config.max_in_flight {
+            return Err(CallError::TooManyInFlight);
+        }
+        let n = self.config.servers.len();
+        if n == 0 || (policy == Policy::FixedRoute && self.config.fixed_server >= n) {
+            return Err(CallError::NoServers);
+        }
+        let packets = reassembly::packet_count_for(payload.len(), self.config.mtu_payload);
+        if packets > self.config.reassembly.max_packets as usize {
+            return Err(TooLarge {
+                len: payload.len(),
+                packets,
+                max: self.config.reassembly.max_packets as usize,
+            }
+            .into());
+        }
+        let target = match policy {
+            Policy::FixedRoute => self.config.fixed_server,
+            Policy::LbRoute => {
+                let t = self.next_lb % n;
+                self.next_lb = (t + 1) % n;
+                t
+            }
+            Policy::ReplicatedRoute => self.leader % n,
+        };
+        let id = self.next_request_id;
+        self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
+        let deadline = Instant::now() + self.config.timeout;
+        let pending =
+            Pending { policy, payload: payload.to_vec(), target, attempts: 1, redirects: 0, deadline };
+        self.transmit(id, &pending)?;
+        self.pending.insert(id, pending);
+        self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |d| d.min(deadline)));
+        self.stats.requests += 1;
+        Ok(id)
+    }
+
+    /// Reads every datagram available now and handles timeouts (retrying or
+    /// failing requests); returns how many requests completed.
+    pub fn poll_responses(&mut self) -> usize {
+        let before = self.completed.len();
+        let now_ns = self.started.elapsed().as_nanos() as u64;
+        loop {
+            let (len, from) = match self.socket.recv_from(&mut self.recv_buf) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => continue, // ICMP errors from earlier sends; retries cover them.
+            };
+            let message = match header::decode(&self.recv_buf[..len], self.config.reassembly.max_packets) {
+                Ok((header, payload)) => self.reassembler.on_packet(from, &header, payload, now_ns),
+                Err(_) => {
+                    self.stats.bad_datagrams += 1;
+                    None
+                }
+            };
+            if let Some(message) = message {
+                self.on_message(message);
+            }
+        }
+        if self.reassembler.partial_count() > 0 {
+            self.reassembler.expire(now_ns);
+        }
+        self.check_timeouts(Instant::now());
+        self.completed.len() - before
+    }
+
+    /// Takes one completed request, if any.
+    pub fn try_recv(&mut self) -> Option<(RequestId, Result<Vec<u8>, CallError>)> {
+        self.completed.pop_front()
+    }
+
+    /// Polls until at least one result is ready for [`Client::try_recv`] or
+    /// `max_wait` passes (spinning, yielding, then parking in a blocking poll
+    /// per `idle`). Returns how many results are ready.
+    pub fn wait(&mut self, max_wait: Duration) -> usize {
+        let until = Instant::now() + max_wait;
+        let mut idler = Idler::new(self.config.idle);
+        loop {
+            self.poll_responses();
+            if !self.completed.is_empty() {
+                return self.completed.len();
+            }
+            let now = Instant::now();
+            if now >= until {
+                return 0;
+            }
+            match idler.idle(0) {
+                Some(IdleAction::Park(timeout)) => {
+                    let mut timeout = timeout.min(until - now);
+                    if let Some(deadline) = self.earliest_deadline {
+                        timeout = timeout.min(deadline.saturating_duration_since(now));
+                    }
+                    let _ = self.poll.poll(&mut self.events, Some(timeout.max(IdleStrategy::MIN_PARK)));
+                }
+                Some(action) => action.spin_or_yield(),
+                None => {}
+            }
+        }
+    }
+
+    /// Sends a request and blocks until its result (other requests' results
+    /// stay queued for [`Client::try_recv`]).
+    pub fn call(&mut self, policy: Policy, payload: &[u8]) -> Result<Vec<u8>, CallError> {
+        let id = self.send(policy, payload)?;
+        loop {
+            if let Some(position) = self.completed.iter().position(|(done, _)| *done == id) {
+                let (_, result) = self.completed.remove(position).expect("position is valid");
+                return result;
+            }
+            // The deadline logic in poll_responses bounds this loop.
+            self.wait(self.config.timeout);
+        }
+    }
+
+    fn on_message(&mut self, message: Message) {
+        if message.client_id != self.client_id {
+            self.stats.stale_responses += 1;
+            return;
+        }
+        let id = message.request_id;
+        match message.message_type {
+            MessageType::Response | MessageType::Error => {
+                if self.pending.remove(&id).is_none() {
+                    self.stats.stale_responses += 1;
+                    return;
+                }
+                if let Some(leader) = message.leader_hint
+                    && (leader as usize) < self.config.servers.len()
+                {
+                    self.leader = leader as usize;
+                }
+                let result = if message.message_type == MessageType::Response {
+                    self.stats.responses += 1;
+                    Ok(message.payload)
+                } else {
+                    let code =
+                        message.payload.first().map_or(ErrorCode::Unknown, |b| ErrorCode::from_byte(*b));
+                    let reason =
+                        String::from_utf8_lossy(message.payload.get(1..).unwrap_or(&[])).into_owned();
+                    Err(CallError::Refused { code, reason })
+                };
+                self.completed.push_back((id, result));
+            }
+            MessageType::Redirect => {
+                let Some(mut pending) = self.pending.remove(&id) else {
+                    self.stats.stale_responses += 1;
+                    return;
+                };
+                let by_address =
+                    std::str::from_utf8(&message.payload).ok().and_then(|s| s.parse::<SocketAddr>().ok());
+                let leader = match by_address {
+                    Some(addr) => Some(match self.config.servers.iter().position(|s| *s == addr) {
+                        Some(i) => i,
+                        None => {
+                            self.config.servers.push(addr);
+                            self.config.servers.len() - 1
+                        }
+                    }),
+                    None => message.leader_hint.map(usize::from).filter(|l| *l < self.config.servers.len()),
+                };
+                pending.redirects += 1;
+                self.stats.redirects += 1;
+                if pending.redirects > self.config.max_redirects {
+                    self.completed.push_back((id, Err(CallError::RedirectLoop(pending.redirects))));
+                    return;
+                }
+                if let Some(leader) = leader {
+                    self.leader = leader;
+                    pending.target = leader;
+                }
+                pending.deadline = Instant::now() + self.config.timeout;
+                self.earliest_deadline =
+                    Some(self.earliest_deadline.map_or(pending.deadline, |d| d.min(pending.deadline)));
+                match self.transmit(id, &pending) {
+                    Ok(()) => {
+                        self.pending.insert(id, pending);
+                    }
+                    Err(e) => self.completed.push_back((id, Err(e))),
+                }
+            }
+            MessageType::Request | MessageType::Raft => self.stats.stale_responses += 1,
+        }
+    }
+
+    fn check_timeouts(&mut self, now: Instant) {
+        match self.earliest_deadline {
+            Some(deadline) if now >= deadline => {}
+            _ => return,
+        }
+        let n = self.config.servers.len();
+        let expired: Vec<RequestId> =
+            self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| *id).collect();
+        for id in expired {
+            let mut pending = self.pending.remove(&id).expect("listed above");
+            if pending.attempts > self.config.retries {
+                self.completed.push_back((id, Err(CallError::Timeout { attempts: pending.attempts })));
+                continue;
+            }
+            pending.attempts += 1;
+            self.stats.retries += 1;
+            match pending.policy {
+                Policy::FixedRoute => {}
+                Policy::LbRoute => pending.target = (pending.target + 1) % n,
+                Policy::ReplicatedRoute => {
+                    // No answer from the believed leader: try the next one.
+                    if self.leader == pending.target {
+                        self.leader = (pending.target + 1) % n;
+                    }
+                    pending.target = self.leader;
+                }
+            }
+            pending.deadline = now + self.config.timeout;
+            match self.transmit(id, &pending) {
+                Ok(()) => {
+                    self.pending.insert(id, pending);
+                }
+                Err(e) => self.completed.push_back((id, Err(e))),
+            }
+        }
+        self.earliest_deadline = self.pending.values().map(|p| p.deadline).min();
+    }
+
+    fn transmit(&mut self, id: RequestId, pending: &Pending) -> Result<(), CallError> {
+        let to = self.config.servers[pending.target];
+        let header = Header {
+            message_type: MessageType::Request,
+            policy: pending.policy,
+            flags: 0,
+            packet_id: 0,
+            packet_count: 1,
+            client_id: self.client_id,
+            request_id: id,
+            leader_hint: 0,
+            payload_len: 0,
+        };
+        let socket = &self.socket;
+        let mut error = None;
+        reassembly::split(
+            &header,
+            &pending.payload,
+            self.config.mtu_payload,
+            self.config.reassembly.max_packets,
+            &mut self.scratch,
+            |datagram| {
+                if error.is_none()
+                    && let Err(e) = send_datagram(socket, datagram, to)
+                {
+                    error = Some(e);
+                }
+            },
+        )?;
+        match error {
+            // A full socket buffer loses the datagram like the network would;
+            // the retry timer covers it.
+            Some(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Some(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(()),
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The replication hook behind `REPLICATED_ROUTE` (r3p2 §3).
+//!
+//! The server's network thread owns one [`Replication`] value and calls it
+//! for every REPLICATED_ROUTE request, every RAFT message from a peer and
+//! every tick. The hook does no I/O: it answers by pushing
+//! [`ReplicationAction`]s into a [`ReplicationOutput`], which the network
+//! thread executes **in order** right after the call returns.
+//!
+//! # Contract
+//! - Calls are serial, on the network thread, with monotonic `now_ns`.
+//!   A hook must not block: the whole server stops while it runs.
+//! - `Apply` actions are handed to the application handler in exactly the
+//!   order they were pushed, across calls: in `HandlerMode::NetworkThread`
+//!   on the network thread, in `HandlerMode::Workers(n)` always on worker 0
+//!   (a FIFO SPSC queue, with an unbounded-by-design backlog in front of it:
+//!   committed entries are never dropped). The hook must push `Apply` in log
+//!   (commit) order, on every replica, so every replica's handler sees the
+//!   same sequence. Handlers serving REPLICATED_ROUTE must therefore be
+//!   deterministic functions of that sequence.
+//! - `Apply { respond: true }` on the leader sends the handler's answer to
+//!   the client; `respond: false` (followers, r3p2 §3.3) runs the handler and
+//!   drops its answer (counted in `drop_follower_responses`). Either way the
+//!   answer is first shown to [`Replication::on_response`] (a reply cache).
+//! - Duplicate suppression is the hook's job: a client retries with the same
+//!   `(client_id, request_id)`, possibly at another replica, and the hook
+//!   should apply each pair once (e.g. a per-client table kept in the log).
+//!   The transport itself executes FIXED/LB requests at least once per
+//!   arrival.
+//! - Peers are named by their index in `ServerConfig::peers`; a RAFT
+//!   datagram from an address not in that list is dropped before the hook
+//!   sees it (`drop_unknown_peer`). Peer messages of any size are split and
+//!   reassembled by the transport like any other message.
+//! - [`Replication::leader_hint`] is read after each call; when `Some`, every
+//!   response the server sends carries it, so clients find the leader
+//!   without a redirect hop.
+
+use crate::header::ErrorCode;
+use std::net::SocketAddr;
+
+/// Who asked: enough to answer a request from any thread or after a delay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClientRef {
+    /// The client's socket address (where the answer goes).
+    pub addr: SocketAddr,
+    /// The client's id (header).
+    pub client_id: u64,
+    /// The request's id (header).
+    pub request_id: u32,
+}
+
+/// A complete REPLICATED_ROUTE request handed to the hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicatedRequest {
+    /// Who sent it; keep it with the log entry to answer on commit.
+    pub client: ClientRef,
+    /// The request payload (the application's bytes).
+    pub payload: Vec<u8>,
+}
+
+/// One effect requested by the hook, executed by the network thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicationAction {
+    /// Send `message` to replica `peer` (index into `ServerConfig::peers`)
+    /// as a RAFT message.
+    SendToPeer {
+        /// Peer index.
+        peer: usize,
+        /// Opaque hook bytes.
+        message: Vec<u8>,
+    },
+    /// Run the handler on a committed request, in commit order.
+    Apply {
+        /// Who asked (on followers this may be any value; it is not used
+        /// when `respond` is false).
+        client: ClientRef,
+        /// The request payload.
+        payload: Vec<u8>,
+        /// Send the handler's answer (leader) or drop it (follower).
+        respond: bool,
+    },
+    /// Answer the client with REDIRECT: "the leader is replica `leader`".
+    Redirect {
+        /// Who asked.
+        client: ClientRef,
+        /// Leader index into `ServerConfig::peers` (the server adds its
+        /// address to the message when it knows it).
+        leader: u16,
+    },
+    /// Answer the client with RESPONSE `payload` directly (e.g. a cached
+    /// answer to a duplicate of an already-applied request).
+    Respond {
+        /// Who asked.
+        client: ClientRef,
+        /// The answer.
+        payload: Vec<u8>,
+    },
+    /// Answer the client with ERROR.
+    Refuse {
+        /// Who asked.
+        client: ClientRef,
+        /// Why.
+        code: ErrorCode,
+        /// A human-readable reason.
+        reason: String,
+    },
+}
+
+/// Where a hook writes its effects; drained by the network thread after each
+/// call (the buffer is reused, so a hook must not keep references).
+#[derive(Debug, Default)]
+pub struct ReplicationOutput {
+    /// The effects, in the order they must happen.
+    pub actions: Vec<ReplicationAction>,
+}
+
+impl ReplicationOutput {
+    /// Queues a RAFT message to `peer`.
+    pub fn send_to_peer(&mut self, peer: usize, message: Vec<u8>) {
+        self.actions.push(ReplicationAction::SendToPeer { peer, message });
+    }
+    /// Queues a committed request for the handler (commit order!).
+    pub fn apply(&mut self, client: ClientRef, payload: Vec<u8>, respond: bool) {
+        self.actions.push(ReplicationAction::Apply { client, payload, respond });
+    }
+    /// Queues a REDIRECT to the client.
+    pub fn redirect(&mut self, client: ClientRef, leader: u16) {
+        self.actions.push(ReplicationAction::Redirect { client, leader });
+    }
+    /// Queues a RESPONSE to the client (not shown to `on_response`).
+    pub fn respond(&mut self, client: ClientRef, payload: Vec<u8>) {
+        self.actions.push(ReplicationAction::Respond { client, payload });
+    }
+    /// Queues an ERROR reply to the client.
+    pub fn refuse(&mut self, client: ClientRef, code: ErrorCode, reason: impl Into<String>) {
+        self.actions.push(ReplicationAction::Refuse { client, code, reason: reason.into() });
+    }
+}
+
+/// The pluggable replication engine behind REPLICATED_ROUTE (see the module
+/// docs for the full contract).
+pub trait Replication: Send + 'static {
+    /// A client's complete REPLICATED_ROUTE request arrived at this replica.
+    /// A leader proposes it (and later `apply`s it); a follower typically
+    /// `redirect`s.
+    fn on_request(&mut self, request: ReplicatedRequest, now_ns: u64, out: &mut ReplicationOutput);
+
+    /// A complete RAFT message arrived from replica `from`.
+    fn on_peer_message(&mut self, from: usize, message: &[u8], now_ns: u64, out: &mut ReplicationOutput);
+
+    /// Periodic timer (every `ServerConfig::tick_interval`, and whenever the
+    /// network thread is otherwise idle at most that late): heartbeats,
+    /// elections, retransmissions.
+    fn tick(&mut self, now_ns: u64, out: &mut ReplicationOutput);
+
+    /// The handler answered a committed request (`Apply`): `response` is its
+    /// answer, `sent` says whether it goes to the client (leader) or is
+    /// dropped (follower). Called on the network thread, in the order the
+    /// answers reach it — with one handler thread for replicated requests
+    /// that is commit order, unless a handler answers later through a
+    /// `RemoteResponder`. Lets a hook keep a per-client reply cache on every
+    /// replica, to answer retried duplicates with `respond` (exactly-once).
+    fn on_response(&mut self, client: ClientRef, response: &[u8], sent: bool, out: &mut ReplicationOutput) {
+        let _ = (client, response, sent, out);
+    }
+
+    /// The leader as this replica believes it, stamped on every response.
+    fn leader_hint(&self) -> Option<u16> {
+        None
+    }
+}
