@@ -59,6 +59,8 @@
 pub mod client;
 pub mod disk;
 pub mod header;
+pub mod kv;
+pub mod raft;
 pub mod reassembly;
 pub mod replication;
 pub mod server;
@@ -67,6 +69,8 @@ mod stats;
 pub use client::{CallError, Client, ClientConfig, ClientStats, RequestId};
 pub use header::{DecodeError, ErrorCode, Header, MessageType, Policy};
 pub use reassembly::{Reassembler, ReassemblyConfig, ReassemblyStats};
+pub use kv::{KvOp, KvReply, KvService, KvState};
+pub use raft::{RaftOptions, RaftReplication, RaftStatus};
 pub use replication::{ClientRef, ReplicatedRequest, Replication, ReplicationAction, ReplicationOutput};
 pub use server::{
     FnHandler, Handler, HandlerMode, RemoteResponder, Responder, ResponseHandle, Server, ServerConfig,

@@ -94,6 +94,16 @@ pub enum ReplicationAction {
         /// The answer.
         payload: Vec<u8>,
     },
+    /// Ask the handler for a snapshot of its replicated state, in order with
+    /// the `Apply`s (after every earlier one, before every later one); the
+    /// answer comes to [`Replication::on_snapshot`].
+    Snapshot,
+    /// Replace the handler's replicated state by `state` (a snapshot), in
+    /// order with the `Apply`s.
+    Restore {
+        /// A [`crate::Handler::snapshot`]'s bytes.
+        state: Vec<u8>,
+    },
     /// Answer the client with ERROR.
     Refuse {
         /// Who asked.
@@ -130,6 +140,14 @@ impl ReplicationOutput {
     pub fn respond(&mut self, client: ClientRef, payload: Vec<u8>) {
         self.actions.push(ReplicationAction::Respond { client, payload });
     }
+    /// Queues a snapshot request to the handler (in order with `apply`).
+    pub fn snapshot(&mut self) {
+        self.actions.push(ReplicationAction::Snapshot);
+    }
+    /// Queues a restore of the handler's state (in order with `apply`).
+    pub fn restore(&mut self, state: Vec<u8>) {
+        self.actions.push(ReplicationAction::Restore { state });
+    }
     /// Queues an ERROR reply to the client.
     pub fn refuse(&mut self, client: ClientRef, code: ErrorCode, reason: impl Into<String>) {
         self.actions.push(ReplicationAction::Refuse { client, code, reason: reason.into() });
@@ -161,6 +179,21 @@ pub trait Replication: Send + 'static {
     /// replica, to answer retried duplicates with `respond` (exactly-once).
     fn on_response(&mut self, client: ClientRef, response: &[u8], sent: bool, out: &mut ReplicationOutput) {
         let _ = (client, response, sent, out);
+    }
+
+    /// The handler's answer to an [`ReplicationAction::Snapshot`], in order
+    /// with the `on_response`s of the applied requests (`None`: the handler
+    /// keeps no snapshot-able state).
+    fn on_snapshot(&mut self, state: Option<Vec<u8>>, out: &mut ReplicationOutput) {
+        let _ = (state, out);
+    }
+
+    /// Called once per turn of the network loop, after the turn's received
+    /// messages and tick: the place to persist a batch (one fsync for
+    /// everything the turn produced: group commit) and release what waited
+    /// for it.
+    fn flush(&mut self, now_ns: u64, out: &mut ReplicationOutput) {
+        let _ = (now_ns, out);
     }
 
     /// The leader as this replica believes it, stamped on every response.

@@ -152,6 +152,9 @@ struct Outgoing {
     /// A handler's answer to a REPLICATED_ROUTE request: shown to the hook
     /// ([`Replication::on_response`]) before it is sent or dropped.
     observe: bool,
+    /// A handler's snapshot for the hook ([`Replication::on_snapshot`]);
+    /// nothing is sent.
+    snapshot: Option<Option<Vec<u8>>>,
 }
 
 impl Outgoing {
@@ -166,7 +169,15 @@ impl Outgoing {
             payload,
             send: handle.respond,
             observe: handle.policy == Policy::ReplicatedRoute,
+            snapshot: None,
         }
+    }
+    fn snapshot(handle: &ResponseHandle, state: Option<Vec<u8>>) -> Self {
+        let mut item = Outgoing::response(handle, Vec::new());
+        item.send = false;
+        item.observe = false;
+        item.snapshot = Some(state);
+        item
     }
     fn error(client: ClientRef, policy: Policy, code: ErrorCode, reason: &str) -> Self {
         let mut payload = Vec::with_capacity(1 + reason.len());
@@ -182,6 +193,7 @@ impl Outgoing {
             payload,
             send: true,
             observe: false,
+            snapshot: None,
         }
     }
 }
@@ -255,7 +267,11 @@ impl Responder<'_> {
     /// ([`Replication::on_response`]); a follower's (`respond: false`) is
     /// then dropped and counted.
     pub fn send_response(&mut self, handle: ResponseHandle, response: Vec<u8>) {
-        let mut item = Outgoing::response(&handle, response);
+        self.push(Outgoing::response(&handle, response));
+    }
+
+    fn push(&mut self, item: Outgoing) {
+        let mut item = item;
         match &mut self.sink {
             Sink::Net(out) => out.push(item),
             Sink::Worker { queue, wake, stop } => {
@@ -289,6 +305,23 @@ pub trait Handler: Send + Sync + 'static {
     /// Handles `request`; answer with `responder.send_response(handle, ..)`
     /// now, or later through [`Responder::remote`], or never.
     fn on_request(&self, request: &[u8], handle: ResponseHandle, responder: &mut Responder<'_>);
+
+    /// The state built by the REPLICATED_ROUTE requests applied so far,
+    /// serialized (called on the thread that applies them, between two of
+    /// them, when the replication hook takes a snapshot to compact its log).
+    /// `None` (the default): this handler keeps no replicated state to
+    /// snapshot, and the hook keeps its whole log.
+    fn snapshot(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Replaces the replicated state by a [`snapshot`](Handler::snapshot)'s
+    /// (a restarted or lagging replica installing one). Called in order with
+    /// the applied requests.
+    fn restore(&self, state: &[u8]) -> Result<(), String> {
+        let _ = state;
+        Err("this handler does not restore snapshots".into())
+    }
 }
 
 /// A [`Handler`] from a closure `Fn(&[u8], ResponseHandle, &mut Responder)`
@@ -333,9 +366,43 @@ where
     SimpleHandler(f)
 }
 
+/// The placeholder client of snapshot and restore jobs (never answered).
+const NO_CLIENT: ClientRef =
+    ClientRef { addr: SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)), client_id: 0, request_id: 0 };
+
 struct Job {
     handle: ResponseHandle,
     payload: Vec<u8>,
+    kind: JobKind,
+}
+
+/// What a job asks of the handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JobKind {
+    /// `on_request(payload)`.
+    Request,
+    /// `snapshot()`, answered to the hook's `on_snapshot`.
+    Snapshot,
+    /// `restore(payload)`.
+    Restore,
+}
+
+impl Job {
+    /// Runs the job on the current thread.
+    fn run(self, handler: &dyn Handler, responder: &mut Responder<'_>) {
+        match self.kind {
+            JobKind::Request => handler.on_request(&self.payload, self.handle, responder),
+            JobKind::Snapshot => {
+                let state = handler.snapshot();
+                responder.push(Outgoing::snapshot(&self.handle, state));
+            }
+            JobKind::Restore => {
+                if let Err(e) = handler.restore(&self.payload) {
+                    tracing::error!(error = %e, "r2p2: the handler could not restore a replicated snapshot");
+                }
+            }
+        }
+    }
 }
 
 struct WorkerLink {
@@ -559,7 +626,7 @@ impl Worker {
                         sink: Sink::Worker { queue: &mut self.responses, wake: &self.wake, stop: &self.stop },
                         remote: &self.remote,
                     };
-                    self.handler.on_request(&job.payload, job.handle, &mut responder);
+                    job.run(&*self.handler, &mut responder);
                 }
                 Err(_) => {
                     if self.stop.load(Ordering::SeqCst) {
@@ -629,6 +696,10 @@ impl NetworkLoop {
                     hook.tick(now_ns, &mut self.hook_out);
                     work += self.execute_hook_actions();
                 }
+            }
+            if let Some(hook) = self.hook.as_mut() {
+                hook.flush(now_ns, &mut self.hook_out);
+                work += self.execute_hook_actions();
             }
             work += self.flush_backlog();
             work += self.collect_answers();
@@ -703,6 +774,7 @@ impl NetworkLoop {
                 let job = Job {
                     handle: ResponseHandle { client, policy: message.policy, respond: true },
                     payload: message.payload,
+                    kind: JobKind::Request,
                 };
                 self.dispatch_local(job);
             }
@@ -767,7 +839,7 @@ impl NetworkLoop {
 
     fn run_inline(&mut self, job: Job) {
         let mut responder = Responder { sink: Sink::Net(&mut self.outgoing), remote: &self.remote };
-        self.handler.on_request(&job.payload, job.handle, &mut responder);
+        job.run(&*self.handler, &mut responder);
     }
 
     /// Executes the hook's actions in order; returns how many.
@@ -782,13 +854,25 @@ impl NetworkLoop {
                     let job = Job {
                         handle: ResponseHandle { client, policy: Policy::ReplicatedRoute, respond },
                         payload,
+                        kind: JobKind::Request,
                     };
-                    if self.links.is_empty() {
-                        self.run_inline(job);
-                    } else {
-                        self.backlog.push_back(job);
-                        self.flush_backlog();
-                    }
+                    self.run_replicated(job);
+                }
+                ReplicationAction::Snapshot => {
+                    let job = Job {
+                        handle: ResponseHandle { client: NO_CLIENT, policy: Policy::ReplicatedRoute, respond: false },
+                        payload: Vec::new(),
+                        kind: JobKind::Snapshot,
+                    };
+                    self.run_replicated(job);
+                }
+                ReplicationAction::Restore { state } => {
+                    let job = Job {
+                        handle: ResponseHandle { client: NO_CLIENT, policy: Policy::ReplicatedRoute, respond: false },
+                        payload: state,
+                        kind: JobKind::Restore,
+                    };
+                    self.run_replicated(job);
                 }
                 ReplicationAction::Redirect { client, leader } => {
                     let payload =
@@ -803,6 +887,7 @@ impl NetworkLoop {
                         payload: payload.into_bytes(),
                         send: true,
                         observe: false,
+                        snapshot: None,
                     });
                 }
                 ReplicationAction::Respond { client, payload } => {
@@ -820,6 +905,17 @@ impl NetworkLoop {
         debug_assert!(self.hook_out.actions.is_empty(), "hook actions are only pushed from hook calls");
         self.hook_out.actions = actions;
         count
+    }
+
+    /// Runs a replicated job in order: inline, or behind the others on
+    /// worker 0.
+    fn run_replicated(&mut self, job: Job) {
+        if self.links.is_empty() {
+            self.run_inline(job);
+        } else {
+            self.backlog.push_back(job);
+            self.flush_backlog();
+        }
     }
 
     /// Moves committed requests, in order, into worker 0's queue.
@@ -867,6 +963,13 @@ impl NetworkLoop {
         let counters = self.counters.clone();
         let mut hook_called = false;
         for item in outgoing.drain(..) {
+            if let Some(state) = item.snapshot {
+                if let Some(hook) = self.hook.as_mut() {
+                    hook.on_snapshot(state, &mut self.hook_out);
+                    hook_called = true;
+                }
+                continue;
+            }
             if item.observe
                 && let Some(hook) = self.hook.as_mut()
             {

@@ -1,0 +1,1373 @@
+//! The Raft node: a sans-I/O state machine with an etcd-style `Ready` API.
+//!
+//! # Driving a node
+//!
+//! The node owns no thread, clock, socket, file or entropy. The caller
+//! feeds it inputs and executes the effects it returns:
+//!
+//! ```text
+//! loop {
+//!     // inputs, in any order and number:
+//!     node.tick();                       // one logical clock tick
+//!     node.step(msg)?;                   // a message from the network
+//!     node.propose(data)?;               // a client command (leader only)
+//!     // effects:
+//!     if node.has_ready() {
+//!         let rd = node.ready();
+//!         // 1. persist, in this order: rd.snapshot (replaces the whole log
+//!         //    and restores the application), rd.entries (truncating the
+//!         //    durable log from rd.entries[0].index first), rd.hard_state.
+//!         // 2. only then send rd.messages.
+//!         // 3. apply rd.committed in order (skipping Noop; decode
+//!         //    Membership entries if the application cares).
+//!         // 4. report durability:
+//!         if let Some((index, term)) = rd.persist_point() { node.advance(index, term); }
+//!     }
+//! }
+//! ```
+//!
+//! # The persistence contract
+//!
+//! - **Messages after persistence.** A message in `Ready::messages` may
+//!   depend on the `hard_state`, `snapshot` and `entries` of the same
+//!   `Ready` *and of every earlier one* (a vote on the persisted vote, an
+//!   AppendReply on the persisted entries). The caller must make all of them
+//!   durable, in the order the `Ready`s were returned, before sending it.
+//!   `ready` may be called again before the previous one is persisted
+//!   (pipelining / group commit), as long as that order is kept. A follower
+//!   therefore acknowledges only durable entries.
+//! - **`advance(index, term)` reports durability.** The caller reports that
+//!   its durable log now holds everything up to `index` (whose term is
+//!   `term`; [`Ready::persist_point`] gives the pair for one `Ready`). The
+//!   node ignores a report whose (index, term) is no longer in its log (a
+//!   suffix was overwritten in between), or that covers entries not yet
+//!   handed out. A leader counts its own log toward a commit quorum only up
+//!   to the durable index, so an entry is never committed on the strength of
+//!   a leader's volatile copy. `committed` entries are handed out only up to
+//!   the durable index too.
+//! - **Dropping effects is allowed, reordering persistence is not.**
+//!   Messages may be lost, duplicated or reordered by the network; the node
+//!   copes. Skipping or reordering persistence breaks safety.
+//!
+//! # Recovery and bootstrap
+//!
+//! [`Node::new`] takes what the durable log recovered ([`Recovered`]). The
+//! application must restore its state from `recovered.snapshot` (if any)
+//! itself; the node then re-delivers the committed entries after the
+//! snapshot in `Ready::committed`. The membership in force is the last
+//! Membership entry of the log, else the snapshot's, else the
+//! `initial_membership` given to `new` (the same on every founding node of
+//! a fresh cluster; a node that joins later starts with an empty one and
+//! learns the real one from the leader).
+//!
+//! # Protocol (Raft paper Fig. 2, Raft thesis, r3p2 Ch. 3)
+//!
+//! - Elections (§5.2) with randomized timeouts in `[election_ticks,
+//!   2*election_ticks)`, optional pre-vote (thesis §9.6), leader stickiness
+//!   (a node that heard from a leader within `election_ticks` ignores
+//!   (pre)vote requests unless they come from a leadership transfer), and
+//!   optional check-quorum (a leader that has not heard from a quorum of
+//!   voters within `election_ticks` steps down).
+//! - A new leader appends a Noop entry of its term (§8) and only commits
+//!   entries of its own term by counting (§5.4.2).
+//! - Replication: batched AppendEntries (`max_entries_per_append`,
+//!   `max_bytes_per_append`), pipelined up to `max_inflight_appends` per
+//!   follower, fast backtracking with a (hint_index, hint_term) reject hint;
+//!   heartbeats are empty AppendEntries carrying the leader's commit index.
+//!   A follower commits `min(leader_commit, highest index it has verified to
+//!   match this leader in this term)`.
+//! - Snapshots: [`Node::compact`] drops the applied prefix; a follower
+//!   needing compacted entries gets an InstallSnapshot.
+//! - Membership: one server at a time (thesis §4.1): AddLearner,
+//!   PromoteLearner (only when caught up), RemoveServer. A configuration
+//!   takes effect when its entry is appended (by leader and followers
+//!   alike) and is rolled back if that entry is overwritten. At most one
+//!   uncommitted change, and none before the leader has committed an entry
+//!   of its own term (the fix for the single-server change bug). A leader
+//!   that removed itself keeps leading, without counting itself, until the
+//!   change commits, then steps down (after sending TimeoutNow to the most
+//!   up-to-date voter).
+//!
+//! # Invariants (Raft paper Fig. 3)
+//!
+//! - **Election safety**: at most one leader per term — a node votes at most
+//!   once per term (the vote is persisted before the reply leaves) and a
+//!   candidate needs a quorum of the voters of its configuration.
+//! - **Leader append-only**: a leader never overwrites or deletes entries of
+//!   its log (asserted in `RaftLog::push`; `truncate_from` is only reached
+//!   as follower).
+//! - **Log matching**: entries with the same index and term are identical,
+//!   as are the logs up to them — the AppendEntries consistency check on
+//!   (`prev_index`, `prev_term`).
+//! - **Leader completeness**: a committed entry is in every later leader's
+//!   log — votes go only to candidates at least as up to date (§5.4.1), and a
+//!   commit needs a quorum of *durable* copies.
+//! - **State machine safety**: entries reach `Ready::committed` once, in
+//!   index order, and a follower never truncates at or below its commit index
+//!   (such a message is dropped as invalid).
+//!
+//! Peer input never panics the node: `step` validates every message
+//! (`Message::validate`) and every index a peer names is range-checked.
+
+use crate::codec::{DecodeError, DecodeLimits, decode_membership, encode_membership};
+use crate::config::{Config, ConfigError};
+use crate::log::RaftLog;
+use crate::message::Message;
+use crate::progress::{Progress, ReplicationState};
+use crate::rng::SplitMix64;
+use crate::types::{
+    Entry, EntryKind, HardState, Index, Membership, NodeId, Recovered, Snapshot, SnapshotMeta, Term,
+};
+use std::collections::BTreeMap;
+
+/// A node's role (Raft §5.1, plus the pre-vote phase).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Follower,
+    /// Running a pre-vote round; the term has not been incremented.
+    PreCandidate,
+    Candidate,
+    Leader,
+}
+
+/// The volatile state a caller may want to observe (not persisted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SoftState {
+    pub role: Role,
+    pub leader: Option<NodeId>,
+    pub term: Term,
+}
+
+/// The effects accumulated since the last [`Node::ready`] (see the module
+/// docs for what the caller must do with each, and in which order).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// Set when role, leader or term changed.
+    pub soft_state: Option<SoftState>,
+    /// Set when term, vote or commit changed: persist before sending.
+    pub hard_state: Option<HardState>,
+    /// A snapshot received from the leader: persist it (it replaces the
+    /// whole durable log) and restore the application from it.
+    pub snapshot: Option<Snapshot>,
+    /// Entries to append durably. If `entries[0].index` is at or below the
+    /// durable log's last index, the durable log must first be truncated from
+    /// `entries[0].index` (a conflicting suffix is being replaced).
+    pub entries: Vec<Entry>,
+    /// Messages to send once the above (and all earlier `Ready`s) are durable.
+    pub messages: Vec<Message>,
+    /// Committed entries to apply, in order, each exactly once. Includes Noop
+    /// and Membership entries (the application skips what it does not use).
+    /// They are always already durable locally (reported via `advance`), so
+    /// they may be applied before or while this `Ready` is persisted. Not
+    /// bounded in number: after a long outage it may hold the whole backlog.
+    pub committed: Vec<Entry>,
+}
+
+impl Ready {
+    /// The (index, term) to pass to [`Node::advance`] once this `Ready`'s
+    /// snapshot and entries are durable, if it has any.
+    pub fn persist_point(&self) -> Option<(Index, Term)> {
+        if let Some(last) = self.entries.last() {
+            return Some((last.index, last.term));
+        }
+        self.snapshot.as_ref().map(|s| (s.meta.index, s.meta.term))
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.soft_state.is_none()
+            && self.hard_state.is_none()
+            && self.snapshot.is_none()
+            && self.entries.is_empty()
+            && self.messages.is_empty()
+            && self.committed.is_empty()
+    }
+}
+
+/// A one-server-at-a-time membership change (Raft thesis §4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MembershipChange {
+    /// Add a non-voting member that receives the log.
+    AddLearner(NodeId),
+    /// Make a caught-up learner a voter.
+    PromoteLearner(NodeId),
+    /// Remove a voter or learner (possibly the leader itself).
+    RemoveServer(NodeId),
+}
+
+/// Why a proposal was refused. Nothing was appended.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// Only the leader accepts proposals; `leader` is the last known one.
+    #[error("not the leader (leader hint: {leader:?})")]
+    NotLeader { leader: Option<NodeId> },
+    /// `max_uncommitted_entries` are already waiting to commit.
+    #[error("too many uncommitted entries")]
+    Busy,
+    /// The data is larger than `max_entry_bytes`.
+    #[error("entry of {len} bytes exceeds max_entry_bytes {max}")]
+    TooLarge { len: u64, max: u64 },
+    /// A membership change is uncommitted, or this leader has not yet
+    /// committed an entry of its term.
+    #[error("a membership change is pending")]
+    ChangePending,
+    /// The learner's log is not within `learner_catchup_gap` of the leader's
+    /// (or, for a transfer, the target is not fully caught up).
+    #[error("node {id} has not caught up (match {match_index}, last {last_index})")]
+    NotCaughtUp { id: NodeId, match_index: Index, last_index: Index },
+    /// The change does not apply to the current membership.
+    #[error("invalid membership change: {0}")]
+    InvalidChange(&'static str),
+}
+
+/// Why [`Node::new`] refused its input.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    #[error("invalid config: {0}")]
+    Config(#[from] ConfigError),
+    #[error("recovered log is not contiguous: expected index {expected}, found {found}")]
+    NonContiguousLog { expected: Index, found: Index },
+    #[error("recovered entry {index} has term {term} out of order")]
+    TermOutOfOrder { index: Index, term: Term },
+    #[error("recovered log or snapshot has term {found} above the hard state's term {hard_term}")]
+    TermAboveHardState { found: Term, hard_term: Term },
+    #[error("membership at index {index} does not decode: {error}")]
+    CorruptMembership { index: Index, error: DecodeError },
+    #[error("initial membership is invalid: {0}")]
+    InvalidInitialMembership(DecodeError),
+}
+
+/// Why [`Node::step`] dropped a message (also counted in [`NodeStats`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    #[error("message for node {to} delivered to node {me}")]
+    WrongRecipient { to: NodeId, me: NodeId },
+    #[error("malformed message: {0}")]
+    Invalid(#[from] DecodeError),
+}
+
+/// Why [`Node::compact`] refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CompactError {
+    #[error("index {index} is at or below the current snapshot {snapshot}")]
+    AlreadyCompacted { index: Index, snapshot: Index },
+    #[error("index {index} has not been applied (applied {applied})")]
+    NotApplied { index: Index, applied: Index },
+}
+
+/// Counters of messages the node dropped or ignored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    pub wrong_recipient: u64,
+    pub invalid: u64,
+    pub stale_term: u64,
+    pub ignored_in_lease: u64,
+    /// Well-formed but meaningless in the current state (e.g. an AppendReply
+    /// at a follower, a success for an index beyond our log).
+    pub unexpected: u64,
+}
+
+/// A Raft node (see the module docs).
+pub struct Node {
+    config: Config,
+    /// Structural limits for messages handed to `step` in-process.
+    limits: DecodeLimits,
+    rng: SplitMix64,
+    role: Role,
+    term: Term,
+    vote: Option<NodeId>,
+    leader: Option<NodeId>,
+    log: RaftLog,
+    commit: Index,
+    /// Highest index handed out in `Ready::committed` (or restored from a
+    /// snapshot).
+    applied: Index,
+    /// The membership in force (latest in the log) and its entry's index.
+    membership: Membership,
+    membership_index: Index,
+    /// The bootstrap membership, in force at index 0.
+    initial_membership: Membership,
+    election_elapsed: u64,
+    heartbeat_elapsed: u64,
+    randomized_election_ticks: u64,
+    /// Candidate / pre-candidate: responses from voters.
+    votes: BTreeMap<NodeId, bool>,
+    /// Leader: one per other member.
+    progress: BTreeMap<NodeId, Progress>,
+    /// Follower: highest index verified to match the current leader's log in
+    /// this term (bounds the commit index we accept).
+    leader_verified: Index,
+    /// Leader: the voter being handed leadership, and ticks since.
+    transfer: Option<(NodeId, u64)>,
+    messages: Vec<Message>,
+    last_hard_state: HardState,
+    last_soft_state: SoftState,
+    stats: NodeStats,
+}
+
+impl Node {
+    /// Builds a node from its configuration and what its durable log
+    /// recovered (see "Recovery and bootstrap" in the module docs).
+    pub fn new(
+        config: Config,
+        recovered: Recovered,
+        initial_membership: Membership,
+    ) -> Result<Node, NodeError> {
+        config.validate()?;
+        let limits = DecodeLimits {
+            max_entries: usize::MAX,
+            max_entry_bytes: u64::MAX,
+            max_snapshot_bytes: u64::MAX,
+            max_members: usize::MAX,
+        };
+        crate::codec::validate_membership(&initial_membership, &limits)
+            .map_err(NodeError::InvalidInitialMembership)?;
+        let Recovered { hard_state, snapshot, entries } = recovered;
+        let snapshot = snapshot.unwrap_or_default();
+        if snapshot.meta.term > hard_state.term {
+            return Err(NodeError::TermAboveHardState {
+                found: snapshot.meta.term,
+                hard_term: hard_state.term,
+            });
+        }
+        let mut term = snapshot.meta.term;
+        for (expected, e) in (snapshot.meta.index + 1..).zip(entries.iter()) {
+            if e.index != expected {
+                return Err(NodeError::NonContiguousLog { expected, found: e.index });
+            }
+            if e.term < term || e.term == 0 {
+                return Err(NodeError::TermOutOfOrder { index: e.index, term: e.term });
+            }
+            if e.term > hard_state.term {
+                return Err(NodeError::TermAboveHardState { found: e.term, hard_term: hard_state.term });
+            }
+            if e.kind == EntryKind::Membership {
+                decode_membership(&e.data, &limits)
+                    .map_err(|error| NodeError::CorruptMembership { index: e.index, error })?;
+            }
+            term = e.term;
+        }
+        let log = RaftLog::recovered(snapshot, entries);
+        let commit = hard_state.commit.clamp(log.snapshot_index(), log.last_index());
+        let applied = log.snapshot_index();
+        let soft = SoftState { role: Role::Follower, leader: None, term: hard_state.term };
+        let mut node = Node {
+            rng: SplitMix64::new(config.seed),
+            config,
+            limits,
+            role: Role::Follower,
+            term: hard_state.term,
+            vote: hard_state.vote,
+            leader: None,
+            log,
+            commit,
+            applied,
+            membership: Membership::default(),
+            membership_index: 0,
+            initial_membership,
+            election_elapsed: 0,
+            heartbeat_elapsed: 0,
+            randomized_election_ticks: 0,
+            votes: BTreeMap::new(),
+            progress: BTreeMap::new(),
+            leader_verified: 0,
+            transfer: None,
+            messages: Vec::new(),
+            last_hard_state: hard_state,
+            last_soft_state: soft,
+            stats: NodeStats::default(),
+        };
+        node.recompute_membership();
+        node.reset_election_timer();
+        Ok(node)
+    }
+
+    // ----- queries -------------------------------------------------------
+
+    pub fn id(&self) -> NodeId {
+        self.config.id
+    }
+    pub fn role(&self) -> Role {
+        self.role
+    }
+    pub fn is_leader(&self) -> bool {
+        self.role == Role::Leader
+    }
+    /// The leader of the current term, if known.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.leader
+    }
+    pub fn term(&self) -> Term {
+        self.term
+    }
+    pub fn vote(&self) -> Option<NodeId> {
+        self.vote
+    }
+    pub fn commit_index(&self) -> Index {
+        self.commit
+    }
+    /// The highest index handed out in `Ready::committed` or restored from a
+    /// snapshot.
+    pub fn applied_index(&self) -> Index {
+        self.applied
+    }
+    /// The highest index the caller reported durable.
+    pub fn persisted_index(&self) -> Index {
+        self.log.persisted
+    }
+    pub fn first_index(&self) -> Index {
+        self.log.first_index()
+    }
+    pub fn last_index(&self) -> Index {
+        self.log.last_index()
+    }
+    pub fn last_term(&self) -> Term {
+        self.log.last_term()
+    }
+    /// The term of the entry at `index`, if it is in the log (or is the
+    /// snapshot's last index).
+    pub fn term_at(&self, index: Index) -> Option<Term> {
+        self.log.term(index)
+    }
+    /// The entry at `index`, if it is in the in-memory log.
+    pub fn entry(&self, index: Index) -> Option<&Entry> {
+        self.log.entry(index)
+    }
+    /// The membership in force (the latest in the log, committed or not).
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+    /// Whether the latest membership entry is not committed yet.
+    pub fn membership_change_pending(&self) -> bool {
+        self.membership_index > self.commit
+    }
+    /// The latest snapshot's metadata (index 0: none).
+    pub fn snapshot_meta(&self) -> &SnapshotMeta {
+        &self.log.snapshot.meta
+    }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    pub fn stats(&self) -> NodeStats {
+        self.stats
+    }
+    /// Leader only: the highest index known replicated on `id`.
+    pub fn match_index(&self, id: NodeId) -> Option<Index> {
+        if id == self.config.id {
+            return (self.role == Role::Leader).then_some(self.log.persisted);
+        }
+        self.progress.get(&id).map(|p| p.match_index)
+    }
+    pub fn soft_state(&self) -> SoftState {
+        SoftState { role: self.role, leader: self.leader, term: self.term }
+    }
+    pub fn hard_state(&self) -> HardState {
+        HardState { term: self.term, vote: self.vote, commit: self.commit }
+    }
+
+    // ----- inputs --------------------------------------------------------
+
+    /// One logical clock tick.
+    pub fn tick(&mut self) {
+        match self.role {
+            Role::Leader => self.tick_leader(),
+            _ => {
+                self.election_elapsed += 1;
+                if self.election_elapsed >= self.randomized_election_ticks && self.is_voter() {
+                    self.start_campaign(self.config.pre_vote, false);
+                }
+            }
+        }
+    }
+
+    /// Starts an election now (with pre-vote if configured), e.g. to
+    /// bootstrap a cluster without waiting for a timeout. Ignored by a
+    /// leader and by non-voters.
+    pub fn campaign(&mut self) {
+        if self.role != Role::Leader && self.is_voter() {
+            self.start_campaign(self.config.pre_vote, false);
+        }
+    }
+
+    /// Handles one message from the network. Malformed messages and
+    /// messages for another node are dropped with an error; stale or
+    /// meaningless ones are ignored (and counted in [`NodeStats`]).
+    pub fn step(&mut self, msg: Message) -> Result<(), StepError> {
+        if msg.to() != self.config.id {
+            self.stats.wrong_recipient += 1;
+            return Err(StepError::WrongRecipient { to: msg.to(), me: self.config.id });
+        }
+        if let Err(e) = msg.validate(&self.limits) {
+            self.stats.invalid += 1;
+            return Err(e.into());
+        }
+        let (term, from) = (msg.term(), msg.from());
+        if term > self.term {
+            match &msg {
+                Message::PreVote { .. } | Message::RequestVote { .. } => {
+                    let transfer = matches!(msg, Message::RequestVote { transfer: true, .. });
+                    if !transfer && self.in_lease() {
+                        self.stats.ignored_in_lease += 1;
+                        return Ok(());
+                    }
+                }
+                _ => {}
+            }
+            match &msg {
+                // A pre-vote does not change anybody's term.
+                Message::PreVote { .. } | Message::PreVoteReply { granted: true, .. } => {}
+                Message::AppendEntries { .. } | Message::InstallSnapshot { .. } => {
+                    self.become_follower(term, Some(from));
+                }
+                _ => self.become_follower(term, None),
+            }
+        } else if term < self.term {
+            match &msg {
+                // A leader of an older term (perhaps partitioned, or we
+                // raised our term while partitioned): tell it our term so it
+                // steps down. Leader stickiness means our vote requests may
+                // never reach it otherwise.
+                Message::AppendEntries { .. } | Message::InstallSnapshot { .. } => {
+                    self.send(Message::AppendReply {
+                        term: self.term,
+                        from: self.config.id,
+                        to: from,
+                        success: false,
+                        index: 0,
+                        hint_index: 0,
+                        hint_term: 0,
+                    });
+                }
+                Message::PreVote { .. } => {
+                    self.send(Message::PreVoteReply {
+                        term: self.term,
+                        from: self.config.id,
+                        to: from,
+                        granted: false,
+                    });
+                }
+                _ => {}
+            }
+            self.stats.stale_term += 1;
+            return Ok(());
+        }
+        match msg {
+            Message::PreVote { term, from, last_log_index, last_log_term, .. } => {
+                self.on_vote_request(true, term, from, last_log_index, last_log_term);
+            }
+            Message::RequestVote { term, from, last_log_index, last_log_term, .. } => {
+                self.on_vote_request(false, term, from, last_log_index, last_log_term);
+            }
+            Message::PreVoteReply { term, from, granted, .. } => {
+                if granted && term != self.term + 1 {
+                    self.stats.unexpected += 1;
+                } else {
+                    self.on_vote_reply(Role::PreCandidate, from, granted);
+                }
+            }
+            Message::VoteReply { from, granted, .. } => self.on_vote_reply(Role::Candidate, from, granted),
+            Message::AppendEntries { from, prev_index, prev_term, entries, leader_commit, .. } => {
+                if !self.accept_leader(from) {
+                    return Ok(());
+                }
+                self.on_append_entries(from, prev_index, prev_term, entries, leader_commit);
+            }
+            Message::InstallSnapshot { from, snapshot, .. } => {
+                if !self.accept_leader(from) {
+                    return Ok(());
+                }
+                self.on_install_snapshot(from, snapshot);
+            }
+            Message::AppendReply { from, success, index, hint_index, hint_term, .. } => {
+                self.on_append_reply(from, success, index, hint_index, hint_term);
+            }
+            Message::SnapshotReply { from, index, .. } => self.on_snapshot_reply(from, index),
+            Message::TimeoutNow { from, .. } => {
+                if self.role != Role::Leader && self.is_voter() && self.leader == Some(from) {
+                    self.start_campaign(false, true);
+                } else {
+                    self.stats.unexpected += 1;
+                }
+            }
+        }
+        self.debug_check();
+        Ok(())
+    }
+
+    /// Appends a client command (leader only); returns its index. The entry
+    /// is committed once a quorum of voters has it durably.
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<Index, ProposeError> {
+        self.check_can_propose(data.len() as u64)?;
+        Ok(self.append_and_replicate(EntryKind::Normal, data))
+    }
+
+    /// Proposes a one-server membership change (leader only; see the module
+    /// docs). The new membership takes effect at once; returns the entry's
+    /// index.
+    pub fn propose_membership(&mut self, change: MembershipChange) -> Result<Index, ProposeError> {
+        self.check_can_propose(0)?;
+        if self.membership_change_pending() || self.log.term(self.commit) != Some(self.term) {
+            return Err(ProposeError::ChangePending);
+        }
+        let mut next = self.membership.clone();
+        match change {
+            MembershipChange::AddLearner(id) => {
+                if id == 0 {
+                    return Err(ProposeError::InvalidChange("node id 0 is reserved"));
+                }
+                if next.contains(id) {
+                    return Err(ProposeError::InvalidChange("already a member"));
+                }
+                next.learners.insert(id);
+            }
+            MembershipChange::PromoteLearner(id) => {
+                if !next.learners.contains(&id) {
+                    return Err(ProposeError::InvalidChange("not a learner"));
+                }
+                let match_index = self.progress.get(&id).map_or(0, |p| p.match_index);
+                let last_index = self.log.last_index();
+                if match_index.saturating_add(self.config.learner_catchup_gap) < last_index {
+                    return Err(ProposeError::NotCaughtUp { id, match_index, last_index });
+                }
+                next.learners.remove(&id);
+                next.voters.insert(id);
+            }
+            MembershipChange::RemoveServer(id) => {
+                if !next.contains(id) {
+                    return Err(ProposeError::InvalidChange("not a member"));
+                }
+                next.voters.remove(&id);
+                next.learners.remove(&id);
+                if next.voters.is_empty() {
+                    return Err(ProposeError::InvalidChange("cannot remove the last voter"));
+                }
+            }
+        }
+        let mut data = Vec::new();
+        encode_membership(&next, &mut data);
+        Ok(self.append_and_replicate(EntryKind::Membership, data))
+    }
+
+    /// Asks the leader to hand leadership to voter `target` (thesis §3.10):
+    /// once `target` has the whole log it is sent TimeoutNow. Abandoned after
+    /// an election timeout.
+    pub fn transfer_leadership(&mut self, target: NodeId) -> Result<(), ProposeError> {
+        if self.role != Role::Leader {
+            return Err(ProposeError::NotLeader { leader: self.leader });
+        }
+        if target == self.config.id || !self.membership.voters.contains(&target) {
+            return Err(ProposeError::InvalidChange("transfer target is not another voter"));
+        }
+        self.transfer = Some((target, 0));
+        self.maybe_send_timeout_now(target);
+        if self.transfer.is_some() {
+            self.send_append(target, false);
+        }
+        Ok(())
+    }
+
+    /// Reports that the durable log holds everything up to `index`, whose
+    /// term is `term` (see "The persistence contract").
+    pub fn advance(&mut self, index: Index, term: Term) {
+        if self.log.pending_snapshot || index > self.log.stable || index <= self.log.persisted {
+            return;
+        }
+        if self.log.term(index) != Some(term) {
+            return;
+        }
+        self.log.persisted = index;
+        if self.role == Role::Leader {
+            self.maybe_commit();
+        }
+        self.debug_check();
+    }
+
+    /// The application has a snapshot of its state through `index` (which it
+    /// has applied): drop the log up to it. Returns the snapshot's metadata,
+    /// which the caller persists with `data`. Followers that later need
+    /// entries before the new first index get an InstallSnapshot of it.
+    pub fn compact(&mut self, index: Index, data: Vec<u8>) -> Result<SnapshotMeta, CompactError> {
+        let snapshot_index = self.log.snapshot_index();
+        if index <= snapshot_index {
+            return Err(CompactError::AlreadyCompacted { index, snapshot: snapshot_index });
+        }
+        if index > self.applied {
+            return Err(CompactError::NotApplied { index, applied: self.applied });
+        }
+        let term = self.log.term(index).expect("applied entries are in the log");
+        let meta = SnapshotMeta { index, term, membership: self.membership_at(index) };
+        self.log.compact(Snapshot { meta: meta.clone(), data });
+        self.debug_check();
+        Ok(meta)
+    }
+
+    // ----- effects -------------------------------------------------------
+
+    /// Whether [`Node::ready`] would return something.
+    pub fn has_ready(&self) -> bool {
+        self.soft_state() != self.last_soft_state
+            || self.hard_state() != self.last_hard_state
+            || self.log.pending_snapshot
+            || self.log.has_unstable()
+            || !self.messages.is_empty()
+            || self.commit.min(self.log.persisted) > self.applied
+    }
+
+    /// Takes the accumulated effects (see the module docs).
+    pub fn ready(&mut self) -> Ready {
+        let mut rd = Ready::default();
+        let soft = self.soft_state();
+        if soft != self.last_soft_state {
+            rd.soft_state = Some(soft);
+            self.last_soft_state = soft;
+        }
+        let hard = self.hard_state();
+        if hard != self.last_hard_state {
+            rd.hard_state = Some(hard);
+            self.last_hard_state = hard;
+        }
+        if self.log.pending_snapshot {
+            self.log.pending_snapshot = false;
+            rd.snapshot = Some(self.log.snapshot.clone());
+            self.applied = self.applied.max(self.log.snapshot_index());
+        }
+        rd.entries = self.log.take_unstable();
+        rd.messages = std::mem::take(&mut self.messages);
+        let applicable = self.commit.min(self.log.persisted);
+        if applicable > self.applied {
+            rd.committed = self.log.slice(self.applied + 1, applicable, usize::MAX, u64::MAX);
+            self.applied = applicable;
+        }
+        rd
+    }
+
+    // ----- elections -----------------------------------------------------
+
+    fn is_voter(&self) -> bool {
+        self.membership.voters.contains(&self.config.id)
+    }
+
+    /// Heard from a leader within the minimum election timeout (a leader is
+    /// always in its own lease; with check-quorum it steps down otherwise).
+    fn in_lease(&self) -> bool {
+        self.leader.is_some() && self.election_elapsed < self.config.election_ticks
+    }
+
+    fn reset_election_timer(&mut self) {
+        self.election_elapsed = 0;
+        let min = self.config.election_ticks;
+        self.randomized_election_ticks = min + self.rng.below(min);
+    }
+
+    fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        if term > self.term {
+            self.term = term;
+            self.vote = None;
+            self.leader_verified = 0;
+        }
+        if self.role != Role::Follower {
+            self.leader_verified = 0;
+        }
+        self.role = Role::Follower;
+        self.leader = leader;
+        self.votes.clear();
+        self.progress.clear();
+        self.transfer = None;
+        self.reset_election_timer();
+    }
+
+    fn start_campaign(&mut self, pre_vote: bool, transfer: bool) {
+        self.reset_election_timer();
+        self.leader = None;
+        self.votes.clear();
+        self.progress.clear();
+        self.leader_verified = 0;
+        let campaign_term = if pre_vote {
+            self.role = Role::PreCandidate;
+            self.term + 1
+        } else {
+            self.role = Role::Candidate;
+            self.term += 1;
+            self.vote = Some(self.config.id);
+            self.term
+        };
+        self.votes.insert(self.config.id, true);
+        let (last_log_index, last_log_term) = (self.log.last_index(), self.log.last_term());
+        let me = self.config.id;
+        let voters: Vec<NodeId> = self.membership.voters.iter().copied().filter(|&v| v != me).collect();
+        for to in voters {
+            self.send(if pre_vote {
+                Message::PreVote { term: campaign_term, from: me, to, last_log_index, last_log_term }
+            } else {
+                Message::RequestVote {
+                    term: campaign_term,
+                    from: me,
+                    to,
+                    last_log_index,
+                    last_log_term,
+                    transfer,
+                }
+            });
+        }
+        self.tally_votes();
+    }
+
+    fn on_vote_request(
+        &mut self,
+        pre: bool,
+        term: Term,
+        from: NodeId,
+        last_log_index: Index,
+        last_log_term: Term,
+    ) {
+        let can_vote = if pre {
+            term > self.term && !self.in_lease()
+        } else {
+            self.vote == Some(from) || (self.vote.is_none() && self.leader.is_none())
+        };
+        let granted = can_vote && self.log.is_up_to_date(last_log_index, last_log_term);
+        let me = self.config.id;
+        if pre {
+            let reply_term = if granted { term } else { self.term };
+            self.send(Message::PreVoteReply { term: reply_term, from: me, to: from, granted });
+        } else {
+            if granted {
+                self.vote = Some(from);
+                self.election_elapsed = 0;
+            }
+            self.send(Message::VoteReply { term: self.term, from: me, to: from, granted });
+        }
+    }
+
+    fn on_vote_reply(&mut self, expected: Role, from: NodeId, granted: bool) {
+        if self.role != expected || !self.membership.voters.contains(&from) {
+            self.stats.unexpected += 1;
+            return;
+        }
+        self.votes.entry(from).or_insert(granted);
+        self.tally_votes();
+    }
+
+    fn tally_votes(&mut self) {
+        let voters = &self.membership.voters;
+        let granted = self.votes.iter().filter(|(id, g)| **g && voters.contains(id)).count();
+        let refused = self.votes.iter().filter(|(id, g)| !**g && voters.contains(id)).count();
+        let quorum = self.membership.quorum();
+        if granted >= quorum {
+            match self.role {
+                Role::PreCandidate => self.start_campaign(false, false),
+                Role::Candidate => self.become_leader(),
+                _ => {}
+            }
+        } else if refused > voters.len().saturating_sub(quorum) {
+            // A quorum is out of reach in this round.
+            let term = self.term;
+            self.become_follower(term, None);
+        }
+    }
+
+    fn become_leader(&mut self) {
+        self.role = Role::Leader;
+        self.leader = Some(self.config.id);
+        self.votes.clear();
+        self.transfer = None;
+        self.election_elapsed = 0;
+        self.heartbeat_elapsed = 0;
+        self.reset_progress();
+        // §8: a Noop of the new term lets earlier entries commit.
+        let index = self.log.last_index() + 1;
+        self.log.push(Entry { term: self.term, index, kind: EntryKind::Noop, data: Vec::new() });
+        self.broadcast_append(true);
+        self.maybe_commit();
+    }
+
+    fn reset_progress(&mut self) {
+        let next = self.log.last_index() + 1;
+        let me = self.config.id;
+        let members: Vec<NodeId> = self
+            .membership
+            .voters
+            .iter()
+            .chain(self.membership.learners.iter())
+            .copied()
+            .filter(|&id| id != me)
+            .collect();
+        self.progress.retain(|id, _| members.contains(id));
+        for id in members {
+            self.progress.entry(id).or_insert_with(|| Progress::new(next));
+        }
+    }
+
+    // ----- leader --------------------------------------------------------
+
+    fn tick_leader(&mut self) {
+        self.heartbeat_elapsed += 1;
+        self.election_elapsed += 1;
+        if self.election_elapsed >= self.config.election_ticks {
+            self.election_elapsed = 0;
+            if self.config.check_quorum && !self.quorum_active() {
+                let term = self.term;
+                self.become_follower(term, None);
+                return;
+            }
+            for pr in self.progress.values_mut() {
+                pr.recent_active = false;
+            }
+        }
+        if let Some((_, ticks)) = self.transfer.as_mut() {
+            *ticks += 1;
+            if *ticks >= self.config.election_ticks {
+                self.transfer = None;
+            }
+        }
+        let election_ticks = self.config.election_ticks;
+        let mut retry: Vec<NodeId> = Vec::new();
+        for (&id, pr) in self.progress.iter_mut() {
+            if let ReplicationState::Snapshot { .. } = pr.state {
+                pr.snapshot_ticks += 1;
+                if pr.snapshot_ticks >= election_ticks {
+                    // The snapshot or its reply was probably lost: resend.
+                    pr.become_probe();
+                    retry.push(id);
+                }
+            }
+        }
+        for id in retry {
+            self.send_append(id, true);
+        }
+        if self.heartbeat_elapsed >= self.config.heartbeat_ticks {
+            self.heartbeat_elapsed = 0;
+            self.broadcast_heartbeat();
+        }
+    }
+
+    fn quorum_active(&self) -> bool {
+        let me = self.config.id;
+        let active = self
+            .membership
+            .voters
+            .iter()
+            .filter(|&&id| id == me || self.progress.get(&id).is_some_and(|p| p.recent_active))
+            .count();
+        active >= self.membership.quorum()
+    }
+
+    fn check_can_propose(&self, len: u64) -> Result<(), ProposeError> {
+        if self.role != Role::Leader {
+            return Err(ProposeError::NotLeader { leader: self.leader });
+        }
+        if len > self.config.max_entry_bytes {
+            return Err(ProposeError::TooLarge { len, max: self.config.max_entry_bytes });
+        }
+        if self.log.last_index() - self.commit >= self.config.max_uncommitted_entries {
+            return Err(ProposeError::Busy);
+        }
+        Ok(())
+    }
+
+    fn append_and_replicate(&mut self, kind: EntryKind, data: Vec<u8>) -> Index {
+        let index = self.log.last_index() + 1;
+        let is_membership = kind == EntryKind::Membership;
+        self.log.push(Entry { term: self.term, index, kind, data });
+        if is_membership {
+            self.recompute_membership();
+            self.reset_progress();
+        }
+        self.broadcast_append(false);
+        // A leader that is no longer a voter can commit without itself.
+        self.maybe_commit();
+        self.debug_check();
+        index
+    }
+
+    /// `allow_empty`: also send an empty append (carrying the commit index)
+    /// to followers that are up to date.
+    fn broadcast_append(&mut self, allow_empty: bool) {
+        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
+        for id in peers {
+            self.send_append(id, allow_empty);
+        }
+    }
+
+    fn broadcast_heartbeat(&mut self) {
+        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
+        for id in peers {
+            let Some(pr) = self.progress.get_mut(&id) else { continue };
+            if pr.state == ReplicationState::Probe {
+                // The heartbeat doubles as a retry of a lost probe.
+                pr.probe_sent = false;
+                self.send_append(id, true);
+                continue;
+            }
+            let prev_index = if self.log.term(pr.match_index).is_some() {
+                pr.match_index
+            } else {
+                self.log.snapshot_index()
+            };
+            let prev_term = self.log.term(prev_index).unwrap_or(0);
+            pr.commit_sent = pr.commit_sent.max(self.commit);
+            self.send(Message::AppendEntries {
+                term: self.term,
+                from: self.config.id,
+                to: id,
+                prev_index,
+                prev_term,
+                entries: Vec::new(),
+                leader_commit: self.commit,
+            });
+        }
+    }
+
+    /// Sends `to` the next batch of entries (or a snapshot, or an empty
+    /// append carrying the commit index when `allow_empty` or when the
+    /// follower has not been told the current commit index) if its flow
+    /// control allows. A probe is sent even when empty.
+    fn send_append(&mut self, to: NodeId, allow_empty: bool) {
+        let Some(pr) = self.progress.get_mut(&to) else { return };
+        if !pr.can_send(self.config.max_inflight_appends) {
+            return;
+        }
+        let prev_index = pr.next_index - 1;
+        let Some(prev_term) = self.log.term(prev_index) else {
+            // The entries it needs are compacted: send the snapshot.
+            let snapshot = self.log.snapshot.clone();
+            pr.become_snapshot(snapshot.meta.index);
+            self.send(Message::InstallSnapshot { term: self.term, from: self.config.id, to, snapshot });
+            return;
+        };
+        let entries = self.log.slice(
+            pr.next_index,
+            self.log.last_index(),
+            self.config.max_entries_per_append,
+            self.config.max_bytes_per_append,
+        );
+        match pr.state {
+            ReplicationState::Probe => pr.probe_sent = true,
+            ReplicationState::Replicate => match entries.last() {
+                Some(last) => {
+                    pr.next_index = last.index + 1;
+                    pr.inflight.push_back(last.index);
+                }
+                None if !allow_empty && pr.commit_sent >= self.commit => return,
+                None => {}
+            },
+            ReplicationState::Snapshot { .. } => unreachable!("can_send is false while snapshotting"),
+        }
+        pr.commit_sent = pr.commit_sent.max(self.commit);
+        self.send(Message::AppendEntries {
+            term: self.term,
+            from: self.config.id,
+            to,
+            prev_index,
+            prev_term,
+            entries,
+            leader_commit: self.commit,
+        });
+    }
+
+    fn on_append_reply(
+        &mut self,
+        from: NodeId,
+        success: bool,
+        index: Index,
+        hint_index: Index,
+        hint_term: Term,
+    ) {
+        let last_index = self.log.last_index();
+        if self.role != Role::Leader || index > last_index {
+            self.stats.unexpected += 1;
+            return;
+        }
+        let Some(pr) = self.progress.get_mut(&from) else {
+            self.stats.unexpected += 1;
+            return;
+        };
+        pr.recent_active = true;
+        if success {
+            let grew = pr.update_match(index);
+            match pr.state {
+                ReplicationState::Probe if grew || index + 1 >= pr.next_index => pr.become_replicate(),
+                ReplicationState::Probe => pr.probe_sent = false,
+                ReplicationState::Snapshot { index: snap } if pr.match_index >= snap => pr.become_probe(),
+                ReplicationState::Replicate
+                    if !grew && pr.inflight.len() >= self.config.max_inflight_appends =>
+                {
+                    // A heartbeat answer while the window is full: some
+                    // appends were probably lost; free a slot to probe on.
+                    pr.inflight.pop_front();
+                }
+                _ => {}
+            }
+            if grew && self.maybe_commit() {
+                self.broadcast_append(true);
+            } else if grew {
+                self.send_append(from, false);
+            } else if self.progress.get(&from).is_some_and(|p| p.match_index < last_index) {
+                // A heartbeat answer from a lagging follower: appends may
+                // have been lost. An append at next_index - 1 either is
+                // acknowledged or is rejected and turns the follower to probe.
+                self.send_append(from, true);
+            }
+            self.maybe_send_timeout_now(from);
+            return;
+        }
+        // Rejected: `index` is the prev_index the follower did not match.
+        let probe = if hint_term > 0 {
+            self.log.find_conflict_by_term(hint_index.min(last_index), hint_term)
+        } else {
+            hint_index.min(last_index)
+        };
+        let Some(pr) = self.progress.get_mut(&from) else { return };
+        let stale = match pr.state {
+            ReplicationState::Replicate => index <= pr.match_index,
+            ReplicationState::Probe => index + 1 != pr.next_index,
+            ReplicationState::Snapshot { .. } => true,
+        };
+        if stale {
+            return;
+        }
+        pr.next_index = index.min(probe + 1).max(pr.match_index + 1);
+        pr.become_probe();
+        self.send_append(from, true);
+    }
+
+    fn on_snapshot_reply(&mut self, from: NodeId, index: Index) {
+        if self.role != Role::Leader || index > self.log.last_index() {
+            self.stats.unexpected += 1;
+            return;
+        }
+        let Some(pr) = self.progress.get_mut(&from) else {
+            self.stats.unexpected += 1;
+            return;
+        };
+        pr.recent_active = true;
+        let grew = pr.update_match(index);
+        pr.next_index = pr.match_index + 1;
+        pr.become_probe();
+        if grew && self.maybe_commit() {
+            self.broadcast_append(true);
+        } else {
+            self.send_append(from, true);
+        }
+    }
+
+    fn maybe_send_timeout_now(&mut self, target: NodeId) {
+        let Some((t, _)) = self.transfer else { return };
+        if t != target || self.progress.get(&target).map(|p| p.match_index) != Some(self.log.last_index()) {
+            return;
+        }
+        self.transfer = None;
+        self.send(Message::TimeoutNow { term: self.term, from: self.config.id, to: target });
+    }
+
+    /// Leader: advances the commit index to the highest entry of this term
+    /// stored durably on a quorum of voters. Returns whether it moved.
+    fn maybe_commit(&mut self) -> bool {
+        if self.role != Role::Leader {
+            return false;
+        }
+        let me = self.config.id;
+        let mut matches: Vec<Index> = self
+            .membership
+            .voters
+            .iter()
+            .map(|&id| {
+                if id == me {
+                    self.log.persisted.min(self.log.last_index())
+                } else {
+                    self.progress.get(&id).map_or(0, |p| p.match_index)
+                }
+            })
+            .collect();
+        matches.sort_unstable_by(|a, b| b.cmp(a));
+        let quorum = self.membership.quorum();
+        let Some(&candidate) = matches.get(quorum - 1) else { return false };
+        if candidate <= self.commit || self.log.term(candidate) != Some(self.term) {
+            return false;
+        }
+        self.commit = candidate;
+        if self.membership_index <= self.commit && !self.is_voter() {
+            // Thesis §4.2.2: a removed leader steps down once its removal
+            // commits; hand over to the most up-to-date voter.
+            let best = self
+                .membership
+                .voters
+                .iter()
+                .filter_map(|id| self.progress.get(id).map(|p| (p.match_index, *id)))
+                .max();
+            if let Some((match_index, id)) = best
+                && match_index == self.log.last_index()
+            {
+                self.send(Message::TimeoutNow { term: self.term, from: me, to: id });
+            }
+            // Let the remaining voters learn the commit before we go.
+            self.broadcast_heartbeat();
+            let term = self.term;
+            self.become_follower(term, None);
+        }
+        true
+    }
+
+    // ----- follower ------------------------------------------------------
+
+    /// A message from `from` claiming leadership of our current term.
+    fn accept_leader(&mut self, from: NodeId) -> bool {
+        if self.role == Role::Leader {
+            // Two leaders in one term would violate election safety: a
+            // misbehaving peer. Ignore it.
+            self.stats.unexpected += 1;
+            return false;
+        }
+        if self.role != Role::Follower || self.leader != Some(from) {
+            let term = self.term;
+            self.become_follower(term, Some(from));
+        }
+        self.election_elapsed = 0;
+        true
+    }
+
+    fn on_append_entries(
+        &mut self,
+        from: NodeId,
+        prev_index: Index,
+        prev_term: Term,
+        entries: Vec<Entry>,
+        leader_commit: Index,
+    ) {
+        let me = self.config.id;
+        let reply = |success: bool, index: Index, hint_index: Index, hint_term: Term, term: Term| {
+            Message::AppendReply { term, from: me, to: from, success, index, hint_index, hint_term }
+        };
+        if prev_index < self.commit {
+            // Everything through commit matches any leader's log.
+            self.send(reply(true, self.commit, 0, 0, self.term));
+            return;
+        }
+        if self.log.term(prev_index) != Some(prev_term) {
+            let (hint_index, hint_term) = if prev_index > self.log.last_index() {
+                (self.log.last_index(), self.log.last_term())
+            } else {
+                let i = self.log.find_conflict_by_term(prev_index, prev_term);
+                (i, self.log.term(i).unwrap_or(0))
+            };
+            let hint_index = hint_index.min(prev_index);
+            let hint_term = if hint_index == 0 { 0 } else { hint_term };
+            self.send(reply(false, prev_index, hint_index, hint_term, self.term));
+            return;
+        }
+        let last_new = prev_index + entries.len() as u64;
+        // Find the first entry we do not already have.
+        let mut new_from = entries.len();
+        let mut truncated = false;
+        for (k, e) in entries.iter().enumerate() {
+            match self.log.term(e.index) {
+                Some(t) if t == e.term => continue,
+                Some(_) => {
+                    if e.index <= self.commit {
+                        // Conflicts with a committed entry: not a legitimate
+                        // leader of this term. Drop it.
+                        self.stats.unexpected += 1;
+                        return;
+                    }
+                    self.log.truncate_from(e.index);
+                    truncated = true;
+                    new_from = k;
+                }
+                None => new_from = k,
+            }
+            break;
+        }
+        let mut membership_changed = false;
+        for e in entries.into_iter().skip(new_from) {
+            membership_changed |= e.kind == EntryKind::Membership;
+            self.log.push(e);
+        }
+        if membership_changed || truncated {
+            self.recompute_membership();
+        }
+        self.leader_verified = self.leader_verified.max(last_new);
+        let commit = leader_commit.min(self.leader_verified).min(self.log.last_index());
+        if commit > self.commit {
+            self.commit = commit;
+        }
+        self.send(reply(true, last_new, 0, 0, self.term));
+    }
+
+    fn on_install_snapshot(&mut self, from: NodeId, snapshot: Snapshot) {
+        let me = self.config.id;
+        let index = snapshot.meta.index;
+        if index <= self.commit {
+            self.send(Message::SnapshotReply { term: self.term, from: me, to: from, index: self.commit });
+            return;
+        }
+        if self.log.term(index) == Some(snapshot.meta.term) {
+            // We already have the snapshot's last entry: its prefix matches.
+            self.leader_verified = self.leader_verified.max(index);
+            self.commit = index;
+        } else {
+            self.log.restore(snapshot);
+            self.commit = index;
+            self.leader_verified = self.leader_verified.max(index);
+            self.recompute_membership();
+        }
+        self.send(Message::SnapshotReply { term: self.term, from: me, to: from, index });
+    }
+
+    // ----- membership ----------------------------------------------------
+
+    /// The membership in force at `index` (<= last index).
+    fn membership_at(&self, index: Index) -> Membership {
+        for e in self.log.entries().iter().rev() {
+            if e.index <= index && e.kind == EntryKind::Membership {
+                return decode_membership(&e.data, &self.limits).unwrap_or_else(|_| self.base_membership());
+            }
+        }
+        self.base_membership()
+    }
+
+    fn base_membership(&self) -> Membership {
+        if self.log.snapshot_index() > 0 {
+            self.log.snapshot.meta.membership.clone()
+        } else {
+            self.initial_membership.clone()
+        }
+    }
+
+    /// Sets the membership in force from the log (after appends,
+    /// truncations and snapshots).
+    fn recompute_membership(&mut self) {
+        // Every Membership entry in the log was validated on the way in
+        // (Node::new, Message::validate), so decoding cannot fail here.
+        let latest = self.log.entries().iter().rev().find(|e| e.kind == EntryKind::Membership);
+        let (membership, index) = match latest {
+            Some(e) => {
+                (decode_membership(&e.data, &self.limits).unwrap_or_else(|_| self.base_membership()), e.index)
+            }
+            None => (self.base_membership(), self.log.snapshot_index()),
+        };
+        self.membership = membership;
+        self.membership_index = index;
+    }
+
+    // ----- helpers -------------------------------------------------------
+
+    fn send(&mut self, msg: Message) {
+        self.messages.push(msg);
+    }
+
+    /// Invariants checked after every input: the O(1) ones always (STYLE:
+    /// assertions stay on), the O(log length) one in debug builds.
+    fn debug_check(&self) {
+        #[cfg(any(test, debug_assertions))]
+        self.log.check();
+        assert!(self.commit <= self.log.last_index(), "commit beyond the log");
+        assert!(self.log.persisted <= self.log.stable && self.log.stable <= self.log.last_index());
+        assert!(self.applied <= self.commit, "applied beyond commit");
+        assert!(self.membership_index <= self.log.last_index());
+        if self.role == Role::Leader {
+            assert_eq!(self.leader, Some(self.config.id));
+            assert_eq!(self.vote, Some(self.config.id));
+            assert!(!self.progress.contains_key(&self.config.id));
+        }
+    }
+}

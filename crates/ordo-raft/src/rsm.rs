@@ -1,0 +1,573 @@
+//! A replicated state machine on Raft: client sessions with duplicate
+//! detection, durable persistence through [`LogStore`], snapshots and
+//! compaction — everything between a transport (R2P2's `REPLICATED_ROUTE`)
+//! and an application, still without I/O of its own (the caller owns the
+//! socket, the clock and the threads; the [`Disk`] is given).
+//!
+//! The caller feeds client requests ([`Replica::request`]), peer messages
+//! ([`Replica::step`]) and ticks, and drains [`Output`]s: messages to send,
+//! commands to apply (on the caller's thread of choice, in the order given),
+//! replies and redirects to clients, snapshot requests and restores. It
+//! reports applications back with [`Replica::applied`] and snapshots with
+//! [`Replica::snapshot_ready`].
+//!
+//! # Invariants
+//! - **Persist before speaking.** Everything a Raft `Ready` asks to persist
+//!   is appended to the [`LogStore`] and synced (one fsync per batch: group
+//!   commit) before its messages leave and before the node counts its own
+//!   log toward a quorum. With [`SyncMode::Deferred`] the caller decides
+//!   when the fsync happens ([`Output::NeedSync`] → [`Replica::synced`]);
+//!   nothing that depends on the unsynced writes is released before it.
+//! - **Apply in log order, exactly once per (client, request).** Committed
+//!   commands are handed out as [`Output::Apply`] in index order. A session
+//!   table keyed by client id remembers the highest request id applied for
+//!   each client and its response; a committed command whose request id is
+//!   not above its client's is a duplicate (a retry) and is not applied
+//!   again — its cached response answers the retry. The table's decisions
+//!   depend only on the log, so every replica makes the same ones. Clients
+//!   must issue request ids in increasing order and have one request
+//!   outstanding per client id (Raft thesis §6.3).
+//! - **Bounded sessions.** At most `max_sessions` are kept; the one least
+//!   recently used *in log order* is evicted (deterministic on every
+//!   replica). A client evicted while it still retries an old request can
+//!   see it applied twice; size the table above the number of live clients.
+//! - **Snapshots are consistent cuts.** A snapshot at index `i` holds the
+//!   application state after every command ≤ `i` and the session table as of
+//!   `i`; it is taken every `snapshot_interval` applied entries, persisted,
+//!   and the log before it is compacted. A restarted replica restores the
+//!   latest durable snapshot and replays the committed entries after it.
+//! - **Only the leader answers.** A replica that is not the leader answers a
+//!   request with a redirect naming the leader it knows; followers apply the
+//!   same commands and drop their responses (r3p2 §3.3).
+
+use crate::node::{Node, ProposeError, Ready};
+use crate::storage::{Disk, LogOptions, LogStore, StorageError};
+use crate::{Config, Entry, EntryKind, Index, Membership, Message, NodeId, Recovered, Snapshot};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Identifies a client (chosen by the client, e.g. at random).
+pub type ClientId = u64;
+/// A client's request number; increases with each new request of a client.
+pub type RequestId = u64;
+
+/// When the log is fsynced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Sync at the end of every processed batch, inside the call.
+    Immediate,
+    /// Emit [`Output::NeedSync`] and hold everything that depends on the
+    /// batch until [`Replica::synced`] (lets the caller model or overlap the
+    /// fsync's latency; batches arriving meanwhile are group-committed).
+    Deferred,
+}
+
+/// How a replica runs.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// The Raft node's configuration.
+    pub raft: Config,
+    /// The durable log's options (its `durable` switch is the in-memory
+    /// mode).
+    pub store: LogOptions,
+    /// When the fsync happens.
+    pub sync: SyncMode,
+    /// Take a snapshot after this many applied entries (0: never).
+    pub snapshot_interval: u64,
+    /// Most client sessions kept for duplicate detection.
+    pub max_sessions: usize,
+    /// Members of a brand-new cluster (ignored when the disk holds state).
+    pub initial_membership: Membership,
+}
+
+/// What the replica asks of its caller.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Output<R> {
+    /// Send this Raft message to its `to` member.
+    Send(Message),
+    /// Apply this committed command to the application, after every earlier
+    /// `Apply`, then call [`Replica::applied`] with its response.
+    Apply(Apply<R>),
+    /// Answer a client.
+    Reply { to: R, client: ClientId, request: RequestId, response: Vec<u8> },
+    /// Tell a client to go to the leader (`None`: unknown, try another).
+    Redirect { to: R, client: ClientId, request: RequestId, leader: Option<NodeId> },
+    /// Serialize the application's state after every `Apply` up to `index`
+    /// and hand it to [`Replica::snapshot_ready`].
+    TakeSnapshot { index: Index },
+    /// Replace the application's state by this snapshot (taken at `index`)
+    /// before applying anything later.
+    Restore { index: Index, data: Vec<u8> },
+    /// (Deferred sync only) call [`Replica::synced`] once the log is synced.
+    NeedSync,
+}
+
+/// A committed command to apply.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Apply<R> {
+    pub index: Index,
+    pub client: ClientId,
+    pub request: RequestId,
+    pub payload: Vec<u8>,
+    /// Where the response goes (only on the leader that took the request).
+    pub reply_to: Option<R>,
+}
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("snapshot at index {index} is malformed: {why}")]
+    BadSnapshot { index: Index, why: &'static str },
+    #[error("snapshot_ready({got}) does not match the requested snapshot {want:?}")]
+    UnexpectedSnapshot { got: Index, want: Option<Index> },
+}
+
+/// Counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    pub proposed: u64,
+    pub applied: u64,
+    pub duplicates: u64,
+    pub redirects: u64,
+    pub syncs: u64,
+    pub snapshots_taken: u64,
+    pub snapshots_installed: u64,
+    pub sessions_evicted: u64,
+    pub malformed_commands: u64,
+    pub invalid_messages: u64,
+    pub refused_proposals: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Session {
+    request: RequestId,
+    /// `None` while the command is being applied.
+    response: Option<Vec<u8>>,
+    /// Log index of the session's last command (its LRU key).
+    index: Index,
+}
+
+/// A snapshot waiting for the application's part.
+struct PendingSnapshot {
+    index: Index,
+    sessions: HashMap<ClientId, Session>,
+}
+
+/// One replica of a replicated state machine. `D` is its disk, `R` the
+/// caller's notion of a reply address.
+pub struct Replica<D: Disk, R> {
+    node: Node,
+    store: LogStore<D>,
+    cfg: ReplicaConfig,
+    out: VecDeque<Output<R>>,
+    sessions: HashMap<ClientId, Session>,
+    lru: BTreeMap<Index, ClientId>,
+    /// Requests this leader proposed and has not answered: (client, request)
+    /// → reply address.
+    waiting: HashMap<(ClientId, RequestId), R>,
+    /// Retries of commands that are still being applied.
+    reply_after_apply: HashMap<(ClientId, RequestId), R>,
+    /// Index of the last entry handed out (applied or skipped).
+    last_handed: Index,
+    /// Index covered by the last snapshot.
+    last_snapshot: Index,
+    pending_snapshot: Option<PendingSnapshot>,
+    /// A batch is written but not synced (deferred mode).
+    sync_pending: Option<HeldBatch>,
+    was_leader: bool,
+    stats: ReplicaStats,
+}
+
+struct HeldBatch {
+    ready: Ready,
+}
+
+const COMMAND_MAGIC: u8 = 0xC1;
+const SNAPSHOT_MAGIC: u8 = 0x5E;
+
+/// Encodes a client command as a log entry's data.
+pub fn encode_command(client: ClientId, request: RequestId, payload: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(17 + payload.len());
+    b.push(COMMAND_MAGIC);
+    b.extend_from_slice(&client.to_le_bytes());
+    b.extend_from_slice(&request.to_le_bytes());
+    b.extend_from_slice(payload);
+    b
+}
+
+/// Decodes [`encode_command`]'s output.
+pub fn decode_command(data: &[u8]) -> Option<(ClientId, RequestId, &[u8])> {
+    if data.len() < 17 || data[0] != COMMAND_MAGIC {
+        return None;
+    }
+    let client = u64::from_le_bytes(data[1..9].try_into().ok()?);
+    let request = u64::from_le_bytes(data[9..17].try_into().ok()?);
+    Some((client, request, &data[17..]))
+}
+
+fn encode_snapshot(sessions: &HashMap<ClientId, Session>, app: &[u8]) -> Vec<u8> {
+    let mut clients: Vec<_> = sessions.iter().collect();
+    clients.sort_by_key(|(c, _)| **c);
+    let mut b = vec![SNAPSHOT_MAGIC];
+    b.extend_from_slice(&(clients.len() as u32).to_le_bytes());
+    for (client, s) in clients {
+        let resp = s.response.as_deref().unwrap_or(&[]);
+        b.extend_from_slice(&client.to_le_bytes());
+        b.extend_from_slice(&s.request.to_le_bytes());
+        b.extend_from_slice(&s.index.to_le_bytes());
+        b.extend_from_slice(&(resp.len() as u32).to_le_bytes());
+        b.extend_from_slice(resp);
+    }
+    b.extend_from_slice(app);
+    b
+}
+
+type DecodedSnapshot<'a> = (HashMap<ClientId, Session>, &'a [u8]);
+
+fn decode_snapshot(data: &[u8], index: Index) -> Result<DecodedSnapshot<'_>, ReplicaError> {
+    let bad = |why| ReplicaError::BadSnapshot { index, why };
+    if data.first() != Some(&SNAPSHOT_MAGIC) || data.len() < 5 {
+        return Err(bad("missing header"));
+    }
+    let n = u32::from_le_bytes(data[1..5].try_into().unwrap()) as usize;
+    let mut at = 5;
+    // Each session takes at least 28 bytes: bound the count by the input.
+    if n > (data.len() - at) / 28 {
+        return Err(bad("session count exceeds the snapshot"));
+    }
+    let mut sessions = HashMap::with_capacity(n);
+    for _ in 0..n {
+        let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+        if data.len() - at < 28 {
+            return Err(bad("truncated session"));
+        }
+        let client = word(at);
+        let request = word(at + 8);
+        let sidx = word(at + 16);
+        let len = u32::from_le_bytes(data[at + 24..at + 28].try_into().unwrap()) as usize;
+        at += 28;
+        if data.len() - at < len {
+            return Err(bad("truncated response"));
+        }
+        let response = Some(data[at..at + len].to_vec());
+        at += len;
+        if sessions.insert(client, Session { request, response, index: sidx }).is_some() {
+            return Err(bad("duplicate session"));
+        }
+    }
+    Ok((sessions, &data[at..]))
+}
+
+impl<D: Disk, R: Clone> Replica<D, R> {
+    /// Opens the replica on `disk`: recovers the durable log and snapshot
+    /// (a fresh disk starts a member of `cfg.initial_membership`). The first
+    /// outputs include a [`Output::Restore`] when a snapshot was recovered;
+    /// call [`flush`](Self::flush) to start.
+    pub fn open(disk: D, cfg: ReplicaConfig) -> Result<Replica<D, R>, ReplicaError> {
+        let (store, recovered): (LogStore<D>, Recovered) = LogStore::open(disk, cfg.store.clone())?;
+        let mut out = VecDeque::new();
+        let mut sessions = HashMap::new();
+        let mut last = 0;
+        if let Some(snap) = &recovered.snapshot {
+            let (s, app) = decode_snapshot(&snap.data, snap.meta.index)?;
+            sessions = s;
+            last = snap.meta.index;
+            out.push_back(Output::Restore { index: last, data: app.to_vec() });
+        }
+        let lru = sessions.iter().map(|(c, s)| (s.index, *c)).collect();
+        let node = Node::new(cfg.raft.clone(), recovered, cfg.initial_membership.clone())
+            .map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        let r = Replica {
+            node,
+            store,
+            cfg,
+            out,
+            sessions,
+            lru,
+            waiting: HashMap::new(),
+            reply_after_apply: HashMap::new(),
+            last_handed: last,
+            last_snapshot: last,
+            pending_snapshot: None,
+            sync_pending: None,
+            was_leader: false,
+            stats: ReplicaStats::default(),
+        };
+        Ok(r)
+    }
+
+    /// The Raft node (read-only: role, leader, term, indexes).
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The durable log (read-only).
+    pub fn store(&self) -> &LogStore<D> {
+        &self.store
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ReplicaStats {
+        &self.stats
+    }
+
+    /// The next output, if any.
+    pub fn next_output(&mut self) -> Option<Output<R>> {
+        self.out.pop_front()
+    }
+
+    /// One logical tick of the Raft clock.
+    pub fn tick(&mut self) -> Result<(), ReplicaError> {
+        self.node.tick();
+        Ok(())
+    }
+
+    /// A Raft message from a peer.
+    pub fn step(&mut self, msg: Message) -> Result<(), ReplicaError> {
+        if self.node.step(msg).is_err() {
+            self.stats.invalid_messages += 1;
+        }
+        Ok(())
+    }
+
+    /// A client's request (a `REPLICATED_ROUTE` command). The answer comes
+    /// later as a [`Output::Reply`] or now as a [`Output::Redirect`].
+    pub fn request(
+        &mut self,
+        reply_to: R,
+        client: ClientId,
+        request: RequestId,
+        payload: &[u8],
+    ) -> Result<(), ReplicaError> {
+        if !self.node.is_leader() {
+            self.stats.redirects += 1;
+            let leader = self.node.leader();
+            self.out.push_back(Output::Redirect { to: reply_to, client, request, leader });
+            return Ok(());
+        }
+        if let Some(s) = self.sessions.get(&client) {
+            if request < s.request {
+                return Ok(()); // the client has moved on; this is an old retry
+            }
+            if request == s.request {
+                self.stats.duplicates += 1;
+                match &s.response {
+                    Some(resp) => {
+                        let response = resp.clone();
+                        self.out.push_back(Output::Reply { to: reply_to, client, request, response });
+                    }
+                    None => {
+                        self.reply_after_apply.insert((client, request), reply_to);
+                    }
+                }
+                return Ok(());
+            }
+        }
+        if let Some(w) = self.waiting.get_mut(&(client, request)) {
+            *w = reply_to; // a retry of a proposal in flight: answer the latest address
+            return Ok(());
+        }
+        match self.node.propose(encode_command(client, request, payload)) {
+            Ok(_) => {
+                self.stats.proposed += 1;
+                self.waiting.insert((client, request), reply_to);
+            }
+            Err(ProposeError::NotLeader { leader }) => {
+                self.stats.redirects += 1;
+                self.out.push_back(Output::Redirect { to: reply_to, client, request, leader });
+            }
+            Err(_) => {
+                // Busy or too large: the client retries after its timeout.
+                self.stats.refused_proposals += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The application applied `index` and answered `response`.
+    pub fn applied(&mut self, index: Index, client: ClientId, request: RequestId, response: Vec<u8>) {
+        self.stats.applied += 1;
+        if let Some(p) = &mut self.pending_snapshot
+            && index <= p.index
+            && let Some(s) = p.sessions.get_mut(&client)
+            && s.request == request
+        {
+            s.response = Some(response.clone());
+        }
+        if let Some(to) = self.reply_after_apply.remove(&(client, request)) {
+            self.out.push_back(Output::Reply { to, client, request, response: response.clone() });
+        }
+        if let Some(s) = self.sessions.get_mut(&client)
+            && s.request == request
+        {
+            s.response = Some(response);
+        }
+    }
+
+    /// The application's state after every command ≤ `index` (answering
+    /// [`Output::TakeSnapshot`]). Persists the snapshot and compacts the log.
+    pub fn snapshot_ready(&mut self, index: Index, app: Vec<u8>) -> Result<(), ReplicaError> {
+        let Some(p) = self.pending_snapshot.take_if(|p| p.index == index) else {
+            return Err(ReplicaError::UnexpectedSnapshot {
+                got: index,
+                want: self.pending_snapshot.as_ref().map(|p| p.index),
+            });
+        };
+        let data = encode_snapshot(&p.sessions, &app);
+        let meta = self.node.compact(index, data.clone()).map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        let snapshot = Snapshot { meta, data };
+        self.store.install_snapshot(&snapshot)?;
+        self.store.sync()?;
+        self.store.compact(index)?;
+        self.last_snapshot = index;
+        self.stats.snapshots_taken += 1;
+        Ok(())
+    }
+
+    /// (Deferred sync) the caller synced the log after an
+    /// [`Output::NeedSync`].
+    pub fn synced(&mut self) -> Result<(), ReplicaError> {
+        let Some(held) = self.sync_pending.take() else { return Ok(()) };
+        self.store.sync()?;
+        self.stats.syncs += 1;
+        self.release(held.ready)?;
+        self.flush()
+    }
+
+    /// Whether a deferred sync is outstanding.
+    pub fn sync_outstanding(&self) -> bool {
+        self.sync_pending.is_some()
+    }
+
+    /// Runs the node's readies: persist, sync (group commit: one sync for
+    /// everything the inputs since the last flush produced), send, apply.
+    /// Call it after each batch of inputs ([`request`](Self::request),
+    /// [`step`](Self::step), [`tick`](Self::tick)); nothing leaves the
+    /// replica before it.
+    pub fn flush(&mut self) -> Result<(), ReplicaError> {
+        loop {
+            self.leadership_check();
+            if self.sync_pending.is_some() || !self.node.has_ready() {
+                return Ok(());
+            }
+            let ready = self.node.ready();
+            if let Some(snap) = &ready.snapshot {
+                self.store.install_snapshot(snap)?;
+            }
+            if !ready.entries.is_empty() {
+                self.store.append(&ready.entries)?;
+            }
+            if let Some(hs) = &ready.hard_state {
+                self.store.save_hard_state(hs);
+            }
+            match self.cfg.sync {
+                SyncMode::Immediate => {
+                    self.store.sync()?;
+                    self.stats.syncs += 1;
+                    self.release(ready)?;
+                }
+                SyncMode::Deferred => {
+                    self.sync_pending = Some(HeldBatch { ready });
+                    self.out.push_back(Output::NeedSync);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// What a synced batch lets out: the node's own acknowledgement, the
+    /// messages, the snapshot restore and the committed entries.
+    fn release(&mut self, ready: Ready) -> Result<(), ReplicaError> {
+        if let Some((index, term)) = ready.persist_point() {
+            self.node.advance(index, term);
+        }
+        for m in ready.messages {
+            self.out.push_back(Output::Send(m));
+        }
+        if let Some(snap) = ready.snapshot {
+            let index = snap.meta.index;
+            let (sessions, app) = decode_snapshot(&snap.data, index)?;
+            self.lru = sessions.iter().map(|(c, s)| (s.index, *c)).collect();
+            self.sessions = sessions;
+            self.out.push_back(Output::Restore { index, data: app.to_vec() });
+            self.last_handed = index;
+            self.last_snapshot = index;
+            self.pending_snapshot = None;
+            self.stats.snapshots_installed += 1;
+        }
+        for e in ready.committed {
+            self.hand_out(e);
+        }
+        Ok(())
+    }
+
+    fn hand_out(&mut self, e: Entry) {
+        if e.index <= self.last_handed {
+            return; // covered by a restored snapshot
+        }
+        self.last_handed = e.index;
+        if e.kind == EntryKind::Normal {
+            self.hand_out_command(e);
+        }
+        if self.cfg.snapshot_interval > 0
+            && self.pending_snapshot.is_none()
+            && self.last_handed >= self.last_snapshot + self.cfg.snapshot_interval
+        {
+            self.pending_snapshot =
+                Some(PendingSnapshot { index: self.last_handed, sessions: self.sessions.clone() });
+            self.out.push_back(Output::TakeSnapshot { index: self.last_handed });
+        }
+    }
+
+    fn hand_out_command(&mut self, e: Entry) {
+        let Some((client, request, payload)) = decode_command(&e.data) else {
+            self.stats.malformed_commands += 1;
+            return;
+        };
+        let waiting = self.waiting.remove(&(client, request));
+        if let Some(s) = self.sessions.get(&client)
+            && request <= s.request
+        {
+            self.stats.duplicates += 1;
+            if let Some(to) = waiting
+                && request == s.request
+            {
+                match &s.response {
+                    Some(resp) => {
+                        let response = resp.clone();
+                        self.out.push_back(Output::Reply { to, client, request, response });
+                    }
+                    None => {
+                        self.reply_after_apply.insert((client, request), to);
+                    }
+                }
+            }
+            return;
+        }
+        if let Some(old) = self.sessions.insert(client, Session { request, response: None, index: e.index }) {
+            self.lru.remove(&old.index);
+        }
+        self.lru.insert(e.index, client);
+        while self.sessions.len() > self.cfg.max_sessions.max(1) {
+            let Some((_, victim)) = self.lru.pop_first() else { break };
+            self.sessions.remove(&victim);
+            self.stats.sessions_evicted += 1;
+        }
+        let payload = payload.to_vec();
+        self.out.push_back(Output::Apply(Apply { index: e.index, client, request, payload, reply_to: waiting }));
+    }
+
+    /// Forgets the requests of a lost leadership: their clients retry.
+    fn leadership_check(&mut self) {
+        let leader = self.node.is_leader();
+        if self.was_leader && !leader {
+            self.waiting.clear();
+            self.reply_after_apply.clear();
+        }
+        self.was_leader = leader;
+    }
+}
+
