@@ -60,6 +60,7 @@ pub mod client;
 pub mod disk;
 pub mod header;
 pub mod kv;
+pub mod node;
 pub mod raft;
 pub mod reassembly;
 pub mod replication;
@@ -70,6 +71,7 @@ pub use client::{CallError, Client, ClientConfig, ClientStats, RequestId};
 pub use header::{DecodeError, ErrorCode, Header, MessageType, Policy};
 pub use reassembly::{Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use kv::{KvOp, KvReply, KvService, KvState};
+pub use node::{NodeOptions, RunningNode, ServiceKind, SpinService, start_node};
 pub use raft::{RaftOptions, RaftReplication, RaftStatus};
 pub use replication::{ClientRef, ReplicatedRequest, Replication, ReplicationAction, ReplicationOutput};
 pub use server::{

@@ -1,0 +1,210 @@
+//! One R3P2 server as a deployable unit: an R2P2 [`Server`] running a
+//! service, replicated by [`RaftReplication`] over a durable log in a
+//! directory (or unreplicated, for comparison). `ordo r3p2 serve` and the
+//! benchmark start servers through [`start_node`].
+//!
+//! # Invariants
+//! - A replicated node binds exactly `peers[id]`: peers recognize each
+//!   other's RAFT messages by source address.
+//! - With a data directory and `durable`, a write is acknowledged only after
+//!   a quorum fsynced it; a node restarted on the same directory recovers
+//!   its log, vote and snapshot (see [`crate::raft`]).
+
+use crate::disk::FsDisk;
+use crate::kv::KvService;
+use crate::raft::{RaftOptions, RaftReplication, RaftStatus};
+use crate::server::{Handler, HandlerMode, Responder, ResponseHandle, Server, ServerConfig};
+use ordo_raft::storage::{Disk, MemDisk};
+use ordo_runtime::IdleStrategy;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The application a node serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// The replicated key-value store ([`KvService`]).
+    Kv,
+    /// A synthetic handler that computes for `micros` µs and answers 8
+    /// bytes (r3p2 Ch. 5's 1 µs and 10 µs workloads).
+    Spin {
+        /// Busy time per request.
+        micros: u64,
+    },
+}
+
+impl std::str::FromStr for ServiceKind {
+    type Err = String;
+
+    /// `kv` or `spin:<micros>`.
+    fn from_str(s: &str) -> Result<ServiceKind, String> {
+        if s == "kv" {
+            return Ok(ServiceKind::Kv);
+        }
+        if let Some(us) = s.strip_prefix("spin:") {
+            let micros = us.parse().map_err(|_| format!("bad spin time `{us}` (µs)"))?;
+            return Ok(ServiceKind::Spin { micros });
+        }
+        Err(format!("unknown service `{s}` (expected `kv` or `spin:<micros>`)"))
+    }
+}
+
+/// The synthetic service: spins, then answers the first 8 bytes of the
+/// request (or zeros). Deterministic, with no state (its snapshot is empty).
+#[derive(Debug)]
+pub struct SpinService {
+    work: Duration,
+}
+
+impl SpinService {
+    /// A service that spends `micros` µs per request.
+    pub fn new(micros: u64) -> SpinService {
+        SpinService { work: Duration::from_micros(micros) }
+    }
+}
+
+impl Handler for SpinService {
+    fn on_request(&self, request: &[u8], handle: ResponseHandle, responder: &mut Responder<'_>) {
+        let start = Instant::now();
+        while start.elapsed() < self.work {
+            std::hint::spin_loop();
+        }
+        let mut answer = [0u8; 8];
+        let n = request.len().min(8);
+        answer[..n].copy_from_slice(&request[..n]);
+        responder.send_response(handle, answer.to_vec());
+    }
+
+    fn snapshot(&self) -> Option<Vec<u8>> {
+        Some(Vec::new())
+    }
+
+    fn restore(&self, _state: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// How to run a node.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// This node's index in `peers`.
+    pub id: usize,
+    /// Every replica's address, the same list on every node (a single
+    /// address for an unreplicated server).
+    pub peers: Vec<SocketAddr>,
+    /// Where the durable log lives; `None`: in memory (lost with the
+    /// process).
+    pub data_dir: Option<PathBuf>,
+    /// fsync before acknowledging (false: the in-memory mode switch, no
+    /// fsync even with a directory).
+    pub durable: bool,
+    /// Run Raft behind REPLICATED_ROUTE (false: requests are only served
+    /// with FIXED/LB_ROUTE, the baseline of r3p2 Fig. 5.1).
+    pub replicated: bool,
+    /// Where handlers run.
+    pub mode: HandlerMode,
+    /// The application.
+    pub service: ServiceKind,
+    /// Snapshot and compact after this many entries (0: never).
+    pub snapshot_interval: u64,
+    /// Idle strategy of the network thread and workers.
+    pub idle: IdleStrategy,
+}
+
+impl NodeOptions {
+    /// A replicated KV node `id` of `peers`, durable in `data_dir`.
+    pub fn new(id: usize, peers: Vec<SocketAddr>, data_dir: Option<PathBuf>) -> NodeOptions {
+        NodeOptions {
+            id,
+            peers,
+            data_dir,
+            durable: true,
+            replicated: true,
+            mode: HandlerMode::Workers(1),
+            service: ServiceKind::Kv,
+            snapshot_interval: 10_000,
+            idle: IdleStrategy::DEFAULT,
+        }
+    }
+}
+
+/// A started node.
+pub struct RunningNode {
+    server: Server,
+    status: Option<Arc<RaftStatus>>,
+}
+
+impl RunningNode {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+    /// Raft status (replicated nodes).
+    pub fn status(&self) -> Option<&Arc<RaftStatus>> {
+        self.status.as_ref()
+    }
+    /// The server (counters).
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+    /// Stops the node.
+    pub fn shutdown(self) {
+        self.server.shutdown();
+    }
+}
+
+/// Starts a node: binds `peers[id]`, opens (or creates) its log and starts
+/// the server's threads.
+pub fn start_node(opts: &NodeOptions) -> io::Result<RunningNode> {
+    let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+    let Some(&bind) = opts.peers.get(opts.id) else {
+        return Err(invalid(format!("id {} is not an index into {} peers", opts.id, opts.peers.len())));
+    };
+    let config = ServerConfig {
+        bind,
+        handler_mode: opts.mode,
+        idle: opts.idle,
+        worker_idle: opts.idle,
+        peers: if opts.replicated { opts.peers.clone() } else { Vec::new() },
+        node_id: opts.id as u64,
+        ..ServerConfig::default()
+    };
+    match opts.service {
+        ServiceKind::Kv => start_typed(opts, config, KvService::new()),
+        ServiceKind::Spin { micros } => start_typed(opts, config, SpinService::new(micros)),
+    }
+}
+
+fn start_typed<H: Handler>(opts: &NodeOptions, config: ServerConfig, handler: H) -> io::Result<RunningNode> {
+    if !opts.replicated {
+        return Ok(RunningNode { server: Server::bind(config, handler)?, status: None });
+    }
+    let mut raft = RaftOptions::new(opts.id, opts.peers.len());
+    raft.log.durable = opts.durable;
+    raft.snapshot_interval = opts.snapshot_interval;
+    let other = |e: ordo_raft::rsm::ReplicaError| io::Error::other(e.to_string());
+    let (server, status) = match &opts.data_dir {
+        Some(dir) => {
+            let hook = RaftReplication::open(FsDisk::open(dir)?, raft).map_err(other)?;
+            start_with(config, handler, hook)?
+        }
+        None => {
+            raft.log.durable = false;
+            let hook = RaftReplication::open(MemDisk::new(), raft).map_err(other)?;
+            start_with(config, handler, hook)?
+        }
+    };
+    Ok(RunningNode { server, status: Some(status) })
+}
+
+fn start_with<D: Disk + Send + 'static, H: Handler>(
+    config: ServerConfig,
+    handler: H,
+    hook: RaftReplication<D>,
+) -> io::Result<(Server, Arc<RaftStatus>)> {
+    let status = hook.status();
+    let server = Server::bind_replicated(config, handler, Box::new(hook))?;
+    Ok((server, status))
+}
