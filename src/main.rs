@@ -14,6 +14,8 @@
 //! - `ordo fabric-peer` — the remote member that benchmarks and the
 //!   multi-process tests spawn (hidden from help).
 
+mod r3p2;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,6 +43,10 @@ enum Command {
     Config(ConfigArgs),
     /// Join the group named by the configuration and report peers' heartbeats.
     Member(MemberArgs),
+    /// R3P2: R2P2 servers over UDP with Raft behind REPLICATED_ROUTE
+    /// (serve, cluster, put, get).
+    #[command(subcommand)]
+    R3p2(r3p2::R3p2),
     /// Run the deterministic simulator: replay one seed, or check many.
     #[cfg(feature = "sim")]
     Sim(SimArgs),
@@ -251,6 +257,7 @@ fn main() -> ExitCode {
         Command::Member(args) => member(args),
         #[cfg(feature = "sim")]
         Command::Sim(args) => sim(args),
+        Command::R3p2(cmd) => r3p2::main(cmd),
         Command::FabricPeer(args) => fabric_peer(args),
         Command::AcuerdoPeer { args } => ordo_bench::acuerdo_peer_main(&args),
         Command::Bench(Bench::Acuerdo { args }) => ordo_bench::bench_acuerdo_main(&args),

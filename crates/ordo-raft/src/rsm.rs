@@ -463,6 +463,11 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             if let Some(hs) = &ready.hard_state {
                 self.store.save_hard_state(hs);
             }
+            let persists = ready.snapshot.is_some() || !ready.entries.is_empty() || ready.hard_state.is_some();
+            if !persists {
+                self.release(ready)?;
+                continue;
+            }
             match self.cfg.sync {
                 SyncMode::Immediate => {
                     self.store.sync()?;

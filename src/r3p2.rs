@@ -1,0 +1,212 @@
+//! `ordo r3p2`: run R3P2 servers (R2P2 over UDP with Raft behind
+//! REPLICATED_ROUTE) and talk to them.
+//!
+//! ```text
+//! ordo r3p2 cluster --members 3 --data /tmp/r3p2          # three local replicas
+//! ordo r3p2 put --servers 127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402 k v
+//! ordo r3p2 get --servers ... k
+//! ordo r3p2 serve --id 0 --peers A,B,C --data DIR        # one replica
+//! ```
+
+use clap::{Args, Subcommand};
+use ordo_r2p2::{
+    Client, ClientConfig, HandlerMode, KvOp, KvReply, NodeOptions, Policy, ServiceKind, start_node,
+};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand)]
+pub enum R3p2 {
+    /// Run one server (a replica when there are several peers).
+    Serve(ServeArgs),
+    /// Start `--members` replicas on this host as child processes and wait
+    /// (Ctrl-C stops them).
+    Cluster(ClusterArgs),
+    /// Write a key (REPLICATED_ROUTE): prints the previous value.
+    Put(PutArgs),
+    /// Read a key through the log (REPLICATED_ROUTE: linearizable), or
+    /// locally at any replica with `--stale` (LB_ROUTE).
+    Get(GetArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct ServeArgs {
+    /// This server's index in --peers.
+    #[arg(long)]
+    id: usize,
+    /// Every replica's address, comma-separated, the same on every replica.
+    #[arg(long, value_delimiter = ',', required = true)]
+    peers: Vec<SocketAddr>,
+    /// Directory of the durable log (omit: in memory).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Do not fsync (in-memory durability mode; a machine crash can lose
+    /// acknowledged writes).
+    #[arg(long)]
+    no_fsync: bool,
+    /// Serve without Raft (FIXED/LB_ROUTE only; the unreplicated baseline).
+    #[arg(long)]
+    unreplicated: bool,
+    /// The application: `kv` or `spin:<micros>`.
+    #[arg(long, default_value = "kv")]
+    service: ServiceKind,
+    /// Handler threads fed by SPSC queues; 0 runs handlers on the network
+    /// thread (r3p2 §5.1).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Snapshot and compact the log every this many entries (0: never).
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_interval: u64,
+    /// Print a status line this often (seconds; 0: never).
+    #[arg(long, default_value_t = 0)]
+    status_every: u64,
+}
+
+#[derive(Args)]
+pub struct ClusterArgs {
+    /// Number of replicas.
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// First UDP port (replica i listens on base + i, on 127.0.0.1).
+    #[arg(long, default_value_t = 7400)]
+    base_port: u16,
+    /// Parent directory of the replicas' logs.
+    #[arg(long, default_value = "ordo-r3p2-data")]
+    data: PathBuf,
+    /// The application: `kv` or `spin:<micros>`.
+    #[arg(long, default_value = "kv")]
+    service: ServiceKind,
+}
+
+#[derive(Args)]
+pub struct ClientArgs {
+    /// The replicas' addresses, in the servers' --peers order.
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402")]
+    servers: Vec<SocketAddr>,
+    /// Give up after this many milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    timeout_ms: u64,
+}
+
+#[derive(Args)]
+pub struct PutArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    key: String,
+    value: String,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Read the local copy of any replica (LB_ROUTE; may be stale).
+    #[arg(long)]
+    stale: bool,
+    key: String,
+}
+
+pub fn main(cmd: R3p2) -> Result<(), String> {
+    match cmd {
+        R3p2::Serve(args) => serve(args),
+        R3p2::Cluster(args) => cluster(args),
+        R3p2::Put(args) => {
+            let op = KvOp::Put { key: args.key.into_bytes(), value: args.value.into_bytes() };
+            call(&args.client, Policy::ReplicatedRoute, &op)
+        }
+        R3p2::Get(args) => {
+            let policy = if args.stale { Policy::LbRoute } else { Policy::ReplicatedRoute };
+            call(&args.client, policy, &KvOp::Get { key: args.key.into_bytes() })
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let mut opts = NodeOptions::new(args.id, args.peers.clone(), args.data.clone());
+    opts.durable = !args.no_fsync;
+    opts.replicated = !args.unreplicated;
+    opts.service = args.service;
+    opts.mode = if args.workers == 0 { HandlerMode::NetworkThread } else { HandlerMode::Workers(args.workers) };
+    opts.snapshot_interval = args.snapshot_interval;
+    let node = start_node(&opts).map_err(|e| format!("cannot start server {}: {e}", args.id))?;
+    println!("ready {} id {} of {}", node.local_addr(), args.id, args.peers.len());
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_secs(args.status_every.max(1)));
+        if args.status_every > 0
+            && let Some(s) = node.status()
+        {
+            println!(
+                "t={:.0}s term {} leader {:?} commit {} applied {} syncs {} snapshots {} duplicates {}",
+                started.elapsed().as_secs_f64(),
+                s.term(),
+                s.leader(),
+                s.commit(),
+                s.applied(),
+                s.syncs(),
+                s.snapshots(),
+                s.duplicates()
+            );
+        }
+    }
+}
+
+fn cluster(args: ClusterArgs) -> Result<(), String> {
+    if args.members == 0 {
+        return Err("--members must be at least 1".into());
+    }
+    let peers: Vec<String> = (0..args.members).map(|i| format!("127.0.0.1:{}", args.base_port as usize + i)).collect();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut children: Vec<Child> = Vec::new();
+    for id in 0..args.members {
+        let dir = args.data.join(id.to_string());
+        let mut command = Command::new(&exe);
+        // The replicas die with this process (Ctrl-C, kill).
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = command
+            .args(["r3p2", "serve", "--id", &id.to_string(), "--peers", &peers.join(",")])
+            .args(["--service", &service_arg(args.service), "--status-every", "5"])
+            .arg("--data")
+            .arg(&dir)
+            .spawn()
+            .map_err(|e| format!("cannot start replica {id}: {e}"))?;
+        children.push(child);
+    }
+    println!("{} replicas on {} (logs under {})", args.members, peers.join(","), args.data.display());
+    println!("try: ordo r3p2 put --servers {} hello world", peers.join(","));
+    for mut c in children {
+        let _ = c.wait();
+    }
+    Ok(())
+}
+
+fn service_arg(s: ServiceKind) -> String {
+    match s {
+        ServiceKind::Kv => "kv".into(),
+        ServiceKind::Spin { micros } => format!("spin:{micros}"),
+    }
+}
+
+fn call(args: &ClientArgs, policy: Policy, op: &KvOp) -> Result<(), String> {
+    let mut config = ClientConfig::new(args.servers.clone());
+    config.timeout = Duration::from_millis(100);
+    config.retries = (args.timeout_ms / 100).max(1) as u32;
+    let mut client = Client::new(config).map_err(|e| e.to_string())?;
+    let answer = client.call(policy, &op.encode()).map_err(|e| format!("request failed: {e}"))?;
+    match KvReply::decode(&answer).map_err(|e| format!("bad answer: {e}"))? {
+        KvReply::Value(Some(v)) => println!("{}", String::from_utf8_lossy(&v)),
+        KvReply::Value(None) => println!("(none)"),
+        KvReply::Cas { swapped, found } => println!("swapped={swapped} found={found:?}"),
+        KvReply::Error(e) => return Err(e),
+    }
+    Ok(())
+}
