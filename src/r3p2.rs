@@ -26,6 +26,9 @@ pub enum R3p2 {
     Cluster(ClusterArgs),
     /// Write a key (REPLICATED_ROUTE): prints the previous value.
     Put(PutArgs),
+    /// Send an admin command to the replicas: `status`, `add-learner <id>`,
+    /// `promote <id>`, `remove <id>` (Raft ids are peer indexes + 1).
+    Admin(AdminArgs),
     /// Read a key through the log (REPLICATED_ROUTE: linearizable), or
     /// locally at any replica with `--stale` (LB_ROUTE).
     Get(GetArgs),
@@ -59,6 +62,10 @@ pub struct ServeArgs {
     /// Snapshot and compact the log every this many entries (0: never).
     #[arg(long, default_value_t = 10_000)]
     snapshot_interval: u64,
+    /// Voters of a brand-new cluster: the first N peers (default: all);
+    /// the others start as spares for `ordo r3p2 admin add-learner`.
+    #[arg(long)]
+    voters: Option<usize>,
     /// Print a status line this often (seconds; 0: never).
     #[arg(long, default_value_t = 0)]
     status_every: u64,
@@ -99,6 +106,15 @@ pub struct PutArgs {
 }
 
 #[derive(Args)]
+pub struct AdminArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// The command and its argument, e.g. `add-learner 4`.
+    #[arg(required = true, num_args = 1..)]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
 pub struct GetArgs {
     #[command(flatten)]
     client: ClientArgs,
@@ -116,6 +132,12 @@ pub fn main(cmd: R3p2) -> Result<(), String> {
             let op = KvOp::Put { key: args.key.into_bytes(), value: args.value.into_bytes() };
             call(&args.client, Policy::ReplicatedRoute, &op)
         }
+        R3p2::Admin(args) => {
+            let mut client = make_client(&args.client)?;
+            let answer = client.admin(args.command.join(" ").as_bytes()).map_err(|e| format!("admin failed: {e}"))?;
+            println!("{}", String::from_utf8_lossy(&answer));
+            Ok(())
+        }
         R3p2::Get(args) => {
             let policy = if args.stale { Policy::LbRoute } else { Policy::ReplicatedRoute };
             call(&args.client, policy, &KvOp::Get { key: args.key.into_bytes() })
@@ -130,6 +152,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     opts.service = args.service;
     opts.mode = if args.workers == 0 { HandlerMode::NetworkThread } else { HandlerMode::Workers(args.workers) };
     opts.snapshot_interval = args.snapshot_interval;
+    opts.initial_voters = args.voters;
     let node = start_node(&opts).map_err(|e| format!("cannot start server {}: {e}", args.id))?;
     println!("ready {} id {} of {}", node.local_addr(), args.id, args.peers.len());
     let started = Instant::now();
@@ -196,11 +219,15 @@ fn service_arg(s: ServiceKind) -> String {
     }
 }
 
-fn call(args: &ClientArgs, policy: Policy, op: &KvOp) -> Result<(), String> {
+fn make_client(args: &ClientArgs) -> Result<Client, String> {
     let mut config = ClientConfig::new(args.servers.clone());
     config.timeout = Duration::from_millis(100);
     config.retries = (args.timeout_ms / 100).max(1) as u32;
-    let mut client = Client::new(config).map_err(|e| e.to_string())?;
+    Client::new(config).map_err(|e| e.to_string())
+}
+
+fn call(args: &ClientArgs, policy: Policy, op: &KvOp) -> Result<(), String> {
+    let mut client = make_client(args)?;
     let answer = client.call(policy, &op.encode()).map_err(|e| format!("request failed: {e}"))?;
     match KvReply::decode(&answer).map_err(|e| format!("bad answer: {e}"))? {
         KvReply::Value(Some(v)) => println!("{}", String::from_utf8_lossy(&v)),

@@ -138,6 +138,7 @@ pub struct ClientStats {
 }
 
 struct Pending {
+    message_type: MessageType,
     policy: Policy,
     payload: Vec<u8>,
     target: usize,
@@ -237,6 +238,18 @@ impl Client {
     /// Sends a request and returns at once; its result comes out of
     /// [`Client::try_recv`] after [`Client::poll_responses`] / [`Client::wait`].
     pub fn send(&mut self, policy: Policy, payload: &[u8]) -> Result<RequestId, CallError> {
+        self.send_typed(MessageType::Request, policy, payload)
+    }
+
+    /// Sends a control command to the replication hook (e.g. `status`,
+    /// `add-learner 4`, `promote 4`, `remove 1` for Raft) and waits for its
+    /// answer; routed to the leader like a REPLICATED_ROUTE request.
+    pub fn admin(&mut self, command: &[u8]) -> Result<Vec<u8>, CallError> {
+        let id = self.send_typed(MessageType::Admin, Policy::ReplicatedRoute, command)?;
+        self.wait_for(id)
+    }
+
+    fn send_typed(&mut self, message_type: MessageType, policy: Policy, payload: &[u8]) -> Result<RequestId, CallError> {
         if self.pending.len() >= self.config.max_in_flight {
             return Err(CallError::TooManyInFlight);
         }
@@ -265,8 +278,15 @@ impl Client {
         let id = self.next_request_id;
         self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
         let deadline = Instant::now() + self.config.timeout;
-        let pending =
-            Pending { policy, payload: payload.to_vec(), target, attempts: 1, redirects: 0, deadline };
+        let pending = Pending {
+            message_type,
+            policy,
+            payload: payload.to_vec(),
+            target,
+            attempts: 1,
+            redirects: 0,
+            deadline,
+        };
         self.transmit(id, &pending)?;
         self.pending.insert(id, pending);
         self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |d| d.min(deadline)));
@@ -341,6 +361,10 @@ impl Client {
     /// stay queued for [`Client::try_recv`]).
     pub fn call(&mut self, policy: Policy, payload: &[u8]) -> Result<Vec<u8>, CallError> {
         let id = self.send(policy, payload)?;
+        self.wait_for(id)
+    }
+
+    fn wait_for(&mut self, id: RequestId) -> Result<Vec<u8>, CallError> {
         loop {
             if let Some(position) = self.completed.iter().position(|(done, _)| *done == id) {
                 let (_, result) = self.completed.remove(position).expect("position is valid");
@@ -417,7 +441,7 @@ impl Client {
                     Err(e) => self.completed.push_back((id, Err(e))),
                 }
             }
-            MessageType::Request | MessageType::Raft => self.stats.stale_responses += 1,
+            MessageType::Request | MessageType::Raft | MessageType::Admin => self.stats.stale_responses += 1,
         }
     }
 
@@ -462,7 +486,7 @@ impl Client {
     fn transmit(&mut self, id: RequestId, pending: &Pending) -> Result<(), CallError> {
         let to = self.config.servers[pending.target];
         let header = Header {
-            message_type: MessageType::Request,
+            message_type: pending.message_type,
             policy: pending.policy,
             flags: 0,
             packet_id: 0,

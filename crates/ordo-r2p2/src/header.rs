@@ -83,6 +83,10 @@ pub enum MessageType {
     /// Server → client: the request was refused; payload = one [`ErrorCode`]
     /// byte followed by a UTF-8 explanation.
     Error = 4,
+    /// Client → server: a control command for the replication hook
+    /// (membership change, status), routed like REPLICATED_ROUTE; answered
+    /// with Response, Redirect or Error.
+    Admin = 5,
 }
 
 impl MessageType {
@@ -94,6 +98,7 @@ impl MessageType {
             2 => Self::Raft,
             3 => Self::Redirect,
             4 => Self::Error,
+            5 => Self::Admin,
             _ => return None,
         })
     }

@@ -111,6 +111,10 @@ pub struct NodeOptions {
     pub snapshot_interval: u64,
     /// Idle strategy of the network thread and workers.
     pub idle: IdleStrategy,
+    /// The voters of a brand-new cluster: the first this-many peers (`None`:
+    /// all). Later peers start outside the membership, as spares that
+    /// `add-learner` / `promote` admin commands bring in.
+    pub initial_voters: Option<usize>,
 }
 
 impl NodeOptions {
@@ -126,6 +130,7 @@ impl NodeOptions {
             service: ServiceKind::Kv,
             snapshot_interval: 10_000,
             idle: IdleStrategy::DEFAULT,
+            initial_voters: None,
         }
     }
 }
@@ -181,7 +186,8 @@ fn start_typed<H: Handler>(opts: &NodeOptions, config: ServerConfig, handler: H)
     if !opts.replicated {
         return Ok(RunningNode { server: Server::bind(config, handler)?, status: None });
     }
-    let mut raft = RaftOptions::new(opts.id, opts.peers.len());
+    let voters = opts.initial_voters.unwrap_or(opts.peers.len()).min(opts.peers.len());
+    let mut raft = RaftOptions::new(opts.id, voters);
     raft.log.durable = opts.durable;
     raft.snapshot_interval = opts.snapshot_interval;
     let other = |e: ordo_raft::rsm::ReplicaError| io::Error::other(e.to_string());

@@ -34,7 +34,8 @@
 use crate::replication::{ClientRef, ReplicatedRequest, Replication, ReplicationOutput};
 use ordo_raft::rsm::{Output, Replica, ReplicaConfig, ReplicaError, SyncMode};
 use ordo_raft::storage::{Disk, LogOptions};
-use ordo_raft::{Config, DecodeLimits, Index, Membership, NodeId, Role, decode, encode};
+use crate::header::ErrorCode;
+use ordo_raft::{Config, DecodeLimits, Index, Membership, MembershipChange, NodeId, Role, decode, encode};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -330,6 +331,53 @@ impl<D: Disk + Send + 'static> Replication for RaftReplication<D> {
         }
         // `None`: the handler keeps no snapshot-able state; the replica keeps
         // its request pending and so takes no further snapshots.
+        self.drain(out);
+    }
+
+    fn on_admin(&mut self, request: ReplicatedRequest, _now_ns: u64, out: &mut ReplicationOutput) {
+        let client = request.client;
+        let text = String::from_utf8_lossy(&request.payload).into_owned();
+        let mut words = text.split_whitespace();
+        let (verb, arg) = (words.next().unwrap_or(""), words.next());
+        if verb == "status" {
+            let node = self.replica.node();
+            let m = node.membership();
+            let status = format!(
+                "id {} role {:?} term {} leader {:?} commit {} last {} voters {:?} learners {:?}",
+                node.id(),
+                node.role(),
+                node.term(),
+                node.leader(),
+                node.commit_index(),
+                node.last_index(),
+                m.voters,
+                m.learners
+            );
+            out.respond(client, status.into_bytes());
+            return;
+        }
+        let id: Option<NodeId> = arg.and_then(|a| a.parse().ok()).filter(|id| *id > 0);
+        let change = match (verb, id) {
+            ("add-learner", Some(id)) => MembershipChange::AddLearner(id),
+            ("promote", Some(id)) => MembershipChange::PromoteLearner(id),
+            ("remove", Some(id)) => MembershipChange::RemoveServer(id),
+            _ => {
+                let usage = "usage: status | add-learner <id> | promote <id> | remove <id> (ids from 1)";
+                out.refuse(client, ErrorCode::Rejected, format!("bad admin command `{text}`: {usage}"));
+                return;
+            }
+        };
+        if !self.replica.node().is_leader() {
+            match self.replica.node().leader().and_then(|l| (l as usize).checked_sub(1)) {
+                Some(leader) if leader != self.me => out.redirect(client, leader as u16),
+                _ => {} // no leader known: the client's timeout moves it on
+            }
+            return;
+        }
+        match self.replica.change_membership(client, change) {
+            Ok(_) => {}
+            Err(e) => out.refuse(client, ErrorCode::Rejected, e.to_string()),
+        }
         self.drain(out);
     }
 

@@ -196,6 +196,13 @@ pub trait Replication: Send + 'static {
         let _ = (now_ns, out);
     }
 
+    /// A client's control command (message type Admin), e.g. a membership
+    /// change. The default refuses it.
+    fn on_admin(&mut self, request: ReplicatedRequest, now_ns: u64, out: &mut ReplicationOutput) {
+        let _ = now_ns;
+        out.refuse(request.client, ErrorCode::Rejected, "this replication hook takes no admin commands");
+    }
+
     /// The leader as this replica believes it, stamped on every response.
     fn leader_hint(&self) -> Option<u16> {
         None

@@ -798,6 +798,18 @@ impl NetworkLoop {
                     )),
                 }
             }
+            (MessageType::Admin, _) => match self.hook.as_mut() {
+                Some(hook) => {
+                    hook.on_admin(ReplicatedRequest { client, payload: message.payload }, now_ns, &mut self.hook_out);
+                    self.execute_hook_actions();
+                }
+                None => self.outgoing.push(Outgoing::error(
+                    client,
+                    message.policy,
+                    ErrorCode::NotReplicated,
+                    "admin command refused: this server has no replication hook",
+                )),
+            },
             (MessageType::Raft, _) => {
                 let Some(hook) = self.hook.as_mut() else {
                     Counters::bump(&self.counters.drop_unexpected_type);

@@ -154,3 +154,61 @@ fn retried_writes_apply_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One server at a time (Raft thesis §4.1) over real processes' sockets: a
+/// spare joins as a learner, catches up, is promoted; an original voter is
+/// removed; the cluster then survives the loss of another original member.
+#[test]
+fn membership_change_adds_a_spare_and_removes_a_voter() {
+    let dir = temp_dir("membership");
+    let peers = free_addrs(4);
+    let start_spare_aware = |id: usize| {
+        let mut opts = NodeOptions::new(id, peers.clone(), Some(dir.join(id.to_string())));
+        opts.initial_voters = Some(3);
+        opts.snapshot_interval = 40;
+        start_node(&opts).expect("node starts")
+    };
+    let mut nodes: Vec<Option<RunningNode>> = (0..4).map(|i| Some(start_spare_aware(i))).collect();
+    let mut c = client(&peers[..3]);
+    for i in 0..100 {
+        put(&mut c, &format!("k{i}"), &format!("v{i}"));
+    }
+    let spare = nodes[3].as_ref().unwrap().status().unwrap().clone();
+    assert_eq!(spare.commit(), 0, "a spare outside the membership receives nothing");
+    assert!(!spare.is_leader());
+
+    let mut admin = client(&peers);
+    let answer = String::from_utf8(admin.admin(b"add-learner 4").expect("learner added")).unwrap();
+    assert!(answer.contains("learners {4}"), "{answer}");
+    // Promotion waits for the learner to catch up (the leader refuses before).
+    let start = Instant::now();
+    let answer = loop {
+        match admin.admin(b"promote 4") {
+            Ok(a) => break String::from_utf8(a).unwrap(),
+            Err(e) => {
+                assert!(start.elapsed() < Duration::from_secs(10), "promotion never accepted: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    assert!(answer.contains("voters {1, 2, 3, 4}"), "{answer}");
+    assert!(spare.commit() > 100, "the new voter caught up (log or snapshot)");
+
+    // Remove the first original member (id 1) and stop it.
+    let answer = String::from_utf8(admin.admin(b"remove 1").expect("server removed")).unwrap();
+    assert!(answer.contains("voters {2, 3, 4}"), "{answer}");
+    nodes[0].take().unwrap().shutdown();
+    // Lose one more original member: {2,3,4} minus one is still a quorum.
+    nodes[1].take().unwrap().shutdown();
+    let mut c = client(&peers);
+    put(&mut c, "after", "change");
+    assert_eq!(get(&mut c, "k42"), Some(b"v42".to_vec()));
+    assert_eq!(get(&mut c, "after"), Some(b"change".to_vec()));
+    let status = String::from_utf8(admin.admin(b"status").unwrap()).unwrap();
+    assert!(status.contains("voters {2, 3, 4}"), "{status}");
+    assert!(matches!(admin.admin(b"frobnicate 9"), Err(_)), "bad commands are refused");
+    for n in nodes.into_iter().flatten() {
+        n.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -40,7 +40,7 @@
 //!   request with a redirect naming the leader it knows; followers apply the
 //!   same commands and drop their responses (r3p2 §3.3).
 
-use crate::node::{Node, ProposeError, Ready};
+use crate::node::{MembershipChange, Node, ProposeError, Ready};
 use crate::storage::{Disk, LogOptions, LogStore, StorageError};
 use crate::{Config, Entry, EntryKind, Index, Membership, Message, NodeId, Recovered, Snapshot};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -168,6 +168,8 @@ pub struct Replica<D: Disk, R> {
     /// Requests this leader proposed and has not answered: (client, request)
     /// → reply address.
     waiting: HashMap<(ClientId, RequestId), R>,
+    /// Membership changes this leader proposed: index → (term, reply address).
+    admin_waiting: HashMap<Index, (crate::Term, R)>,
     /// Retries of commands that are still being applied.
     reply_after_apply: HashMap<(ClientId, RequestId), R>,
     /// Index of the last entry handed out (applied or skipped).
@@ -289,6 +291,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             lru,
             waiting: HashMap::new(),
             reply_after_apply: HashMap::new(),
+            admin_waiting: HashMap::new(),
             last_handed: last,
             last_snapshot: last,
             pending_snapshot: None,
@@ -385,6 +388,16 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             }
         }
         Ok(())
+    }
+
+    /// Proposes a one-server-at-a-time membership change (Raft thesis §4.1;
+    /// a learner is promoted only once caught up). The answer — a
+    /// [`Output::Reply`] to `reply_to` with client and request 0 — comes when
+    /// the change commits; a refusal is returned now.
+    pub fn change_membership(&mut self, reply_to: R, change: MembershipChange) -> Result<Index, ProposeError> {
+        let index = self.node.propose_membership(change)?;
+        self.admin_waiting.insert(index, (self.node.term(), reply_to));
+        Ok(index)
     }
 
     /// The application applied `index` and answered `response`.
@@ -514,8 +527,21 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             return; // covered by a restored snapshot
         }
         self.last_handed = e.index;
-        if e.kind == EntryKind::Normal {
-            self.hand_out_command(e);
+        match e.kind {
+            EntryKind::Normal => self.hand_out_command(e),
+            EntryKind::Membership => {
+                if let Some((term, to)) = self.admin_waiting.remove(&e.index)
+                    && term == e.term
+                {
+                    let m = self.node.membership();
+                    let response = format!(
+                        "committed at index {}: voters {:?} learners {:?}",
+                        e.index, m.voters, m.learners
+                    );
+                    self.out.push_back(Output::Reply { to, client: 0, request: 0, response: response.into_bytes() });
+                }
+            }
+            EntryKind::Noop => {}
         }
         if self.cfg.snapshot_interval > 0
             && self.pending_snapshot.is_none()
@@ -571,6 +597,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         if self.was_leader && !leader {
             self.waiting.clear();
             self.reply_after_apply.clear();
+            self.admin_waiting.clear();
         }
         self.was_leader = leader;
     }
