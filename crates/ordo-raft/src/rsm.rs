@@ -180,6 +180,8 @@ pub struct Replica<D: Disk, R> {
     /// A batch is written but not synced (deferred mode).
     sync_pending: Option<HeldBatch>,
     was_leader: bool,
+    /// Term and vote as last persisted.
+    node_term_vote: (crate::Term, Option<NodeId>),
     stats: ReplicaStats,
 }
 
@@ -280,6 +282,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             out.push_back(Output::Restore { index: last, data: app.to_vec() });
         }
         let lru = sessions.iter().map(|(c, s)| (s.index, *c)).collect();
+        let hard = recovered.hard_state;
         let node = Node::new(cfg.raft.clone(), recovered, cfg.initial_membership.clone())
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let r = Replica {
@@ -297,6 +300,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             pending_snapshot: None,
             sync_pending: None,
             was_leader: false,
+            node_term_vote: (hard.term, hard.vote),
             stats: ReplicaStats::default(),
         };
         Ok(r)
@@ -476,7 +480,16 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             if let Some(hs) = &ready.hard_state {
                 self.store.save_hard_state(hs);
             }
-            let persists = ready.snapshot.is_some() || !ready.entries.is_empty() || ready.hard_state.is_some();
+            // A hard state whose term and vote are unchanged only moved the
+            // commit index, which need not be synced (losing it is safe).
+            let vote_changed = ready.hard_state.is_some_and(|hs| {
+                let (term, vote) = (self.node_term_vote.0, self.node_term_vote.1);
+                (hs.term, hs.vote) != (term, vote)
+            });
+            if let Some(hs) = &ready.hard_state {
+                self.node_term_vote = (hs.term, hs.vote);
+            }
+            let persists = ready.snapshot.is_some() || !ready.entries.is_empty() || vote_changed;
             if !persists {
                 self.release(ready)?;
                 continue;

@@ -1,0 +1,187 @@
+//! The replicated state machine layer on one node (a one-voter cluster, so
+//! every proposal commits at once): outputs in order, exactly-once
+//! application of retried requests, deferred group commit holding
+//! everything until the sync, snapshots with the session table, and
+//! recovery after a crash of the disk.
+
+use ordo_raft::rsm::{Apply, Output, Replica, ReplicaConfig, SyncMode};
+use ordo_raft::storage::{LogOptions, MemDisk};
+use ordo_raft::{Config, Membership};
+
+type R = u32; // a reply address
+
+fn config(sync: SyncMode, snapshot_interval: u64) -> ReplicaConfig {
+    let mut raft = Config::new(1, 7);
+    raft.election_ticks = 10;
+    raft.heartbeat_ticks = 2;
+    ReplicaConfig {
+        raft,
+        store: LogOptions::default(),
+        sync,
+        snapshot_interval,
+        max_sessions: 1000,
+        initial_membership: Membership::with_voters([1]),
+    }
+}
+
+/// The test's application: a running list of applied payloads.
+#[derive(Default)]
+struct App {
+    applied: Vec<Vec<u8>>,
+}
+
+/// Drains outputs, applying commands (and answering them, as a server
+/// does) and answering snapshots inline.
+fn pump(r: &mut Replica<MemDisk, R>, app: &mut App) -> Vec<Output<R>> {
+    let mut seen = Vec::new();
+    loop {
+        let Some(o) = r.next_output() else { break };
+        match &o {
+            Output::Apply(Apply { index, client, request, payload, reply_to }) => {
+                app.applied.push(payload.clone());
+                let response = format!("ok {}", app.applied.len()).into_bytes();
+                r.applied(*index, *client, *request, response.clone());
+                // The caller answers an Apply that names a reply address.
+                if let Some(to) = reply_to {
+                    let (to, client, request) = (*to, *client, *request);
+                    seen.push(Output::Reply { to, client, request, response });
+                }
+            }
+            Output::TakeSnapshot { index } => {
+                let state = app.applied.concat();
+                r.snapshot_ready(*index, state).unwrap();
+            }
+            Output::Restore { data, .. } => {
+                app.applied = data.chunks(1).map(<[u8]>::to_vec).collect();
+            }
+            Output::NeedSync => {}
+            _ => {}
+        }
+        seen.push(o);
+    }
+    seen
+}
+
+fn become_leader(r: &mut Replica<MemDisk, R>, app: &mut App) {
+    for _ in 0..100 {
+        r.tick().unwrap();
+        r.flush().unwrap();
+        pump(r, app);
+        if r.node().is_leader() {
+            return;
+        }
+    }
+    panic!("a one-voter cluster elects itself");
+}
+
+fn replies(outputs: &[Output<R>]) -> Vec<(R, u64, Vec<u8>)> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Reply { to, request, response, .. } => Some((*to, *request, response.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn retried_requests_apply_once_and_get_the_first_answer() {
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(MemDisk::new(), config(SyncMode::Immediate, 0)).unwrap();
+    become_leader(&mut r, &mut app);
+    r.request(10, 77, 1, b"a").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert_eq!(replies(&out), vec![(10, 1, b"ok 1".to_vec())]);
+    // The same (client, request) again, from another address: answered from
+    // the session table, not applied.
+    r.request(11, 77, 1, b"a").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert_eq!(replies(&out), vec![(11, 1, b"ok 1".to_vec())]);
+    assert_eq!(app.applied, vec![b"a".to_vec()]);
+    // An older request of the same client is ignored; a newer one applies.
+    r.request(12, 77, 0, b"old").unwrap();
+    r.request(12, 77, 2, b"b").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert_eq!(replies(&out), vec![(12, 2, b"ok 2".to_vec())]);
+    assert_eq!(app.applied, vec![b"a".to_vec(), b"b".to_vec()]);
+    assert_eq!(r.stats().duplicates, 1);
+}
+
+#[test]
+fn deferred_sync_holds_everything_until_synced_and_a_crash_before_it_loses_only_unacknowledged() {
+    let disk = MemDisk::new();
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk.clone(), config(SyncMode::Deferred, 0)).unwrap();
+    for _ in 0..100 {
+        r.tick().unwrap();
+        r.flush().unwrap();
+        while r.sync_outstanding() {
+            pump(&mut r, &mut app);
+            r.synced().unwrap();
+        }
+        pump(&mut r, &mut app);
+        if r.node().is_leader() {
+            break;
+        }
+    }
+    assert!(r.node().is_leader());
+    // Acknowledged: request 1 goes through a full sync.
+    r.request(1, 5, 1, b"x").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert!(out.contains(&Output::NeedSync));
+    assert!(replies(&out).is_empty(), "nothing is answered before the sync");
+    assert!(app.applied.is_empty(), "nothing is applied before the sync");
+    r.synced().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert_eq!(replies(&out), vec![(1, 1, b"ok 1".to_vec())]);
+    // Not acknowledged: request 2 is written but the sync never happens.
+    r.request(2, 5, 2, b"y").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert!(out.contains(&Output::NeedSync) && replies(&out).is_empty());
+    drop(r);
+    // Power cut: unsynced bytes may vanish. Whatever the crash keeps, the
+    // acknowledged command is there and applied first after restart.
+    disk.crash(42);
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk, config(SyncMode::Immediate, 0)).unwrap();
+    become_leader(&mut r, &mut app);
+    r.request(3, 6, 1, b"z").unwrap();
+    r.flush().unwrap();
+    pump(&mut r, &mut app);
+    assert_eq!(app.applied.first(), Some(&b"x".to_vec()), "the acknowledged write survived");
+    assert_eq!(app.applied.last(), Some(&b"z".to_vec()));
+    assert!(app.applied.len() <= 3);
+}
+
+#[test]
+fn snapshots_carry_the_sessions_and_restore_after_restart() {
+    let disk = MemDisk::new();
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk.clone(), config(SyncMode::Immediate, 5)).unwrap();
+    become_leader(&mut r, &mut app);
+    for i in 1..=12u64 {
+        r.request(1, 9, i, &[b'a' + i as u8]).unwrap();
+        r.flush().unwrap();
+        pump(&mut r, &mut app);
+    }
+    assert!(r.stats().snapshots_taken >= 2, "{:?}", r.stats());
+    assert!(r.store().first_index() > 1, "the log was compacted");
+    drop(r);
+    let mut restored = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk, config(SyncMode::Immediate, 5)).unwrap();
+    let first = pump(&mut r, &mut restored);
+    assert!(matches!(first.first(), Some(Output::Restore { .. })), "{first:?}");
+    become_leader(&mut r, &mut restored);
+    assert_eq!(restored.applied, app.applied, "snapshot + replayed log = the state before");
+    // A retry of a request covered by the snapshot is still a duplicate.
+    r.request(2, 9, 12, b"again").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut restored);
+    assert_eq!(replies(&out).len(), 1);
+    assert_eq!(restored.applied, app.applied, "not applied twice");
+}
