@@ -73,15 +73,21 @@ pub struct Config {
     /// An election whose best vote has not changed for this long (plus a
     /// per-member stagger) is retried with a bigger epoch.
     pub election_timeout_ns: u64,
-    /// Log garbage collection: drop the log entries committed at *every*
-    /// member (header ≤ the smallest Commit column of all rows), so memory
-    /// stays bounded under endless load. Off by default: a member that
-    /// restarts with empty state is caught up by a full diff from the
-    /// leader's log, and there is no state transfer yet, so once the log was
-    /// truncated a restarted member cannot rejoin (it stays unsynced, which
-    /// is safe, and never votes), and a crashed member's frozen Commit
-    /// column pins the log until it restarts or leaves the configuration.
-    /// See the crate docs, "Log garbage collection".
+    /// Commit pushes are periodic (Fig. 6): a member pushes its changed
+    /// Commit column at most this often (unless its row goes out anyway),
+    /// which keeps them off the critical path; followers deliver up to this
+    /// much later than the leader. 0: push at every commit.
+    pub commit_push_interval_ns: u64,
+    /// Log garbage collection (on by default): drop the log entries
+    /// committed at every member that is not suspected (header ≤ the
+    /// smallest of their Commit columns), so memory stays bounded under
+    /// endless load, even while a member is down. A member that then needs
+    /// dropped entries (it restarted with empty state, or it was suspected
+    /// while the others moved on) is caught up by **state transfer**: the
+    /// leader sends a snapshot of the application
+    /// ([`crate::DeliverySink::snapshot`]) and the log after it. Off: the
+    /// log is kept whole and every catch-up replays it. See the crate docs,
+    /// "Log garbage collection and state transfer".
     pub log_gc: bool,
 }
 
@@ -98,7 +104,8 @@ impl Config {
             heartbeat_interval_ns: 50_000,
             heartbeat_timeout_ns: 1_000_000,
             election_timeout_ns: 1_500_000,
-            log_gc: false,
+            commit_push_interval_ns: 10_000,
+            log_gc: true,
         }
     }
 

@@ -7,7 +7,12 @@
 //! - `E_new`, `Accepted`, `Committed`, `Next` and the own vote never go back
 //!   within an incarnation (so every own SST column is monotonic).
 //! - `Committed < Next`, and every header at or below `Committed` was
-//!   delivered exactly once, in header order.
+//!   delivered exactly once, in header order, by this incarnation, or is
+//!   covered by the last application snapshot it restored (whose header
+//!   became `Committed` then; the log floor is at least that header).
+//! - The log holds no entry at or below the log floor, and the floor never
+//!   exceeds `Committed`; a leader's ring stream to a live member never
+//!   needs an entry below the floor (GC stops at it).
 //! - At most one `plan()` (one ring counter write) per outgoing ring per
 //!   poll, and none in the poll that resets a ring: a write captures its
 //!   bytes when the caller posts it, after the poll, so a second counter
@@ -20,11 +25,16 @@ use ordo_ring::{MessageMeta, RingReceiver, SendPath, SlotProducer};
 use ordo_sst::{ColumnRange, Sst};
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// Wire kinds of ring messages (low byte of the first header word).
 const KIND_NORMAL: u64 = 1;
 const KIND_DIFF_ENTRY: u64 = 2;
 const KIND_DIFF_END: u64 = 3;
+const KIND_SNAP_CHUNK: u64 = 4;
+
+/// Log garbage collection waits until the log holds this many entries.
+const GC_BATCH: usize = 16;
 
 /// A member's role in its current epoch (Fig. 1, line 17).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,6 +90,24 @@ pub enum Note {
     },
     /// A restarted member learnt its epoch floor and asked for a full diff.
     RequestedDiff(u64),
+    /// This member restored an application snapshot (state transfer) that
+    /// covers every message up to `header`, from its leader's diff.
+    Restored {
+        /// The last header the snapshot covers (now `Committed`).
+        header: Header,
+        /// Bytes of the snapshot.
+        bytes: usize,
+    },
+    /// The leader took an application snapshot at `header` for a diff to
+    /// `to`, who needs entries the log no longer holds.
+    SnapshotSent {
+        /// The receiver.
+        to: MemberId,
+        /// The last header the snapshot covers (the leader's `Committed`).
+        header: Header,
+        /// Bytes of the snapshot.
+        bytes: usize,
+    },
     /// A peer's ring held a message the engine could not parse.
     BadMessage {
         /// The sender.
@@ -100,7 +128,8 @@ pub struct Effects {
     pub committed: Vec<Header>,
     /// What happened (elections, diffs).
     pub notes: Vec<Note>,
-    /// Poll again no later than this (the next heartbeat).
+    /// Poll again no later than this (the next heartbeat, or the next
+    /// periodic push of a changed Commit column).
     pub wake_at_ns: Option<u64>,
 }
 
@@ -114,10 +143,36 @@ impl Effects {
     }
 }
 
-/// Receives committed messages, one by one, in the total order.
+/// The application: receives committed messages, one by one, in the total
+/// order, and (for state transfer) snapshots and restores the state they
+/// built.
+///
+/// State transfer (crate docs, "State transfer"): once log garbage
+/// collection dropped entries a member still needs (it restarted, or it was
+/// suspected while the others moved on), the leader calls
+/// [`snapshot`](Self::snapshot) and sends its bytes, followed by the log
+/// suffix; the member calls [`restore`](Self::restore) instead of
+/// delivering the messages the snapshot covers. The defaults keep no state
+/// (an empty snapshot, a restore that does nothing): right for an
+/// application that only needs the messages delivered after it (re)joined.
 pub trait DeliverySink {
     /// `payload` of the message `header` is committed.
     fn deliver(&mut self, header: Header, payload: &[u8]);
+
+    /// The application state after every message delivered so far (the
+    /// engine calls it inside [`Engine::poll`], so that is exactly the
+    /// prefix up to [`Engine::committed`]). Any size: it travels in chunks
+    /// of `max_payload` bytes.
+    fn snapshot(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Replace the application state by `state`, a [`snapshot`](Self::snapshot)
+    /// taken at the leader after it delivered every message up to `header`.
+    /// Deliveries continue after `header`.
+    fn restore(&mut self, header: Header, state: &[u8]) {
+        let _ = (header, state);
+    }
 }
 
 impl<F: FnMut(Header, &[u8])> DeliverySink for F {
@@ -149,13 +204,27 @@ pub enum BroadcastError {
     },
 }
 
+/// The application snapshot that opens a diff (state transfer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Snap {
+    /// A plain diff: the follower's Commit header is still in the log.
+    No,
+    /// The follower needs entries below the log floor: take a snapshot at
+    /// the next send (where the application is at hand), then fix
+    /// `base = after =` the snapshot's header and `upto`.
+    Pending,
+    /// `chunks` chunks of the link's snapshot are in the ring.
+    Sending { chunks: u32 },
+}
+
 /// What a leader still has to send to one follower over its ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stream {
     /// Nothing (not leader, or waiting for the follower's diff request).
     Idle,
-    /// A diff: the log entries in `(base, upto]`, then its end marker.
-    Diff { serial: u32, epoch: Epoch, base: Header, upto: Header, after: Header, sent: u32 },
+    /// A diff: its snapshot chunks (if any), the log entries in
+    /// `(base, upto]`, then its end marker.
+    Diff { serial: u32, epoch: Epoch, base: Header, upto: Header, after: Header, sent: u32, snap: Snap },
     /// Normal messages of the epoch after `after`.
     Normal { after: Header },
 }
@@ -173,20 +242,50 @@ struct OutLink {
     stream: Stream,
     served_request: u64,
     next_serial: u32,
+    /// The snapshot a [`Snap::Sending`] diff is sending.
+    snapshot: Option<Arc<[u8]>>,
 }
 
 struct InLink {
     session: u32,
     rx: RingReceiver,
-    staging: Vec<(Header, Box<[u8]>)>,
+    staging: Vec<(Header, Vec<u8>)>,
     staging_serial: Option<u32>,
+    /// A snapshot being received: the diff serial it belongs to, its
+    /// header, its announced length, its bytes so far, and whether every
+    /// chunk arrived in order.
+    snap_serial: Option<u32>,
+    snap_header: Header,
+    snap_total: u64,
+    snap: Vec<u8>,
+    snap_ok: bool,
+}
+
+impl InLink {
+    fn clear_staging(&mut self) {
+        self.staging.clear();
+        self.staging_serial = None;
+        self.snap_serial = None;
+        self.snap = Vec::new();
+    }
+}
+
+/// A complete diff as a follower received it.
+struct Diff {
+    epoch: Epoch,
+    base: Header,
+    upto: Header,
+    entries: u32,
+    staged: Vec<(Header, Vec<u8>)>,
+    snapshot: Option<Vec<u8>>,
 }
 
 /// A parsed ring message.
 enum Wire {
-    Normal { header: Header, body: Box<[u8]> },
-    DiffEntry { serial: u32, header: Header, body: Box<[u8]> },
+    Normal { header: Header, body: Vec<u8> },
+    DiffEntry { serial: u32, header: Header, body: Vec<u8> },
     DiffEnd { serial: u32, epoch: Epoch, base: Header, upto: Header, entries: u32 },
+    SnapChunk { serial: u32, header: Header, offset: u64, total: u64, body: Vec<u8> },
 }
 
 /// One member's Acuerdo engine. See the crate docs.
@@ -208,7 +307,7 @@ pub struct Engine {
     committed: Header,
     next: Header,
     count: u32,
-    log: BTreeMap<Header, Box<[u8]>>,
+    log: BTreeMap<Header, Vec<u8>>,
     /// The largest header garbage collection dropped from the log (every
     /// member committed it); `Header::NONE` while the log is whole.
     log_floor: Header,
@@ -228,7 +327,15 @@ pub struct Engine {
     next_hb_ns: u64,
     dirty_all: bool,
     dirty_to: Vec<bool>,
+    /// The Commit column changed and is not pushed yet.
+    commit_dirty: bool,
+    next_commit_push_ns: u64,
     metas: Vec<MessageMeta>,
+    /// Parsed ring messages of one scan (reused).
+    msgs: Vec<Result<Wire, String>>,
+    /// Spare message bodies (cleared), so the log allocates no buffer per
+    /// message once warm.
+    pool: Vec<Vec<u8>>,
     delivered: u64,
 }
 
@@ -263,6 +370,7 @@ impl Engine {
                         stream: Stream::Idle,
                         served_request: 0,
                         next_serial: 0,
+                        snapshot: None,
                     }
                 })
             })
@@ -274,6 +382,11 @@ impl Engine {
                     rx: RingReceiver::new(region.clone(), layout.ring_offset(s, my_row), layout.ring),
                     staging: Vec::new(),
                     staging_serial: None,
+                    snap_serial: None,
+                    snap_header: Header::NONE,
+                    snap_total: 0,
+                    snap: Vec::new(),
+                    snap_ok: false,
                 })
             })
             .collect();
@@ -311,7 +424,11 @@ impl Engine {
             next_hb_ns: now_ns,
             dirty_all: true,
             dirty_to: vec![false; n],
+            commit_dirty: false,
+            next_commit_push_ns: now_ns,
             metas: Vec::new(),
+            msgs: Vec::new(),
+            pool: Vec::new(),
             delivered: 0,
         };
         engine.write_status();
@@ -477,7 +594,9 @@ impl Engine {
         }
         self.count += 1;
         let h = self.e_cur.header(self.count);
-        self.log.insert(h, payload.into());
+        let mut body = self.pool.pop().unwrap_or_default();
+        body.extend_from_slice(payload);
+        self.log.insert(h, body);
         self.set_accepted(h);
         Ok(h)
     }
@@ -506,7 +625,7 @@ impl Engine {
             work += self.learn_floor(fx);
         }
         if self.floor_ready {
-            work += self.receive(fx);
+            work += self.receive(fx, sink);
         }
         work += self.roles(fx);
         work += self.commit(fx, sink);
@@ -520,8 +639,12 @@ impl Engine {
         self.flush_row(fx);
         // Reclaim first, so slots an ack just freed are refilled at once.
         self.reclaim();
-        work += self.send(fx);
-        fx.wake_at_ns = Some(self.next_hb_ns);
+        work += self.send(fx, sink);
+        fx.wake_at_ns = Some(if self.commit_dirty {
+            self.next_hb_ns.min(self.next_commit_push_ns)
+        } else {
+            self.next_hb_ns
+        });
         self.check_invariants(before);
         work
     }
@@ -679,7 +802,12 @@ impl Engine {
     }
 
     fn flush_row(&mut self, fx: &mut Effects) {
+        if self.commit_dirty && self.now_ns >= self.next_commit_push_ns {
+            self.dirty_all = true;
+        }
         if self.dirty_all {
+            self.commit_dirty = false;
+            self.next_commit_push_ns = self.now_ns + self.cfg.commit_push_interval_ns;
             fx.pushes.push(self.row_push(Target::All));
         } else {
             for row in 0..self.dirty_to.len() {
@@ -742,7 +870,7 @@ impl Engine {
     // Accepting (Fig. 5)
     // ------------------------------------------------------------------
 
-    fn receive(&mut self, fx: &mut Effects) -> usize {
+    fn receive(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
         let mut work = 0;
         for s in 0..self.inc.len() {
             if self.inc[s].is_none() {
@@ -757,8 +885,7 @@ impl Engine {
                     self.layout.ring_offset(s, self.my_row),
                     self.layout.ring,
                 );
-                link.staging.clear();
-                link.staging_serial = None;
+                link.clear_staging();
                 self.store(self.layout.columns.ring_ack, s, u64::from(session) << 32);
                 self.dirty_to[s] = true;
             }
@@ -772,15 +899,18 @@ impl Engine {
             if link.rx.scan(u64::MAX, &mut self.metas).is_err() {
                 continue;
             }
-            let mut msgs = Vec::with_capacity(self.metas.len());
+            // Reused buffers: no allocation per message once warm.
+            let mut msgs = std::mem::take(&mut self.msgs);
+            msgs.clear();
             for meta in &self.metas {
                 if meta.flags != session {
                     break; // an older or newer session's slot: not ours yet
                 }
-                msgs.push(parse(link.rx.payload(meta)));
+                msgs.push(parse(link.rx.payload(meta), &mut self.pool));
             }
             link.rx.consume(msgs.len() as u64);
             if msgs.is_empty() {
+                self.msgs = msgs;
                 continue;
             }
             let consumed = link.rx.consumed();
@@ -793,7 +923,7 @@ impl Engine {
             work += msgs.len();
             let sender = self.members[s];
             let mut latest = None;
-            for msg in msgs {
+            for msg in msgs.drain(..) {
                 match msg {
                     Ok(Wire::Normal { header, body }) => {
                         // Fig. 5 line 47: only the current epoch's messages.
@@ -803,8 +933,12 @@ impl Engine {
                             && header > self.accepted
                             && header.count > 0
                         {
-                            self.log.insert(header, body);
+                            if let Some(old) = self.log.insert(header, body) {
+                                recycle(&mut self.pool, old);
+                            }
                             latest = Some(header);
+                        } else {
+                            recycle(&mut self.pool, body);
                         }
                     }
                     Ok(Wire::DiffEntry { serial, header, body }) => {
@@ -814,6 +948,26 @@ impl Engine {
                             link.staging_serial = Some(serial);
                         }
                         link.staging.push((header, body));
+                    }
+                    Ok(Wire::SnapChunk { serial, header, offset, total, body }) => {
+                        let link = self.inc[s].as_mut().expect("link");
+                        if link.snap_serial != Some(serial) || offset == 0 {
+                            link.snap_serial = Some(serial);
+                            link.snap_header = header;
+                            link.snap_total = total;
+                            link.snap = Vec::new();
+                            link.snap_ok = true;
+                        }
+                        if offset != link.snap.len() as u64
+                            || header != link.snap_header
+                            || total != link.snap_total
+                            || offset.saturating_add(body.len() as u64) > total
+                        {
+                            link.snap_ok = false;
+                        } else {
+                            link.snap.extend_from_slice(&body);
+                        }
+                        recycle(&mut self.pool, body);
                     }
                     Ok(Wire::DiffEnd { serial, epoch, base, upto, entries }) => {
                         if let Some(h) = latest.take() {
@@ -825,12 +979,19 @@ impl Engine {
                         } else {
                             Vec::new()
                         };
-                        link.staging_serial = None;
-                        self.on_diff(sender, epoch, base, upto, entries, staged, fx);
+                        let snapshot = (link.snap_serial == Some(serial)
+                            && link.snap_ok
+                            && link.snap_header == base
+                            && link.snap.len() as u64 == link.snap_total)
+                            .then(|| std::mem::take(&mut link.snap));
+                        link.clear_staging();
+                        let diff = Diff { epoch, base, upto, entries, staged, snapshot };
+                        self.on_diff(sender, diff, fx, sink);
                     }
                     Err(what) => fx.notes.push(Note::BadMessage { sender, what }),
                 }
             }
+            self.msgs = msgs;
             // Acknowledge only the latest header of the scan: FIFO covers
             // the earlier ones (§3.2).
             if let Some(h) = latest {
@@ -840,18 +1001,11 @@ impl Engine {
         work
     }
 
-    /// Fig. 5, lines 54-66: diff acceptance and transition into broadcast.
-    #[allow(clippy::too_many_arguments)]
-    fn on_diff(
-        &mut self,
-        sender: MemberId,
-        epoch: Epoch,
-        base: Header,
-        upto: Header,
-        entries: u32,
-        staged: Vec<(Header, Box<[u8]>)>,
-        fx: &mut Effects,
-    ) {
+    /// Fig. 5, lines 54-66: diff acceptance and transition into broadcast;
+    /// with a snapshot (state transfer), the application state replaces
+    /// the committed prefix up to `base`.
+    fn on_diff(&mut self, sender: MemberId, diff: Diff, fx: &mut Effects, sink: &mut impl DeliverySink) {
+        let Diff { epoch, base, upto, entries, staged, snapshot } = diff;
         let reject = |fx: &mut Effects, reason| fx.notes.push(Note::DiffRejected { epoch, reason });
         if sender != epoch.leader || staged.len() != entries as usize {
             return reject(fx, "malformed");
@@ -863,10 +1017,27 @@ impl Engine {
         if self.synced && self.e_cur == epoch && self.accepted >= new_accepted {
             return; // nothing new (a repeated diff)
         }
-        if base > self.committed {
-            reject(fx, "does not reach back to our committed header");
-            return self.request_diff(fx);
-        }
+        // The diff must reach back to our committed header, or carry a
+        // snapshot of the (committed) prefix up to its base. A follower of
+        // this epoch that accepted `base` already holds the leader's log up
+        // to it (FIFO from the same leader, who only appends): it keeps its
+        // log up to Accepted and needs no snapshot.
+        let mut keep = self.committed;
+        let restore = if base > self.committed && self.synced && self.e_cur == epoch && self.accepted >= base
+        {
+            keep = self.accepted;
+            None
+        } else if base > self.committed {
+            match snapshot {
+                Some(bytes) if base <= new_accepted => Some(bytes),
+                _ => {
+                    reject(fx, "does not reach back to our committed header");
+                    return self.request_diff(fx);
+                }
+            }
+        } else {
+            None
+        };
         let joined = self.e_cur != epoch;
         if epoch > self.e_new {
             self.set_e_new(epoch);
@@ -876,11 +1047,22 @@ impl Engine {
             self.stop_streams();
         }
         self.set_role(Role::Follower);
+        if let Some(bytes) = restore {
+            // State transfer: `base` is committed (the leader's Committed
+            // when it took the snapshot), so it becomes ours; what we hold
+            // below it is superseded, above it uncommitted.
+            self.log.clear();
+            sink.restore(base, &bytes);
+            self.committed = base;
+            self.log_floor = base;
+            self.store(self.layout.columns.commit, 0, base.encode());
+            fx.notes.push(Note::Restored { header: base, bytes: bytes.len() });
+        }
         // Drop the uncommitted suffix, then apply the diff (line 62-63).
-        let committed = self.committed;
-        let _ = self.log.split_off(&committed.succ());
+        let keep = keep.max(self.committed);
+        let _ = self.log.split_off(&keep.succ());
         for (h, body) in staged {
-            if h > committed {
+            if h > keep {
                 self.log.insert(h, body);
             }
         }
@@ -894,6 +1076,10 @@ impl Engine {
         }
         if joined {
             self.next = epoch.header(0);
+        }
+        if self.next <= self.committed {
+            // A snapshot covered the diff commit (and maybe more) already.
+            self.next = self.committed.succ();
         }
         if !self.synced {
             self.synced = true;
@@ -1063,16 +1249,28 @@ impl Engine {
     /// A diff for the member of `row`: every log entry after its committed
     /// header (after nothing when `full`), up to the end of the log.
     fn diff_stream(&mut self, row: usize, full: bool) -> Stream {
-        let base = if full { Header::NONE } else { self.row_header(row, self.layout.columns.commit) };
-        // Entries at or below the log floor are gone: a diff never claims to
-        // reach back further, so a member that needs them (a restarted one)
-        // rejects it rather than delivering with a gap.
-        let base = base.max(self.log_floor);
+        let want = if full { Header::NONE } else { self.row_header(row, self.layout.columns.commit) };
         let upto = self.log.last_key_value().map_or(Header::NONE, |(h, _)| *h).max(self.e_cur.header(0));
         let link = self.out[row].as_mut().expect("link");
         link.next_serial = (link.next_serial + 1) & 0xFF_FFFF;
-        let base = base.min(upto);
-        Stream::Diff { serial: link.next_serial, epoch: self.e_cur, base, upto, after: base, sent: 0 }
+        link.snapshot = None;
+        let (serial, epoch) = (link.next_serial, self.e_cur);
+        if want < self.log_floor {
+            // Entries it needs are gone: state transfer. The snapshot, its
+            // base and `upto` are fixed when it is taken (`send`).
+            let none = Header::NONE;
+            return Stream::Diff {
+                serial,
+                epoch,
+                base: none,
+                upto: none,
+                after: none,
+                sent: 0,
+                snap: Snap::Pending,
+            };
+        }
+        let base = want.min(upto);
+        Stream::Diff { serial, epoch, base, upto, after: base, sent: 0, snap: Snap::No }
     }
 
     fn serve_requests(&mut self) {
@@ -1083,7 +1281,12 @@ impl Engine {
             let request = self.load(row, self.layout.columns.diff_request, 0);
             let served = self.out[row].as_ref().expect("link").served_request;
             if request != 0 && request != served {
-                let stream = self.diff_stream(row, true);
+                // A restarted member (not synced) gets a full diff; a synced
+                // one (it rejected a diff, or it synced from an earlier diff
+                // since it asked) one from its Commit header, which avoids a
+                // second state transfer.
+                let synced = self.load(row, self.layout.columns.status, 0) & 1 != 0;
+                let stream = self.diff_stream(row, !synced);
                 let link = self.out[row].as_mut().expect("link");
                 link.stream = stream;
                 link.served_request = request;
@@ -1100,13 +1303,20 @@ impl Engine {
         let threshold = match self.role {
             Role::Leader => {
                 // The quorum-th largest Accept of the current epoch (line 74).
-                let mut acks: Vec<Header> = (0..self.members.len())
-                    .map(|r| if r == self.my_row { self.accepted } else { self.row_header(r, c.accept) })
-                    .filter(|h| h.epoch == self.e_cur)
-                    .collect();
-                if acks.len() < self.quorum {
+                // (No allocation: this runs on every poll.)
+                let mut acks = [Header::NONE; crate::config::MAX_MEMBERS];
+                let mut k = 0;
+                for r in 0..self.members.len() {
+                    let h = if r == self.my_row { self.accepted } else { self.row_header(r, c.accept) };
+                    if h.epoch == self.e_cur {
+                        acks[k] = h;
+                        k += 1;
+                    }
+                }
+                if k < self.quorum {
                     return 0;
                 }
+                let acks = &mut acks[..k];
                 acks.sort_unstable_by(|a, b| b.cmp(a));
                 acks[self.quorum - 1]
             }
@@ -1143,39 +1353,60 @@ impl Engine {
             work += 1;
         }
         if work > 0 {
+            // Commit pushes are periodic, off the critical path (Fig. 6):
+            // the row goes out at most every `commit_push_interval_ns`
+            // (or with anything else that pushes it).
             self.store(c.commit, 0, self.committed.encode());
-            self.dirty_all = true;
+            self.commit_dirty = true;
         }
         work
     }
 
     /// Log garbage collection ([`Config::log_gc`]; crate docs, "Log garbage
     /// collection"): drops the entries at or below the smallest Commit
-    /// column of all rows (own row: `Committed`). Every member committed
-    /// them, and Commit columns only grow within an incarnation, so a diff
-    /// for any current incarnation (which starts after its Commit header)
-    /// never needs them; a row not heard from yet reads `Header::NONE` and
-    /// drops nothing.
+    /// column of the members not suspected (own row: `Committed`), but
+    /// never an entry a live member's ring stream has still to send. A
+    /// suspected member's stream that falls below the new floor becomes a
+    /// state-transfer diff. A live row not heard from yet reads
+    /// `Header::NONE` and drops nothing.
     fn collect_garbage(&mut self) {
-        if !self.cfg.log_gc || !self.synced {
+        // Collect in batches (this runs on every poll).
+        if !self.cfg.log_gc || !self.synced || self.log.len() < GC_BATCH {
             return;
         }
         let c = self.layout.columns;
-        let everywhere = (0..self.members.len())
-            .map(|r| if r == self.my_row { self.committed } else { self.row_header(r, c.commit) })
-            .min()
-            .unwrap_or(Header::NONE)
-            .min(self.committed);
-        if everywhere <= self.log_floor {
+        let mut floor = self.committed;
+        for r in 0..self.members.len() {
+            if r != self.my_row && self.alive(self.members[r]) {
+                floor = floor.min(self.row_header(r, c.commit));
+            }
+        }
+        for r in 0..self.out.len() {
+            if let Some(pos) = self.out[r].as_ref().and_then(|l| stream_position(l.stream))
+                && self.alive(self.members[r])
+            {
+                floor = floor.min(pos);
+            }
+        }
+        if floor <= self.log_floor {
             return;
         }
-        match self.log.first_key_value() {
-            Some((h, _)) if *h <= everywhere => {
-                self.log = self.log.split_off(&everywhere.succ());
+        while self.log.first_key_value().is_some_and(|(h, _)| *h <= floor) {
+            if let Some((_, body)) = self.log.pop_first() {
+                recycle(&mut self.pool, body);
             }
-            _ => {}
         }
-        self.log_floor = everywhere;
+        self.log_floor = floor;
+        // Suspected members whose stream needs dropped entries get a
+        // snapshot instead, should they come back.
+        for r in 0..self.out.len() {
+            if let Some(pos) = self.out[r].as_ref().and_then(|l| stream_position(l.stream))
+                && pos < floor
+            {
+                let stream = self.diff_stream(r, false);
+                self.out[r].as_mut().expect("link").stream = stream;
+            }
+        }
     }
 
     fn deliver(&mut self, h: Header, fx: &mut Effects, sink: &mut impl DeliverySink) {
@@ -1192,12 +1423,37 @@ impl Engine {
     // Broadcasting over the rings (Fig. 4) and the reuse rule
     // ------------------------------------------------------------------
 
-    fn send(&mut self, fx: &mut Effects) -> usize {
+    fn send(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
         let mut work = 0;
-        for row in 0..self.out.len() {
-            let Some(mut link) = self.out[row].take() else { continue };
+        // One snapshot per poll, shared by every diff that needs one.
+        let mut taken: Option<Arc<[u8]>> = None;
+        // Links are used in place (no move per poll); the log is read only.
+        let (log, committed, accepted, e_cur) = (&self.log, self.committed, self.accepted, self.e_cur);
+        let chunk = self.cfg.max_payload;
+        for link in self.out.iter_mut().flatten() {
+            if let Stream::Diff { serial, epoch, snap: Snap::Pending, .. } = link.stream
+                && !link.quiet
+            {
+                // The application is at `Committed` now (deliveries happen
+                // inside poll): the snapshot covers exactly that prefix, and
+                // the log holds every entry after it (floor ≤ Committed).
+                let bytes = taken.get_or_insert_with(|| sink.snapshot().into()).clone();
+                let base = committed;
+                let upto = accepted.max(base);
+                fx.notes.push(Note::SnapshotSent { to: link.peer, header: base, bytes: bytes.len() });
+                link.snapshot = Some(bytes);
+                link.stream = Stream::Diff {
+                    serial,
+                    epoch,
+                    base,
+                    upto,
+                    after: base,
+                    sent: 0,
+                    snap: Snap::Sending { chunks: 0 },
+                };
+            }
             if !link.quiet {
-                work += self.pump(&mut link);
+                work += pump(log, e_cur, accepted, chunk, link);
                 if let Some(plan) = link.send.plan(u64::MAX) {
                     for (offset, len) in plan.writes() {
                         fx.pushes.push(Push { to: Target::Peer(link.peer), offset, len });
@@ -1205,59 +1461,104 @@ impl Engine {
                     work += 1;
                 }
             }
-            self.out[row] = Some(link);
         }
         work
     }
+}
 
-    /// Fills free slots of `link`'s ring from its stream.
-    fn pump(&mut self, link: &mut OutLink) -> usize {
-        let mut work = 0;
-        loop {
-            let (wire_words, key) = match link.stream {
-                Stream::Idle => return work,
-                Stream::Diff { serial, epoch, upto, after, sent, base } => {
-                    let next = self.log.range((Bound::Excluded(after), Bound::Included(upto))).next();
-                    match next {
+/// Fills free slots of `link`'s ring from its stream (the leader's `log`,
+/// epoch `e_cur`, whose last broadcast header is `accepted`).
+fn pump(
+    log: &BTreeMap<Header, Vec<u8>>,
+    e_cur: Epoch,
+    accepted: Header,
+    chunk: usize,
+    link: &mut OutLink,
+) -> usize {
+    /// Where a message's body comes from.
+    enum Body {
+        Empty,
+        Log(Header),
+        Snap(usize, usize),
+    }
+    let mut work = 0;
+    loop {
+        let (wire_words, body, next_stream) = match link.stream {
+            Stream::Idle | Stream::Diff { snap: Snap::Pending, .. } => return work,
+            Stream::Diff { serial, epoch, upto, after, sent, base, snap } => {
+                let snap_len = link.snapshot.as_ref().map_or(0, |b| b.len());
+                let chunks_total = snap_len.div_ceil(chunk).max(1) as u32;
+                match snap {
+                    Snap::Sending { chunks } if chunks < chunks_total => {
+                        let from = chunks as usize * chunk;
+                        let to = (from + chunk).min(snap_len);
+                        let w0 = KIND_SNAP_CHUNK | (u64::from(serial) << 8);
+                        let next = Stream::Diff {
+                            serial,
+                            epoch,
+                            base,
+                            upto,
+                            after,
+                            sent,
+                            snap: Snap::Sending { chunks: chunks + 1 },
+                        };
+                        ([w0, base.encode(), from as u64, snap_len as u64], Body::Snap(from, to), next)
+                    }
+                    _ => match log.range((Bound::Excluded(after), Bound::Included(upto))).next() {
                         Some((h, _)) => {
-                            ([KIND_DIFF_ENTRY | (u64::from(serial) << 8), h.encode(), 0, 0], Some(*h))
+                            let next =
+                                Stream::Diff { serial, epoch, base, upto, after: *h, sent: sent + 1, snap };
+                            (
+                                [KIND_DIFF_ENTRY | (u64::from(serial) << 8), h.encode(), 0, 0],
+                                Body::Log(*h),
+                                next,
+                            )
                         }
                         None => {
                             let w0 = KIND_DIFF_END | (u64::from(serial) << 8) | (u64::from(sent) << 32);
-                            ([w0, epoch.header(0).encode(), base.encode(), upto.encode()], None)
+                            let after = if upto.epoch == epoch { upto } else { epoch.header(0) };
+                            (
+                                [w0, epoch.header(0).encode(), base.encode(), upto.encode()],
+                                Body::Empty,
+                                Stream::Normal { after },
+                            )
                         }
-                    }
+                    },
                 }
-                Stream::Normal { after } => {
-                    let next = self.log.range((Bound::Excluded(after), Bound::Unbounded)).next();
-                    match next {
-                        Some((h, _)) if h.epoch == self.e_cur => ([KIND_NORMAL, h.encode(), 0, 0], Some(*h)),
-                        _ => return work,
-                    }
-                }
-            };
-            let Some(mut slot) = link.producer.try_acquire() else { return work };
-            let buf = slot.payload();
-            for (i, w) in wire_words.iter().enumerate() {
-                buf[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
             }
-            let body: &[u8] = key.map_or(&[], |h| &self.log[&h]);
-            buf[WIRE_HEADER_LEN..WIRE_HEADER_LEN + body.len()].copy_from_slice(body);
-            slot.commit(WIRE_HEADER_LEN + body.len(), link.session);
-            work += 1;
-            link.stream = match (link.stream, key) {
-                (Stream::Diff { serial, epoch, base, upto, sent, .. }, Some(h)) => {
-                    Stream::Diff { serial, epoch, base, upto, after: h, sent: sent + 1 }
+            // Nothing broadcast after `after` (the common case).
+            Stream::Normal { after } if after >= accepted => return work,
+            Stream::Normal { after } => {
+                let next = log.range((Bound::Excluded(after), Bound::Unbounded)).next();
+                match next {
+                    Some((h, _)) if h.epoch == e_cur => {
+                        ([KIND_NORMAL, h.encode(), 0, 0], Body::Log(*h), Stream::Normal { after: *h })
+                    }
+                    _ => return work,
                 }
-                (Stream::Diff { epoch, upto, .. }, None) => {
-                    Stream::Normal { after: if upto.epoch == epoch { upto } else { epoch.header(0) } }
-                }
-                (Stream::Normal { .. }, Some(h)) => Stream::Normal { after: h },
-                (s, _) => s,
-            };
+            }
+        };
+        let Some(mut slot) = link.producer.try_acquire() else { return work };
+        let buf = slot.payload();
+        for (i, w) in wire_words.iter().enumerate() {
+            buf[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
+        let body: &[u8] = match body {
+            Body::Empty => &[],
+            Body::Log(h) => log[&h].as_slice(),
+            Body::Snap(from, to) => &link.snapshot.as_ref().expect("a snapshot is being sent")[from..to],
+        };
+        buf[WIRE_HEADER_LEN..WIRE_HEADER_LEN + body.len()].copy_from_slice(body);
+        slot.commit(WIRE_HEADER_LEN + body.len(), link.session);
+        work += 1;
+        if matches!(next_stream, Stream::Normal { .. }) {
+            link.snapshot = None;
+        }
+        link.stream = next_stream;
     }
+}
 
+impl Engine {
     /// The reuse rule: a slot of the ring to `r` is free once `r`
     /// consumed its message in the same session (per receiver, so a dead
     /// follower blocks only its own ring; the leader's log holds what it
@@ -1300,17 +1601,48 @@ impl Engine {
     }
 }
 
-/// Parses a ring payload (never panics on a peer's bytes).
-fn parse(bytes: &[u8]) -> Result<Wire, String> {
+/// The last log entry `stream` has put in its ring, if it has still log
+/// entries after it to send (those must stay in the log).
+fn stream_position(stream: Stream) -> Option<Header> {
+    match stream {
+        Stream::Idle | Stream::Diff { snap: Snap::Pending, .. } => None,
+        Stream::Diff { after, .. } | Stream::Normal { after } => Some(after),
+    }
+}
+
+/// Spare message bodies kept for reuse, at most, and the largest kept
+/// (bounds the pool's memory to 1 MiB).
+const POOL_MAX: usize = 256;
+const POOL_BODY_MAX: usize = 4096;
+
+/// Returns a body to the pool (cleared).
+fn recycle(pool: &mut Vec<Vec<u8>>, mut body: Vec<u8>) {
+    if pool.len() < POOL_MAX && body.capacity() <= POOL_BODY_MAX {
+        body.clear();
+        pool.push(body);
+    }
+}
+
+/// Parses a ring payload (never panics on a peer's bytes); the body goes
+/// into a buffer from `pool`.
+fn parse(bytes: &[u8], pool: &mut Vec<Vec<u8>>) -> Result<Wire, String> {
     if bytes.len() < WIRE_HEADER_LEN {
         return Err(format!("message of {} bytes is shorter than its header", bytes.len()));
     }
     let w = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    let body: Box<[u8]> = bytes[WIRE_HEADER_LEN..].into();
+    let kind = w(0) & 0xFF;
+    if !(KIND_NORMAL..=KIND_SNAP_CHUNK).contains(&kind) {
+        return Err(format!("unknown message kind {kind}"));
+    }
+    let mut body = pool.pop().unwrap_or_default();
+    body.extend_from_slice(&bytes[WIRE_HEADER_LEN..]);
     let serial = ((w(0) >> 8) & 0xFF_FFFF) as u32;
     match w(0) & 0xFF {
         KIND_NORMAL => Ok(Wire::Normal { header: Header::decode(w(1)), body }),
         KIND_DIFF_ENTRY => Ok(Wire::DiffEntry { serial, header: Header::decode(w(1)), body }),
+        KIND_SNAP_CHUNK => {
+            Ok(Wire::SnapChunk { serial, header: Header::decode(w(1)), offset: w(2), total: w(3), body })
+        }
         KIND_DIFF_END => Ok(Wire::DiffEnd {
             serial,
             epoch: Header::decode(w(1)).epoch,
@@ -1369,11 +1701,14 @@ mod tests {
             .map(|&me| {
                 let mut cfg = Config::new(members.clone(), me);
                 cfg.log_gc = true;
+                // Commit columns pushed at once: the bound below holds no
+                // allowance for messages committed within a push interval.
+                cfg.commit_push_interval_ns = 0;
                 let region = Region::new_heap(Layout::new(&cfg).region_len);
                 Engine::new(cfg, region, 0).expect("valid")
             })
             .collect();
-        let bound = engines[0].config().max_outstanding as usize + engines[0].config().window + 8;
+        let bound = engines[0].config().max_outstanding as usize + engines[0].config().window + GC_BATCH + 8;
         let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); members.len()];
         let (mut sent, mut max_log, mut now) = (0u64, 0usize, 0u64);
         let mut fx = Effects::default();
@@ -1427,11 +1762,12 @@ mod tests {
 
     #[test]
     fn bad_ring_messages_are_errors_not_panics() {
-        assert!(parse(&[0; 3]).is_err());
-        assert!(parse(&[9; 40]).is_err());
+        let pool = &mut Vec::new();
+        assert!(parse(&[0; 3], pool).is_err());
+        assert!(parse(&[9; 40], pool).is_err());
         let mut ok = vec![0u8; 40];
         ok[0] = KIND_NORMAL as u8;
-        assert!(matches!(parse(&ok), Ok(Wire::Normal { .. })));
+        assert!(matches!(parse(&ok, pool), Ok(Wire::Normal { .. })));
     }
 
     #[test]

@@ -48,9 +48,10 @@
 //! - **Slot reuse**: one ring per ordered pair of members; a slot of the
 //!   ring to `r` is reused once `r` consumed its message in the same
 //!   session (`ring_ack`). A dead follower blocks only its own ring; the
-//!   leader keeps its log and streams to a laggard from it as slots free up
-//!   (receiver-side batching catch-up, §3). Diffs travel as one ring message
-//!   per entry plus an end marker, so a diff of any size fits.
+//!   leader streams to a laggard from its log as slots free up
+//!   (receiver-side batching catch-up, §3), or by state transfer once GC
+//!   dropped what it lacks. Diffs travel as one ring message per snapshot
+//!   chunk and per entry plus an end marker, so a diff of any size fits.
 //!
 //! # Beyond the paper
 //! - **Link resets.** After the fabric reconnects a link (writes may have
@@ -64,7 +65,8 @@
 //!   hears from f+1 synced members and raises `E_new` to the largest epoch
 //!   they show (this bounds every promise it made before: any quorum that
 //!   counted it holds f others), then asks the leader for a full diff
-//!   (`diff_request`). Safety needs at most f members crashed *or still
+//!   (`diff_request`), which carries a snapshot once the log was
+//!   truncated (see "State transfer" below). Safety needs at most f members crashed *or still
 //!   catching up* at any time.
 //! - **Abdication.** A leader that sees a live member promised to a bigger
 //!   epoch (one that voted for a candidate that lost) starts a new
@@ -74,39 +76,71 @@
 //!   followers suspect their leader when its heartbeat stops *or* its row
 //!   stops claiming the epoch, so a leader that restarted (whose new
 //!   incarnation heartbeats again) is not taken for alive.
+//! - **Periodic commit pushes** (Fig. 6). A changed Commit column is
+//!   pushed at most every [`Config::commit_push_interval_ns`] (or with any
+//!   other row push), so commit pushes stay off the critical path; Accept
+//!   and ring acks go out at once.
 //! - **Transient delays.** A member that timed out but never moved past its
 //!   epoch returns to following when its leader's heartbeat resumes.
 //!
-//! # Log garbage collection ([`Config::log_gc`], off by default)
+//! # Log garbage collection and state transfer ([`Config::log_gc`], on by default)
 //! - **What is dropped.** After committing, every synced member drops the
-//!   log entries at or below the smallest Commit column over *all* rows of
-//!   its SST (its own row: `Committed`): messages committed everywhere. The
-//!   largest dropped header is the *log floor* ([`Engine::log_floor`]); the
-//!   floor never exceeds `Committed`, so nothing undelivered is dropped.
-//! - **Why it is safe.** A diff for member `r` (§3.4) carries the entries
-//!   after `r`'s Commit header. Commit columns only grow within an
-//!   incarnation and a member's copy of a row only lags the owner's, so
-//!   every current incarnation's Commit is ≥ the floor of every member
-//!   (leader or future leader) that dropped entries: GC keeps everything a
-//!   diff for it needs. A diff never claims to reach back below the
-//!   sender's floor (its `base` is at least the floor), so a member that
-//!   needs older entries rejects it instead of delivering with a gap.
-//! - **Limits (no state transfer yet).** A member that restarts with empty
-//!   state needs the whole history, which a truncated log no longer holds:
-//!   with GC on it keeps rejecting the leader's diffs and re-asking, stays
-//!   unsynced and never votes (safe, it counts as one of the f unsafe
-//!   members, but it never rejoins). A crashed member's frozen Commit
-//!   column pins the floor, so the log grows again until it restarts or is
-//!   removed from the configuration (membership change is a later issue).
-//!   Operators watch [`Engine::log_len`]. Under failure-free load the log
-//!   stays within the outstanding window plus what the slowest member has
-//!   not yet committed.
+//!   log entries at or below the *GC floor*: the smallest Commit column
+//!   over the rows of members it does not suspect (heartbeat within the
+//!   timeout; its own row: `Committed`), and, at the leader, never above
+//!   the last entry a live member's ring stream has sent (what a stream has
+//!   still to send stays). The largest dropped header is the *log floor*
+//!   ([`Engine::log_floor`]); it never exceeds `Committed`, so nothing
+//!   undelivered is dropped. A crashed member no longer pins the log.
+//!   Collection runs in batches, once the log holds 16 entries.
+//! - **State transfer.** The application is a [`DeliverySink`] with
+//!   [`DeliverySink::snapshot`] (its state after the delivered prefix) and
+//!   [`DeliverySink::restore`]. A diff for member `r` starts after `r`'s
+//!   Commit header; if that header is below the sender's log floor (a
+//!   suspected member was skipped by GC, or `r` restarted and asks for a
+//!   full diff), the diff instead opens with a snapshot the leader takes at
+//!   its own `Committed` header `S`, sent as chunks of `max_payload` bytes
+//!   (one ring message each, like diff entries, so a snapshot of any size
+//!   fits the fixed slots), then the log entries in `(S, upto]`, then the
+//!   end marker with `base = S`. A leader's stream to a suspected member
+//!   that falls below the new floor is replaced by such a diff.
+//! - **New invariants.** (1) A snapshot covers exactly a committed prefix:
+//!   the leader takes it inside `poll`, after delivering up to `S =
+//!   Committed`, and `S ≤ upto ≤` its Accepted. (2) A follower applies a
+//!   diff whose `base` is above its `Committed` only with a complete
+//!   snapshot of that diff (every chunk of the same serial, in order, of
+//!   the announced length, for header `base`), and otherwise rejects it and
+//!   asks again: it never delivers with a gap. (3) On restore it drops its
+//!   whole log (below `S` it is superseded, above it uncommitted), sets
+//!   `Committed = S` and its log floor to `S`, and delivers what follows
+//!   `S` one by one: no message is delivered twice by an incarnation and
+//!   the order is the leader's. (4) The leader keeps every entry in
+//!   `(S, upto]` until the stream sent it (the GC floor never passes a live
+//!   stream), so the suffix has no gap. (5) A diff whose base is at or
+//!   below the follower's `Committed` ignores its snapshot. The election is
+//!   unchanged: a winner holds every committed message in its log or below
+//!   its log floor, which its own application state covers (delivered or
+//!   restored), so its snapshots and diffs lose nothing committed.
+//! - **Why dropping entries of a suspected member is safe.** Such a member
+//!   either returns and receives a diff that carries what it lacks (the
+//!   log suffix after its Commit header, or a snapshot plus suffix), or
+//!   restarts and asks for a full one; a diff never claims to reach back
+//!   below its sender's floor without a snapshot.
+//! - **Cost.** A snapshot is taken once per poll that needs one (shared by
+//!   every such diff of that poll) and held until its diff is sent; a
+//!   follower stages it (and the diff's entries) until the end marker.
+//!   With the default [`DeliverySink`] methods (an application without
+//!   state) the snapshot is empty: a restarted member then delivers only
+//!   what follows it. Operators watch [`Engine::log_len`]: under load the
+//!   log stays within the outstanding window plus what the slowest live
+//!   member has not yet committed; a restarted member pins it while it
+//!   catches up.
 //!
 //! # Limits
 //! Member ids ≤ 255, rounds < 2^24, counts < 2^32 per epoch, up to 15
 //! members, incarnations < 2^15. Without [`Config::log_gc`] the log is kept
-//! whole; a restarted member is caught up from it, and a follower stages a
-//! diff's entries until its end marker (bounded by the leader's log).
+//! whole and a restarted member is caught up from it. A follower stages a
+//! diff's entries and snapshot until its end marker.
 //! Memory per ring is fixed by `window × (max_payload + 32)`.
 
 #![warn(missing_docs)]

@@ -43,6 +43,9 @@ impl Cluster {
             cfg.heartbeat_interval_ns = 50_000;
             cfg.heartbeat_timeout_ns = MS;
             cfg.election_timeout_ns = 10 * MS;
+            // The script runs at fixed instants: Commit columns go out at
+            // once rather than periodically.
+            cfg.commit_push_interval_ns = 0;
             let region = Region::new_heap(ordo_acuerdo::Layout::new(&cfg).region_len);
             let engine = Engine::new(cfg, region.clone(), 0).expect("valid config");
             nodes.insert(

@@ -217,25 +217,8 @@ impl LoadedMember {
         }
     }
 
-    fn flush_stats(&mut self) {
-        if self.local_commits > 0 {
-            self.load.committed.fetch_add(self.local_commits, Ordering::Relaxed);
-            let mut h = self.load.latency.lock().unwrap_or_else(|p| p.into_inner());
-            let _ = h.add(&self.local);
-            self.local.reset();
-            self.local_commits = 0;
-        }
-    }
-}
-
-impl Agent for LoadedMember {
-    fn name(&self) -> &str {
-        "acuerdo-bench"
-    }
-
-    fn do_work(&mut self, now_ns: u64) -> usize {
-        let mut work = self.member.do_work(now_ns);
-        let measuring = self.load.measuring.load(Ordering::Relaxed);
+    fn take_replies(&mut self, measuring: bool) -> usize {
+        let mut work = 0;
         while let Some(ev) = self.client.poll() {
             work += 1;
             match ev {
@@ -262,13 +245,32 @@ impl Agent for LoadedMember {
                 }
             }
         }
-        if measuring {
-            if self.local_commits >= 256 {
-                self.flush_stats();
-            }
-        } else {
-            self.flush_stats();
+        work
+    }
+
+    fn flush_stats(&mut self) {
+        if self.local_commits > 0 {
+            self.load.committed.fetch_add(self.local_commits, Ordering::Relaxed);
+            let mut h = self.load.latency.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = h.add(&self.local);
+            self.local.reset();
+            self.local_commits = 0;
         }
+    }
+}
+
+impl Agent for LoadedMember {
+    fn name(&self) -> &str {
+        "acuerdo-bench"
+    }
+
+    /// The client at the leader's agent: replies first, then new
+    /// submissions, then the member's duty cycle (which takes them at
+    /// once), then the replies that cycle produced, so a commit is seen in
+    /// the cycle that made it.
+    fn do_work(&mut self, now_ns: u64) -> usize {
+        let measuring = self.load.measuring.load(Ordering::Relaxed);
+        let mut work = self.take_replies(measuring);
         if self.client.status().role() == Role::Leader {
             let window = self.load.window.load(Ordering::Relaxed);
             while (self.in_flight.len() as u64) < window {
@@ -283,6 +285,15 @@ impl Agent for LoadedMember {
                     Err(_) => break,
                 }
             }
+        }
+        work += self.member.do_work(now_ns);
+        work += self.take_replies(measuring);
+        if measuring {
+            if self.local_commits >= 256 {
+                self.flush_stats();
+            }
+        } else {
+            self.flush_stats();
         }
         work
     }

@@ -31,12 +31,21 @@
 //!   [`ClientEvent::Committed`] or [`ClientEvent::Lost`].
 //! - Delivery callbacks run on the agent's thread, once per committed
 //!   message, in the total order; they must not block.
+//! - State transfer (log garbage collection is on by default, see
+//!   [`ordo_acuerdo`]'s crate docs): the snapshot and restore callbacks
+//!   ([`MemberOptions::on_snapshot`], [`MemberOptions::on_restore`]) run on
+//!   the agent's thread too, in the same sequence as the deliveries, so a
+//!   snapshot is the state after exactly the messages delivered so far; a
+//!   restore replaces that state by the leader's at the header it names,
+//!   and deliveries continue after it. Without them the application's
+//!   state is not transferred: a member that rejoins by state transfer
+//!   then delivers only the messages after the snapshot.
 
 use crate::backlog::{PushBacklog, Targets};
 use crate::wiring::MemberFabric;
 use crate::{Agent, IdleStrategy};
 use ordo_acuerdo::{
-    BroadcastError, Config, Effects, Engine, Epoch, Header, Layout, Note, Push, Role, Target,
+    BroadcastError, Config, DeliverySink, Effects, Engine, Epoch, Header, Layout, Note, Push, Role, Target,
 };
 use ordo_fabric::{Doorbell, Fabric, FabricEvent, MemberId};
 use std::collections::VecDeque;
@@ -49,6 +58,35 @@ use std::time::{Duration, Instant};
 pub type DeliverFn = Box<dyn FnMut(Header, &[u8]) + Send>;
 /// Note callback: `(now_ns on the runner's clock, note)`.
 pub type NoteFn = Box<dyn FnMut(u64, &Note) + Send>;
+/// Snapshot callback: the application state after every message delivered
+/// so far (state transfer to a member that needs entries the log dropped).
+pub type SnapshotFn = Box<dyn FnMut() -> Vec<u8> + Send>;
+/// Restore callback: `(header, state)`: replace the application state by a
+/// leader's snapshot covering every message up to `header`.
+pub type RestoreFn = Box<dyn FnMut(Header, &[u8]) + Send>;
+
+/// The application as the engine sees it: the three callbacks.
+struct AppSink<'a> {
+    deliver: &'a mut DeliverFn,
+    snapshot: &'a mut Option<SnapshotFn>,
+    restore: &'a mut Option<RestoreFn>,
+}
+
+impl DeliverySink for AppSink<'_> {
+    fn deliver(&mut self, header: Header, payload: &[u8]) {
+        (self.deliver)(header, payload)
+    }
+
+    fn snapshot(&mut self) -> Vec<u8> {
+        self.snapshot.as_mut().map_or_else(Vec::new, |f| f())
+    }
+
+    fn restore(&mut self, header: Header, state: &[u8]) {
+        if let Some(f) = self.restore.as_mut() {
+            f(header, state)
+        }
+    }
+}
 
 /// A [`Config`] with timers suited to real threads and processes on a
 /// shared machine: 1 ms heartbeats, 30 ms heartbeat timeout, 40 ms election
@@ -170,6 +208,8 @@ pub struct AcuerdoStatus {
     delivered: AtomicU64,
     elections_won: AtomicU64,
     log_len: AtomicU64,
+    restores: AtomicU64,
+    synced: AtomicU8,
 }
 
 impl AcuerdoStatus {
@@ -183,6 +223,8 @@ impl AcuerdoStatus {
             delivered: AtomicU64::new(0),
             elections_won: AtomicU64::new(0),
             log_len: AtomicU64::new(0),
+            restores: AtomicU64::new(0),
+            synced: AtomicU8::new(0),
         }
     }
 
@@ -198,6 +240,7 @@ impl AcuerdoStatus {
         self.committed.store(e.committed().encode(), Ordering::Release);
         self.delivered.store(e.delivered(), Ordering::Release);
         self.log_len.store(e.log_len() as u64, Ordering::Release);
+        self.synced.store(u8::from(e.is_synced()), Ordering::Release);
     }
 
     /// The member.
@@ -248,6 +291,16 @@ impl AcuerdoStatus {
     /// Entries in its log.
     pub fn log_len(&self) -> u64 {
         self.log_len.load(Ordering::Acquire)
+    }
+
+    /// Snapshots it restored (state transfers it received).
+    pub fn restores(&self) -> u64 {
+        self.restores.load(Ordering::Acquire)
+    }
+
+    /// Whether it holds a leader's log (a restarted member: once caught up).
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire) != 0
     }
 }
 
@@ -345,6 +398,12 @@ pub struct MemberOptions {
     pub on_deliver: Option<DeliverFn>,
     /// Called per engine note (votes, elections, diffs).
     pub on_note: Option<NoteFn>,
+    /// State transfer, sending side: the application state after the
+    /// messages delivered so far (default: none, an empty snapshot).
+    pub on_snapshot: Option<SnapshotFn>,
+    /// State transfer, receiving side: replace the application state by a
+    /// leader's snapshot (default: ignore it).
+    pub on_restore: Option<RestoreFn>,
 }
 
 impl Default for MemberOptions {
@@ -354,6 +413,8 @@ impl Default for MemberOptions {
             reconnect_interval_ns: 10_000_000,
             on_deliver: None,
             on_note: None,
+            on_snapshot: None,
+            on_restore: None,
         }
     }
 }
@@ -370,6 +431,8 @@ pub struct AcuerdoMember<F: Fabric> {
     peers: Vec<MemberId>,
     on_deliver: DeliverFn,
     on_note: Option<NoteFn>,
+    on_snapshot: Option<SnapshotFn>,
+    on_restore: Option<RestoreFn>,
     requests: rtrb::Consumer<Request>,
     replies: rtrb::Producer<ClientEvent>,
     /// Replies the reply queue had no room for yet, oldest first.
@@ -419,6 +482,8 @@ impl<F: Fabric> AcuerdoMember<F> {
             backlog: PushBacklog::new(),
             on_deliver: options.on_deliver.unwrap_or_else(|| Box::new(|_, _| {})),
             on_note: options.on_note,
+            on_snapshot: options.on_snapshot,
+            on_restore: options.on_restore,
             requests: req_rx,
             replies: rep_tx,
             overflow: VecDeque::new(),
@@ -595,11 +660,22 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
             work += 1;
         }
         self.effects.clear();
-        work += self.engine.poll(now_ns, &mut self.effects, &mut self.on_deliver);
+        let mut app = AppSink {
+            deliver: &mut self.on_deliver,
+            snapshot: &mut self.on_snapshot,
+            restore: &mut self.on_restore,
+        };
+        work += self.engine.poll(now_ns, &mut self.effects, &mut app);
         self.wake_at_ns = self.effects.wake_at_ns.unwrap_or(u64::MAX);
         for note in &self.effects.notes {
-            if matches!(note, Note::BecameLeader(_)) {
-                self.status.elections_won.fetch_add(1, Ordering::AcqRel);
+            match note {
+                Note::BecameLeader(_) => {
+                    self.status.elections_won.fetch_add(1, Ordering::AcqRel);
+                }
+                Note::Restored { .. } => {
+                    self.status.restores.fetch_add(1, Ordering::AcqRel);
+                }
+                _ => {}
             }
             tracing::debug!(member = self.engine.member(), ?note, "acuerdo");
             if let Some(f) = self.on_note.as_mut() {

@@ -20,16 +20,26 @@
 //!   random delays stop spiking; the client keeps sending for a while, then
 //!   stops so the run can drain.
 //!
+//! - Log garbage collection is on (the engine's default), so restarted
+//!   members and members suspected for long catch up by state transfer.
+//!   The application is a running hash and count of the delivered
+//!   payloads' digests; its snapshot is `count, hash` plus a padding whose
+//!   length grows with the count (so snapshots span several ring chunks)
+//!   and whose bytes derive from the hash (checked on restore).
+//!
 //! # Checked
 //! See the checkers below: integrity, no duplication, total order (a
-//! common prefix), one leader per epoch, every elected leader up to date,
-//! no committed message lost (every survivor's final incarnation delivers
-//! everything anyone delivered), liveness (messages sent after the calm
-//! commit everywhere), and no anomalies.
+//! common order: a member that restored a snapshot of `count` messages
+//! continues at position `count`), one leader per epoch, every elected
+//! leader up to date, no committed message lost (every survivor's final
+//! incarnation delivers, or restored, everything anyone delivered),
+//! liveness (messages sent after the calm commit everywhere), no
+//! anomalies, and restored state (every restored snapshot equals the
+//! state of the common order's prefix it claims).
 
 #![allow(dead_code)]
 
-use ordo_acuerdo::{Config, Effects, Engine, Epoch, Header, Layout, Note, Role, Target};
+use ordo_acuerdo::{Config, DeliverySink, Effects, Engine, Epoch, Header, Layout, Note, Role, Target};
 use ordo_fabric::{Fabric, FabricEvent, MemberId, PostError, Write};
 use ordo_sim::rng::{SimRng, derive_seed, stream};
 use ordo_sim::{
@@ -49,6 +59,10 @@ pub enum AcEvent {
     Broadcast { header: u64, digest: u64 },
     /// A member delivered (committed) a message.
     Deliver { header: u64, digest: u64 },
+    /// A member restored a snapshot (state transfer): the application state
+    /// after the first `count` messages of the order, the last being
+    /// `header`, whose running hash is `hash`.
+    Restored { header: u64, count: u64, hash: u64 },
     /// A member won an election; `log` is every header in its log then.
     /// `floor`: the winner's log floor (log garbage collection dropped the
     /// entries at or below it, all of which it delivered itself).
@@ -74,8 +88,8 @@ pub struct Params {
     pub end_ns: u64,
     pub faults: bool,
     pub restarts: bool,
-    /// `Config::log_gc` (off in drawn runs: a restarted member cannot catch
-    /// up from a truncated log, so no-loss and liveness need it off).
+    /// `Config::log_gc` (on in drawn runs, the engine's default: restarted
+    /// members catch up by state transfer).
     pub log_gc: bool,
     pub trace: bool,
 }
@@ -99,7 +113,7 @@ impl Params {
             end_ns: calm_ns + 12_000_000,
             faults: true,
             restarts: true,
-            log_gc: false,
+            log_gc: true,
             trace: false,
         }
     }
@@ -147,7 +161,66 @@ struct Member {
     next_trace_ns: u64,
     rng: SimRng,
     events: Vec<FabricEvent>,
-    deliveries: Vec<(Header, u64)>,
+    app: App,
+}
+
+/// The sim application: a running hash and count of delivered digests.
+#[derive(Default)]
+pub struct App {
+    pub count: u64,
+    pub hash: u64,
+    /// What happened since the caller last took it, in order.
+    pub log: Vec<AppEvent>,
+}
+
+/// What the application saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AppEvent {
+    Delivered { header: Header, digest: u64 },
+    Restored { header: Header, count: u64, hash: u64 },
+    BadSnapshot(String),
+}
+
+/// One step of the running hash.
+pub fn mix(hash: u64, digest: u64) -> u64 {
+    (hash ^ digest).wrapping_mul(0x0000_0100_0000_01B3).rotate_left(17)
+}
+
+fn padding(count: u64, hash: u64) -> impl Iterator<Item = u8> {
+    let len = ((count * 8) % 1_500) as usize;
+    (0..len).map(move |i| (hash >> ((i % 8) * 8)) as u8 ^ i as u8)
+}
+
+impl DeliverySink for App {
+    fn deliver(&mut self, header: Header, payload: &[u8]) {
+        let digest = fnv64(payload);
+        self.count += 1;
+        self.hash = mix(self.hash, digest);
+        self.log.push(AppEvent::Delivered { header, digest });
+    }
+
+    fn snapshot(&mut self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&self.count.to_le_bytes());
+        b.extend_from_slice(&self.hash.to_le_bytes());
+        b.extend(padding(self.count, self.hash));
+        b
+    }
+
+    fn restore(&mut self, header: Header, state: &[u8]) {
+        if state.len() < 16 {
+            self.log.push(AppEvent::BadSnapshot(format!("{} bytes", state.len())));
+            return;
+        }
+        let count = u64::from_le_bytes(state[..8].try_into().expect("8"));
+        let hash = u64::from_le_bytes(state[8..16].try_into().expect("8"));
+        if !state[16..].iter().copied().eq(padding(count, hash)) {
+            self.log.push(AppEvent::BadSnapshot(format!("padding of a {}-byte snapshot", state.len())));
+        }
+        self.count = count;
+        self.hash = hash;
+        self.log.push(AppEvent::Restored { header, count, hash });
+    }
 }
 
 impl Member {
@@ -180,7 +253,7 @@ impl Member {
             next_trace_ns: 0,
             rng,
             events: Vec::new(),
-            deliveries: Vec::new(),
+            app: App::default(),
         }
     }
 
@@ -317,11 +390,17 @@ impl SimProcess<AcEvent> for Member {
         }
         let mut work = self.client(ctx);
         self.fx.clear();
-        let deliveries = &mut self.deliveries;
-        work +=
-            self.engine.poll(now, &mut self.fx, &mut |h: Header, p: &[u8]| deliveries.push((h, fnv64(p))));
-        for (h, digest) in std::mem::take(&mut self.deliveries) {
-            ctx.record(AcEvent::Deliver { header: h.encode(), digest });
+        work += self.engine.poll(now, &mut self.fx, &mut self.app);
+        for ev in std::mem::take(&mut self.app.log) {
+            match ev {
+                AppEvent::Delivered { header, digest } => {
+                    ctx.record(AcEvent::Deliver { header: header.encode(), digest })
+                }
+                AppEvent::Restored { header, count, hash } => {
+                    ctx.record(AcEvent::Restored { header: header.encode(), count, hash })
+                }
+                AppEvent::BadSnapshot(what) => Self::anomaly(ctx, format!("bad snapshot: {what}")),
+            }
         }
         for note in std::mem::take(&mut self.fx.notes) {
             match note {
@@ -513,6 +592,7 @@ pub fn checkers() -> Vec<Box<dyn Checker<AcEvent>>> {
         Box::new(LeaderUpToDate),
         Box::new(NoCommittedLoss),
         Box::new(Liveness),
+        Box::new(RestoredState),
     ]
 }
 
@@ -537,19 +617,67 @@ pub fn run(seed: u64) -> Result<u64, String> {
 
 type Key = (MemberId, u64);
 
-/// Delivered `(header, digest)` sequences per (member, incarnation).
-fn sequences(h: &History<AcEvent>) -> BTreeMap<Key, Vec<(u64, u64)>> {
-    let mut seqs: BTreeMap<Key, Vec<(u64, u64)>> = BTreeMap::new();
+/// One incarnation's deliveries: `(position in the order, (header,
+/// digest))`. A restore makes the next delivery's position the snapshot's
+/// count.
+type Seq = Vec<(usize, (u64, u64))>;
+
+/// Delivered sequences per (member, incarnation), and how many positions
+/// of the order each one covers (delivered or restored).
+fn sequences(h: &History<AcEvent>) -> (BTreeMap<Key, Seq>, BTreeMap<Key, usize>) {
+    let mut seqs: BTreeMap<Key, Seq> = BTreeMap::new();
+    let mut end: BTreeMap<Key, usize> = BTreeMap::new();
     for e in &h.entries {
-        if let AcEvent::Deliver { header, digest } = e.event {
-            seqs.entry((e.member, e.incarnation)).or_default().push((header, digest));
+        let key = (e.member, e.incarnation);
+        match e.event {
+            AcEvent::Deliver { header, digest } => {
+                let p = end.entry(key).or_insert(0);
+                seqs.entry(key).or_default().push((*p, (header, digest)));
+                *p += 1;
+            }
+            AcEvent::Restored { count, .. } => {
+                seqs.entry(key).or_default();
+                let p = end.entry(key).or_insert(0);
+                *p = (*p).max(count as usize);
+            }
+            _ => {}
         }
     }
-    seqs
+    (seqs, end)
 }
 
-fn longest(seqs: &BTreeMap<Key, Vec<(u64, u64)>>) -> Vec<(u64, u64)> {
-    seqs.values().max_by_key(|s| s.len()).cloned().unwrap_or_default()
+/// The common order: every position anyone delivered (`None` where only
+/// restores covered it), or the first conflict.
+fn reference(seqs: &BTreeMap<Key, Seq>) -> Result<Vec<Option<(u64, u64)>>, String> {
+    let mut order: Vec<Option<(u64, u64)>> = Vec::new();
+    let mut by: Vec<Key> = Vec::new();
+    for (key, seq) in seqs {
+        for &(p, v) in seq {
+            if order.len() <= p {
+                order.resize(p + 1, None);
+                by.resize(p + 1, (0, 0));
+            }
+            match order[p] {
+                None => {
+                    order[p] = Some(v);
+                    by[p] = *key;
+                }
+                Some(w) if w == v => {}
+                Some(w) => {
+                    return Err(format!(
+                        "m{} (incarnation {}) delivered {:?} at position {p}, m{} (incarnation {}) {:?}",
+                        key.0,
+                        key.1,
+                        hdr(v.0),
+                        by[p].0,
+                        by[p].1,
+                        hdr(w.0)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(order)
 }
 
 fn hdr(word: u64) -> Header {
@@ -621,10 +749,10 @@ impl Checker<AcEvent> for NoDuplication {
         "no-duplication"
     }
     fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
-        for ((m, inc), seq) in sequences(h) {
+        for ((m, inc), seq) in sequences(h).0 {
             let mut headers = BTreeSet::new();
             let mut digests = BTreeSet::new();
-            for (header, digest) in seq {
+            for (_, (header, digest)) in seq {
                 if !headers.insert(header) || !digests.insert(digest) {
                     return Err(Violation::new(
                         self.name(),
@@ -637,25 +765,76 @@ impl Checker<AcEvent> for NoDuplication {
     }
 }
 
-/// Every member incarnation delivers a prefix of one common order.
+/// Every member incarnation delivers a prefix of one common order (after
+/// a restore, from the snapshot's position on).
 pub struct TotalOrder;
 impl Checker<AcEvent> for TotalOrder {
     fn name(&self) -> &'static str {
         "total-order"
     }
     fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
-        let seqs = sequences(h);
-        let long = longest(&seqs);
-        for ((m, inc), seq) in &seqs {
-            if let Some(i) = (0..seq.len()).find(|i| seq[*i] != long[*i]) {
-                return Err(Violation::new(
-                    self.name(),
-                    format!(
-                        "m{m} (incarnation {inc}) delivered {:?} at position {i}, the longest history has {:?}",
-                        hdr(seq[i].0),
-                        hdr(long[i].0)
-                    ),
-                ));
+        reference(&sequences(h).0).map(|_| ()).map_err(|m| Violation::new(self.name(), m))
+    }
+}
+
+/// Every restore jumps forward, and its snapshot is the application state
+/// of the common order's prefix it claims: the running hash of the first
+/// `count` digests (where the order is known there), ending at or before
+/// its header, with the next message after it.
+pub struct RestoredState;
+impl Checker<AcEvent> for RestoredState {
+    fn name(&self) -> &'static str {
+        "restored-state"
+    }
+    fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
+        let (seqs, _) = sequences(h);
+        let order = reference(&seqs).map_err(|m| Violation::new(self.name(), m))?;
+        let mut pos: BTreeMap<Key, u64> = BTreeMap::new();
+        for e in &h.entries {
+            let key = (e.member, e.incarnation);
+            match e.event {
+                AcEvent::Deliver { .. } => *pos.entry(key).or_insert(0) += 1,
+                AcEvent::Restored { header, count, hash } => {
+                    let at = pos.entry(key).or_insert(0);
+                    let who = format!("m{} (incarnation {})", e.member, e.incarnation);
+                    if count < *at {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!("{who} restored {count} messages after delivering {at}"),
+                        ));
+                    }
+                    *at = count;
+                    let count = count as usize;
+                    let prefix: Option<Vec<(u64, u64)>> =
+                        (count <= order.len()).then(|| order[..count].iter().copied().collect()).flatten();
+                    if let Some(prefix) = prefix {
+                        let want = prefix.iter().fold(0, |acc, (_, d)| mix(acc, *d));
+                        if want != hash {
+                            return Err(Violation::new(
+                                self.name(),
+                                format!("{who} restored a state of {count} messages unlike the order's"),
+                            ));
+                        }
+                        if prefix.last().is_some_and(|(last, _)| hdr(*last) > hdr(header)) {
+                            return Err(Violation::new(
+                                self.name(),
+                                format!(
+                                    "{who} restored {:?}, before the order's {count}th message",
+                                    hdr(header)
+                                ),
+                            ));
+                        }
+                    }
+                    if let Some(Some((next, _))) = order.get(count)
+                        && hdr(*next) <= hdr(header)
+                    {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!("{who} restored {:?}, which covers message {count} too", hdr(header)),
+                        ));
+                    }
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -713,11 +892,16 @@ impl Checker<AcEvent> for LeaderUpToDate {
     fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
         let mut committed = BTreeSet::new();
         let mut own: BTreeSet<(MemberId, u64, u64)> = BTreeSet::new();
+        let mut restored: BTreeMap<Key, u64> = BTreeMap::new();
         for e in &h.entries {
             match &e.event {
                 AcEvent::Deliver { header, .. } => {
                     committed.insert(*header);
                     own.insert((e.member, e.incarnation, *header));
+                }
+                AcEvent::Restored { header, .. } => {
+                    let r = restored.entry((e.member, e.incarnation)).or_insert(0);
+                    *r = (*r).max(*header);
                 }
                 AcEvent::Elected { epoch, log, floor } => {
                     // Committed before its epoch: delivered somewhere before
@@ -728,8 +912,10 @@ impl Checker<AcEvent> for LeaderUpToDate {
                     // a quorum promised the bigger one; messages of bigger
                     // epochs are not its business.)
                     let log: BTreeSet<u64> = log.iter().copied().collect();
+                    let snap = restored.get(&(e.member, e.incarnation)).copied().unwrap_or(0);
                     let missing = committed.range(..*epoch).find(|c| {
-                        let below_floor = **c <= *floor && own.contains(&(e.member, e.incarnation, **c));
+                        let covered = own.contains(&(e.member, e.incarnation, **c)) || **c <= snap;
+                        let below_floor = **c <= *floor && covered;
                         !log.contains(c) && !below_floor
                     });
                     if let Some(missing) = missing {
@@ -751,29 +937,30 @@ impl Checker<AcEvent> for LeaderUpToDate {
     }
 }
 
-/// Every member alive at the end delivered, in its last incarnation,
-/// everything any member delivered (no committed message lost).
+/// Every member alive at the end delivered (or restored), in its last
+/// incarnation, everything any member delivered (no committed message
+/// lost).
 pub struct NoCommittedLoss;
 impl Checker<AcEvent> for NoCommittedLoss {
     fn name(&self) -> &'static str {
         "no-committed-loss"
     }
     fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
-        let seqs = sequences(h);
-        let long = longest(&seqs);
+        let (seqs, end) = sequences(h);
+        let total = end.values().copied().max().unwrap_or(0);
+        let order = reference(&seqs).unwrap_or_default();
         for m in 0..h.members {
             if !h.alive_at_end(m) {
                 continue;
             }
             let inc = h.final_incarnation(m);
-            let have = seqs.get(&(m, inc)).map_or(0, |s| s.len());
-            if have < long.len() {
+            let have = end.get(&(m, inc)).copied().unwrap_or(0);
+            if have < total {
                 return Err(Violation::new(
                     self.name(),
                     format!(
-                        "m{m} (incarnation {inc}) delivered {have} of {} committed messages; first missing {:?}",
-                        long.len(),
-                        hdr(long[have].0)
+                        "m{m} (incarnation {inc}) delivered {have} of {total} committed messages; first missing {:?}",
+                        order.get(have).copied().flatten().map(|(x, _)| hdr(x))
                     ),
                 ));
             }
@@ -806,10 +993,11 @@ impl Checker<AcEvent> for Liveness {
                 format!("no message broadcast after the calm at {calm} ns"),
             ));
         }
-        let seqs = sequences(h);
+        let (seqs, _) = sequences(h);
         for m in 0..h.members {
             let inc = h.final_incarnation(m);
-            let got = seqs.get(&(m, inc)).map_or(0, |s| s.iter().filter(|(x, _)| after.contains(x)).count());
+            let got =
+                seqs.get(&(m, inc)).map_or(0, |s| s.iter().filter(|(_, (x, _))| after.contains(x)).count());
             if got == 0 {
                 return Err(Violation::new(
                     self.name(),
