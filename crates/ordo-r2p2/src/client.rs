@@ -249,7 +249,12 @@ impl Client {
         self.wait_for(id)
     }
 
-    fn send_typed(&mut self, message_type: MessageType, policy: Policy, payload: &[u8]) -> Result<RequestId, CallError> {
+    fn send_typed(
+        &mut self,
+        message_type: MessageType,
+        policy: Policy,
+        payload: &[u8],
+    ) -> Result<RequestId, CallError> {
         if self.pending.len() >= self.config.max_in_flight {
             return Err(CallError::TooManyInFlight);
         }

@@ -69,13 +69,25 @@ mod stats;
 
 pub use client::{CallError, Client, ClientConfig, ClientStats, RequestId};
 pub use header::{DecodeError, ErrorCode, Header, MessageType, Policy};
-pub use reassembly::{Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use kv::{KvOp, KvReply, KvService, KvState};
 pub use node::{NodeOptions, RunningNode, ServiceKind, SpinService, start_node};
 pub use raft::{RaftOptions, RaftReplication, RaftStatus};
+pub use reassembly::{Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use replication::{ClientRef, ReplicatedRequest, Replication, ReplicationAction, ReplicationOutput};
 pub use server::{
     FnHandler, Handler, HandlerMode, RemoteResponder, Responder, ResponseHandle, Server, ServerConfig,
     SimpleHandler, handler_fn, simple,
 };
 pub use stats::Stats;
+
+// The r3p2 simulation workload lives with the tests (tests/common) and is
+// also compiled into the library under the `sim` feature, so the CLI can
+// replay a seed. It names this crate `ordo_r2p2`, as an integration test does.
+#[cfg(feature = "sim")]
+extern crate self as ordo_r2p2;
+
+/// The seeded r3p2 simulation workload and its checkers (feature `sim`).
+#[cfg(feature = "sim")]
+#[allow(missing_docs)]
+#[path = "../tests/common/mod.rs"]
+pub mod sim;

@@ -31,10 +31,10 @@
 //!   crash-stop). Continuing after a failed fsync could acknowledge data that
 //!   is not on disk.
 
+use crate::header::ErrorCode;
 use crate::replication::{ClientRef, ReplicatedRequest, Replication, ReplicationOutput};
 use ordo_raft::rsm::{Output, Replica, ReplicaConfig, ReplicaError, SyncMode};
 use ordo_raft::storage::{Disk, LogOptions};
-use crate::header::ErrorCode;
 use ordo_raft::{Config, DecodeLimits, Index, Membership, MembershipChange, NodeId, Role, decode, encode};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -169,7 +169,7 @@ impl<D: Disk> RaftReplication<D> {
         let limits = DecodeLimits::for_config(&raft, options.max_snapshot_bytes, 64.max(options.members * 2));
         let cfg = ReplicaConfig {
             raft,
-            store: options.log.clone(),
+            store: options.log,
             sync: SyncMode::Immediate,
             snapshot_interval: options.snapshot_interval,
             max_sessions: options.max_sessions,

@@ -367,8 +367,11 @@ where
 }
 
 /// The placeholder client of snapshot and restore jobs (never answered).
-const NO_CLIENT: ClientRef =
-    ClientRef { addr: SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)), client_id: 0, request_id: 0 };
+const NO_CLIENT: ClientRef = ClientRef {
+    addr: SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)),
+    client_id: 0,
+    request_id: 0,
+};
 
 struct Job {
     handle: ResponseHandle,
@@ -800,7 +803,11 @@ impl NetworkLoop {
             }
             (MessageType::Admin, _) => match self.hook.as_mut() {
                 Some(hook) => {
-                    hook.on_admin(ReplicatedRequest { client, payload: message.payload }, now_ns, &mut self.hook_out);
+                    hook.on_admin(
+                        ReplicatedRequest { client, payload: message.payload },
+                        now_ns,
+                        &mut self.hook_out,
+                    );
                     self.execute_hook_actions();
                 }
                 None => self.outgoing.push(Outgoing::error(
@@ -872,7 +879,11 @@ impl NetworkLoop {
                 }
                 ReplicationAction::Snapshot => {
                     let job = Job {
-                        handle: ResponseHandle { client: NO_CLIENT, policy: Policy::ReplicatedRoute, respond: false },
+                        handle: ResponseHandle {
+                            client: NO_CLIENT,
+                            policy: Policy::ReplicatedRoute,
+                            respond: false,
+                        },
                         payload: Vec::new(),
                         kind: JobKind::Snapshot,
                     };
@@ -880,7 +891,11 @@ impl NetworkLoop {
                 }
                 ReplicationAction::Restore { state } => {
                     let job = Job {
-                        handle: ResponseHandle { client: NO_CLIENT, policy: Policy::ReplicatedRoute, respond: false },
+                        handle: ResponseHandle {
+                            client: NO_CLIENT,
+                            policy: Policy::ReplicatedRoute,
+                            respond: false,
+                        },
                         payload: state,
                         kind: JobKind::Restore,
                     };

@@ -206,7 +206,7 @@ fn membership_change_adds_a_spare_and_removes_a_voter() {
     assert_eq!(get(&mut c, "after"), Some(b"change".to_vec()));
     let status = String::from_utf8(admin.admin(b"status").unwrap()).unwrap();
     assert!(status.contains("voters {2, 3, 4}"), "{status}");
-    assert!(matches!(admin.admin(b"frobnicate 9"), Err(_)), "bad commands are refused");
+    assert!(admin.admin(b"frobnicate 9").is_err(), "bad commands are refused");
     for n in nodes.into_iter().flatten() {
         n.shutdown();
     }

@@ -229,6 +229,8 @@ pub enum NodeError {
     NonContiguousLog { expected: Index, found: Index },
     #[error("recovered entry {index} has term {term} out of order")]
     TermOutOfOrder { index: Index, term: Term },
+    /// No longer returned: a log ahead of the hard state is a crash between
+    /// the log's sync and the hard state's write, and recovers (`Node::new`).
     #[error("recovered log or snapshot has term {found} above the hard state's term {hard_term}")]
     TermAboveHardState { found: Term, hard_term: Term },
     #[error("membership at index {index} does not decode: {error}")]
@@ -322,13 +324,18 @@ impl Node {
         };
         crate::codec::validate_membership(&initial_membership, &limits)
             .map_err(NodeError::InvalidInitialMembership)?;
-        let Recovered { hard_state, snapshot, entries } = recovered;
+        let Recovered { hard_state: durable_hard_state, snapshot, entries } = recovered;
         let snapshot = snapshot.unwrap_or_default();
-        if snapshot.meta.term > hard_state.term {
-            return Err(NodeError::TermAboveHardState {
-                found: snapshot.meta.term,
-                hard_term: hard_state.term,
-            });
+        // The snapshot and the entries are made durable before the hard state
+        // (see the persistence contract), so a crash in between recovers a
+        // log whose terms run ahead of the hard state's. The node saw those
+        // terms; it cast no vote in them that reached anyone (a vote leaves
+        // only after its hard state is durable), so it resumes in the
+        // highest such term with no vote (persisted by its first `Ready`).
+        let mut hard_state = durable_hard_state;
+        let seen = entries.last().map_or(snapshot.meta.term, |e| e.term.max(snapshot.meta.term));
+        if seen > hard_state.term {
+            hard_state = HardState { term: seen, vote: None, commit: hard_state.commit };
         }
         let mut term = snapshot.meta.term;
         for (expected, e) in (snapshot.meta.index + 1..).zip(entries.iter()) {
@@ -337,9 +344,6 @@ impl Node {
             }
             if e.term < term || e.term == 0 {
                 return Err(NodeError::TermOutOfOrder { index: e.index, term: e.term });
-            }
-            if e.term > hard_state.term {
-                return Err(NodeError::TermAboveHardState { found: e.term, hard_term: hard_state.term });
             }
             if e.kind == EntryKind::Membership {
                 decode_membership(&e.data, &limits)
@@ -373,7 +377,7 @@ impl Node {
             leader_verified: 0,
             transfer: None,
             messages: Vec::new(),
-            last_hard_state: hard_state,
+            last_hard_state: durable_hard_state,
             last_soft_state: soft,
             stats: NodeStats::default(),
         };
@@ -1369,5 +1373,31 @@ impl Node {
             assert_eq!(self.vote, Some(self.config.id));
             assert!(!self.progress.contains_key(&self.config.id));
         }
+    }
+}
+
+#[cfg(test)]
+mod recovery_tests {
+    use super::*;
+
+    /// Regression (r3p2 simulation, `ordo sim --workload r3p2 --seed 111`;
+    /// also 42, 148, 155, 164): a crash after entries of a new term reached
+    /// the log file (synced, or unsynced but kept by the crash) and before
+    /// the hard state with that term was written leaves a log ahead of the
+    /// hard state; the node must restart from it (in that term, with no
+    /// vote, persisted by its first `Ready`) rather than refuse to open.
+    #[test]
+    fn log_ahead_of_the_hard_state_recovers_in_its_term() {
+        let entry = |index, term| Entry { term, index, kind: EntryKind::Normal, data: vec![1] };
+        let recovered = Recovered {
+            hard_state: HardState { term: 1, vote: Some(2), commit: 1 },
+            snapshot: None,
+            entries: vec![entry(1, 1), entry(2, 3)],
+        };
+        let mut node = Node::new(Config::new(1, 7), recovered, Membership::with_voters(1..=3)).unwrap();
+        assert_eq!((node.term(), node.vote(), node.last_index()), (3, None, 2));
+        assert!(node.has_ready());
+        let rd = node.ready();
+        assert_eq!(rd.hard_state, Some(HardState { term: 3, vote: None, commit: 1 }));
     }
 }

@@ -271,7 +271,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
     /// outputs include a [`Output::Restore`] when a snapshot was recovered;
     /// call [`flush`](Self::flush) to start.
     pub fn open(disk: D, cfg: ReplicaConfig) -> Result<Replica<D, R>, ReplicaError> {
-        let (store, recovered): (LogStore<D>, Recovered) = LogStore::open(disk, cfg.store.clone())?;
+        let (store, recovered): (LogStore<D>, Recovered) = LogStore::open(disk, cfg.store)?;
         let mut out = VecDeque::new();
         let mut sessions = HashMap::new();
         let mut last = 0;
@@ -398,7 +398,11 @@ impl<D: Disk, R: Clone> Replica<D, R> {
     /// a learner is promoted only once caught up). The answer — a
     /// [`Output::Reply`] to `reply_to` with client and request 0 — comes when
     /// the change commits; a refusal is returned now.
-    pub fn change_membership(&mut self, reply_to: R, change: MembershipChange) -> Result<Index, ProposeError> {
+    pub fn change_membership(
+        &mut self,
+        reply_to: R,
+        change: MembershipChange,
+    ) -> Result<Index, ProposeError> {
         let index = self.node.propose_membership(change)?;
         self.admin_waiting.insert(index, (self.node.term(), reply_to));
         Ok(index)
@@ -551,7 +555,12 @@ impl<D: Disk, R: Clone> Replica<D, R> {
                         "committed at index {}: voters {:?} learners {:?}",
                         e.index, m.voters, m.learners
                     );
-                    self.out.push_back(Output::Reply { to, client: 0, request: 0, response: response.into_bytes() });
+                    self.out.push_back(Output::Reply {
+                        to,
+                        client: 0,
+                        request: 0,
+                        response: response.into_bytes(),
+                    });
                 }
             }
             EntryKind::Noop => {}
@@ -601,7 +610,13 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             self.stats.sessions_evicted += 1;
         }
         let payload = payload.to_vec();
-        self.out.push_back(Output::Apply(Apply { index: e.index, client, request, payload, reply_to: waiting }));
+        self.out.push_back(Output::Apply(Apply {
+            index: e.index,
+            client,
+            request,
+            payload,
+            reply_to: waiting,
+        }));
     }
 
     /// Forgets the requests of a lost leadership: their clients retry.
@@ -615,4 +630,3 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         self.was_leader = leader;
     }
 }
-

@@ -34,8 +34,7 @@ struct App {
 /// does) and answering snapshots inline.
 fn pump(r: &mut Replica<MemDisk, R>, app: &mut App) -> Vec<Output<R>> {
     let mut seen = Vec::new();
-    loop {
-        let Some(o) = r.next_output() else { break };
+    while let Some(o) = r.next_output() {
         match &o {
             Output::Apply(Apply { index, client, request, payload, reply_to }) => {
                 app.applied.push(payload.clone());

@@ -1,0 +1,1561 @@
+//! The seeded simulation of r3p2: R2P2 with Raft inside it, serving the
+//! replicated key-value store ([`KvState`]) on the simulator's datagram
+//! network, with loss, duplication, reordering (delay spread and spikes),
+//! partitions, crashes and restarts that lose unsynced writes.
+//!
+//! # What a seed runs
+//! - `servers` (3 or 5) sim members, each a [`SimProcess`] owning a
+//!   [`RaftReplication<SimDisk>`] and a [`KvState`], driven the way the real
+//!   server's network loop drives its hook (`server.rs`, `NetworkLoop`):
+//!   datagrams are decoded (`header::decode`) and reassembled
+//!   ([`Reassembler`]); REPLICATED_ROUTE requests go to `on_request`, RAFT
+//!   messages to `on_peer_message` (peer index = member id); `tick` at the
+//!   tick interval, `flush` once per poll (the loop's turn); the actions run
+//!   in order: `SendToPeer` is split into RAFT datagrams, `Apply` applies to
+//!   the KV state inline and reports the answer to `on_response` (and sends
+//!   it when `respond`), `Snapshot`/`Restore` serialize/replace the KV state,
+//!   `Respond`/`Redirect`/`Refuse` answer the client with R2P2 headers that
+//!   carry the leader hint.
+//! - `clients` further members (never crashed; partitions do reach them),
+//!   each with one operation outstanding, retried with the same
+//!   `(client id, request id)` after a timeout, at the next server, following
+//!   redirects and leader hints. Operations conflict on a few keys (Get, Put,
+//!   Cas, Append with unique values) plus an append-only key `log`.
+//! - Each server's [`MemDisk`] lives outside the process (in the factory,
+//!   wrapped in a [`SimDisk`]); a restarted incarnation first calls
+//!   `MemDisk::crash`, so whatever was not synced is lost, torn or kept as
+//!   the crash seed says. The log is durable (`durable: true`): the hook
+//!   syncs inside `flush`, before anything of the turn is sent. A poll is
+//!   atomic in the simulator, so a plain crash never falls between a write
+//!   and its fsync; the nemesis' **power loss** does: it makes the server's
+//!   next fsync fail, the replica crash-stops there (its documented reaction
+//!   to a failed fsync: a panic, caught by the process, which goes silent),
+//!   with written and unsynced data on the disk, and the driver then crashes
+//!   and later restarts it.
+//! - A nemesis (this module's driver, like acuerdo's) crashes servers (often
+//!   the leader), cuts their power at the next fsync, restarts them, cuts
+//!   pairs (servers and clients) and splits the servers, until `calm_ns`;
+//!   then everything heals and restarts, every client completes
+//!   [`AFTER_CALM`] more operations invoked after the heal, and the run
+//!   stops once every client is done (or at the time limit).
+//! - Applied commands are recorded by their **apply position** (the KV
+//!   state's count of commands applied before: restored with a snapshot, so
+//!   comparable across replicas and restarts) rather than their log index,
+//!   which the hook does not expose; Raft's own positions (commit index and
+//!   term, each leader's log at election, each replica's final log) are
+//!   recorded from `replica().node()`.
+//!
+//! # What is checked (one [`Checker`] each)
+//! election safety, log matching, leader completeness (committed entries in
+//! every later leader's log and in every final log), state machine safety
+//! (the same command at the same apply position everywhere, across restarts;
+//! replaying the common sequence yields every replica's final state),
+//! exactly-once (no `(client, request)` applied at two positions; a retried
+//! request's answer is the first application's; the append-only key holds
+//! each acknowledged token exactly once), no acknowledged write lost,
+//! linearizability per key (stateright's `LinearizabilityTester`, thread =
+//! client), and liveness after healing (every client's operations answered,
+//! including [`AFTER_CALM`] invoked after the heal; a leader at the end).
+
+// Shared by the tests and the library (feature `sim`): not every item is
+// used by both.
+#![allow(dead_code)]
+
+use ordo_r2p2::header::{self, FLAG_LEADER_HINT, Header, MessageType, Policy};
+use ordo_r2p2::kv::{KvOp, KvReply, KvState};
+use ordo_r2p2::reassembly::{Message, Reassembler, ReassemblyConfig, split};
+use ordo_r2p2::{
+    ClientRef, RaftOptions, RaftReplication, ReplicatedRequest, Replication, ReplicationAction,
+    ReplicationOutput,
+};
+use ordo_raft::Config;
+use ordo_raft::node::Node;
+use ordo_raft::storage::{Disk, LogOptions, MemDisk};
+use ordo_sim::rng::stream;
+use ordo_sim::{
+    Checker, Ctx, History, NetAddr, NetConfig, Sim, SimConfig, SimProcess, SimRng, SimSocket, Violation,
+    derive_seed,
+};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
+
+/// The workload's name (`ordo sim --workload r3p2`).
+pub const NAME: &str = "r3p2";
+
+/// The port servers listen on.
+const SERVER_PORT: u16 = 1;
+/// The port clients send from.
+const CLIENT_PORT: u16 = 2;
+/// Operations each client completes, invoked after the faults healed
+/// (liveness), beyond its `ops`.
+pub const AFTER_CALM: u32 = 3;
+/// The append-only key (exactly-once check).
+pub const LOG_KEY: &[u8] = b"log";
+/// R2P2 payload per datagram (the simulated network's 1472-byte datagrams).
+const MTU_PAYLOAD: usize = 1472 - header::HEADER_SIZE;
+const MAX_PACKETS: u16 = 1024;
+
+/// What a seed draws (tests may change it before simulating).
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// Raft replicas (members `0..servers`).
+    pub servers: u32,
+    /// Clients (members `servers..servers + clients`).
+    pub clients: u32,
+    /// Operations per client.
+    pub ops: u32,
+    /// Keys with mixed operations (besides `log`).
+    pub keys: u32,
+    /// One Raft tick.
+    pub tick_ns: u64,
+    /// Client retry timeout.
+    pub client_timeout_ns: u64,
+    /// Largest pause between a client's operations.
+    pub think_max_ns: u64,
+    /// Snapshot every this many applied entries (0: never).
+    pub snapshot_interval: u64,
+    /// Log segment size.
+    pub segment_bytes: u64,
+    /// The network.
+    pub net: NetConfig,
+    /// Whether the nemesis acts.
+    pub faults: bool,
+    /// Most servers down at once.
+    pub max_crashed: u32,
+    /// Longest partition / downtime.
+    pub fault_max_ns: u64,
+    /// Largest gap between nemesis actions.
+    pub gap_max_ns: u64,
+    /// Faults stop (everything heals and restarts) at this time.
+    pub calm_ns: u64,
+    /// The run stops at this time at the latest.
+    pub end_ns: u64,
+}
+
+impl Params {
+    /// The parameters of `seed`.
+    pub fn draw(seed: u64) -> Params {
+        let mut r = SimRng::new(derive_seed(seed, stream::SCENARIO ^ 0x_3_2_2));
+        let servers = if r.chance(200_000) { 5 } else { 3 };
+        let tick_ns = r.range(150_000, 300_000);
+        let net = NetConfig {
+            delay_min_ns: r.range(2_000, 10_000),
+            delay_max_ns: r.range(20_000, 120_000),
+            spike_ppm: r.range(0, 20_000) as u32,
+            spike_max_ns: r.range(100_000, 2_000_000),
+            loss_ppm: r.range(0, 60_000) as u32,
+            duplicate_ppm: r.range(0, 30_000) as u32,
+            ..NetConfig::default()
+        };
+        let calm_ns = r.range(10_000_000, 60_000_000);
+        let ops = r.range(10, 60);
+        Params {
+            servers,
+            clients: r.range(2, 5) as u32,
+            ops: ops as u32,
+            keys: r.range(1, 4) as u32,
+            tick_ns,
+            // A quarter of the seeds retry impatiently (often before the
+            // first attempt committed): many duplicates in the log.
+            client_timeout_ns: if r.chance(250_000) {
+                r.range(100_000, 600_000)
+            } else {
+                r.range(tick_ns * 8, tick_ns * 25)
+            },
+            // Spread the load over the faults (and a little beyond).
+            think_max_ns: r.range(calm_ns / ops, 3 * calm_ns / ops),
+            snapshot_interval: [0, 3, 7, 16, 50][r.index(5)],
+            segment_bytes: [512, 4096, 1 << 20][r.index(3)],
+            net,
+            faults: !r.chance(50_000),
+            max_crashed: r.range(1, u64::from(servers)) as u32,
+            fault_max_ns: r.range(1_000_000, 12_000_000),
+            gap_max_ns: r.range(500_000, 4_000_000),
+            calm_ns,
+            end_ns: calm_ns + 200_000_000,
+        }
+    }
+
+    fn members(&self) -> u32 {
+        self.servers + self.clients
+    }
+}
+
+/// A replica's log as term runs: `(first index of the run, term)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LogView {
+    /// First index held (after the snapshot).
+    pub first: u64,
+    /// Last index held.
+    pub last: u64,
+    /// Ascending runs of equal terms.
+    pub runs: Vec<(u64, u64)>,
+}
+
+impl LogView {
+    fn of(node: &Node) -> LogView {
+        let (first, last) = (node.first_index(), node.last_index());
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for i in first..=last {
+            let t = node.term_at(i).unwrap_or(0);
+            if runs.last().is_none_or(|r| r.1 != t) {
+                runs.push((i, t));
+            }
+        }
+        LogView { first, last, runs }
+    }
+
+    /// The term at `index`, if held.
+    pub fn term(&self, index: u64) -> Option<u64> {
+        if index < self.first || index > self.last {
+            return None;
+        }
+        self.runs.iter().rev().find(|r| r.0 <= index).map(|r| r.1)
+    }
+}
+
+/// One recorded event (fields as named).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum R3Event {
+    /// A client started an operation.
+    Invoke { client: u64, request: u32, op: KvOp },
+    /// A client got its operation's answer.
+    Return { client: u64, request: u32, reply: KvReply },
+    /// A server applied a committed command at apply position `position`
+    /// (the KV state's count of applied commands before it).
+    Applied { position: u64, client: u64, request: u32, op: KvOp, reply: KvReply },
+    /// A server replaced its KV state by a snapshot.
+    Restored { applied: u64 },
+    /// A server's commit index advanced to `index` (entry term `term`) while
+    /// its current term was `at_term`.
+    Commit { index: u64, term: u64, at_term: u64 },
+    /// A server became leader of `term` with this log.
+    Leader { term: u64, log: LogView },
+    /// A live server's state at the end of the run.
+    Final {
+        log: LogView,
+        commit: u64,
+        term: u64,
+        leader: bool,
+        applied: u64,
+        state: Vec<u8>,
+        duplicates: u64,
+    },
+}
+
+fn sock_addr(a: NetAddr) -> SocketAddr {
+    let m = a.member;
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, (m >> 16) as u8, (m >> 8) as u8, m as u8), a.port))
+}
+
+fn net_addr(a: SocketAddr) -> Option<NetAddr> {
+    match a {
+        SocketAddr::V4(v4) => {
+            let o = v4.ip().octets();
+            (o[0] == 10).then(|| NetAddr::new(u32::from_be_bytes([0, o[1], o[2], o[3]]), v4.port()))
+        }
+        SocketAddr::V6(_) => None,
+    }
+}
+
+fn reassembler() -> Reassembler {
+    Reassembler::new(ReassemblyConfig { max_packets: MAX_PACKETS, ..ReassemblyConfig::default() })
+}
+
+fn send(sock: &mut SimSocket, scratch: &mut Vec<u8>, header: &Header, payload: &[u8], to: SocketAddr) {
+    let Some(to) = net_addr(to) else { return };
+    let _ = split(header, payload, MTU_PAYLOAD, MAX_PACKETS, scratch, |d| {
+        // A closed socket (crashed member) or an oversized datagram is a
+        // send failure, as UDP's.
+        let _ = sock.send(to, d);
+    });
+}
+
+/// One server incarnation: the replication hook, the application, the
+/// transport's state.
+pub struct ServerCore {
+    me: usize,
+    servers: usize,
+    sock: SimSocket,
+    hook: RaftReplication<SimDisk>,
+    kv: KvState,
+    reasm: Reassembler,
+    out: ReplicationOutput,
+    tick_ns: u64,
+    next_tick_ns: u64,
+    peer_sequence: u32,
+    scratch: Vec<u8>,
+    last_commit: u64,
+    led_term: u64,
+}
+
+impl ServerCore {
+    fn header(&self, t: MessageType, client_id: u64, request_id: u32, hint: Option<u16>) -> Header {
+        let hint = hint.or_else(|| self.hook.leader_hint());
+        Header {
+            message_type: t,
+            policy: Policy::ReplicatedRoute,
+            flags: if hint.is_some() { FLAG_LEADER_HINT } else { 0 },
+            packet_id: 0,
+            packet_count: 1,
+            client_id,
+            request_id,
+            leader_hint: hint.unwrap_or(0),
+            payload_len: 0,
+        }
+    }
+
+    fn answer(&mut self, t: MessageType, client: ClientRef, hint: Option<u16>, payload: &[u8]) {
+        let h = self.header(t, client.client_id, client.request_id, hint);
+        send(&mut self.sock, &mut self.scratch, &h, payload, client.addr);
+    }
+
+    fn on_message(&mut self, m: Message, ctx: &mut Ctx<'_, R3Event>) {
+        let now = ctx.now();
+        match (m.message_type, m.policy) {
+            (MessageType::Request, Policy::ReplicatedRoute) => {
+                let client = ClientRef { addr: m.from, client_id: m.client_id, request_id: m.request_id };
+                self.hook.on_request(ReplicatedRequest { client, payload: m.payload }, now, &mut self.out);
+                self.execute(ctx);
+            }
+            (MessageType::Raft, _) => {
+                let Some(from) = net_addr(m.from) else { return };
+                if from.port != SERVER_PORT || from.member as usize >= self.peers() {
+                    return; // not a peer: dropped as `drop_unknown_peer`
+                }
+                self.hook.on_peer_message(from.member as usize, &m.payload, now, &mut self.out);
+                self.execute(ctx);
+            }
+            _ => {}
+        }
+    }
+
+    fn peers(&self) -> usize {
+        self.servers
+    }
+
+    /// Runs the hook's actions in order (an answer's `on_response` and a
+    /// snapshot's `on_snapshot` actions after the ones already queued, as the
+    /// server's `send_outgoing` does).
+    fn execute(&mut self, ctx: &mut Ctx<'_, R3Event>) {
+        let mut queue: VecDeque<ReplicationAction> = self.out.actions.drain(..).collect();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                ReplicationAction::SendToPeer { peer, message } => {
+                    self.peer_sequence = self.peer_sequence.wrapping_add(1);
+                    let h = Header {
+                        message_type: MessageType::Raft,
+                        policy: Policy::FixedRoute,
+                        flags: 0,
+                        packet_id: 0,
+                        packet_count: 1,
+                        client_id: self.me as u64 + 1,
+                        request_id: self.peer_sequence,
+                        leader_hint: 0,
+                        payload_len: 0,
+                    };
+                    let to = sock_addr(NetAddr::new(peer as u32, SERVER_PORT));
+                    send(&mut self.sock, &mut self.scratch, &h, &message, to);
+                }
+                ReplicationAction::Apply { client, payload, respond } => {
+                    let position = self.kv.applied();
+                    let reply = self.kv.apply(&payload);
+                    let op = KvOp::decode(&payload).expect("clients send well-formed operations");
+                    let bytes = reply.encode();
+                    ctx.record(R3Event::Applied {
+                        position,
+                        client: client.client_id,
+                        request: client.request_id,
+                        op,
+                        reply,
+                    });
+                    self.hook.on_response(client, &bytes, respond, &mut self.out);
+                    if respond {
+                        self.answer(MessageType::Response, client, None, &bytes);
+                    }
+                    queue.extend(self.out.actions.drain(..));
+                }
+                ReplicationAction::Snapshot => {
+                    self.hook.on_snapshot(Some(self.kv.snapshot()), &mut self.out);
+                    queue.extend(self.out.actions.drain(..));
+                }
+                ReplicationAction::Restore { state } => {
+                    self.kv = KvState::from_snapshot(&state).expect("a snapshot of our own KV state");
+                    ctx.record(R3Event::Restored { applied: self.kv.applied() });
+                }
+                ReplicationAction::Redirect { client, leader } => {
+                    self.answer(MessageType::Redirect, client, Some(leader), &[]);
+                }
+                ReplicationAction::Respond { client, payload } => {
+                    self.answer(MessageType::Response, client, None, &payload);
+                }
+                ReplicationAction::Refuse { client, code, reason } => {
+                    let mut payload = vec![code as u8];
+                    payload.extend_from_slice(reason.as_bytes());
+                    self.answer(MessageType::Error, client, None, &payload);
+                }
+            }
+        }
+    }
+
+    fn observe(&mut self, ctx: &mut Ctx<'_, R3Event>) {
+        let node = self.hook.replica().node();
+        let commit = node.commit_index();
+        if commit > self.last_commit {
+            self.last_commit = commit;
+            let term = node.term_at(commit).unwrap_or(0);
+            ctx.record(R3Event::Commit { index: commit, term, at_term: node.term() });
+        }
+        if node.is_leader() && node.term() != self.led_term {
+            self.led_term = node.term();
+            let log = LogView::of(node);
+            ctx.record(R3Event::Leader { term: self.led_term, log });
+        }
+    }
+
+    fn poll(&mut self, ctx: &mut Ctx<'_, R3Event>) -> usize {
+        let now = ctx.now();
+        let mut work = 0;
+        // The network loop's turn: receive a batch, tick when due, flush.
+        for _ in 0..32 {
+            let Some((from, bytes)) = self.sock.recv() else { break };
+            work += 1;
+            let Ok((h, payload)) = header::decode(&bytes, MAX_PACKETS) else { continue };
+            if let Some(m) = self.reasm.on_packet(sock_addr(from), &h, payload, now) {
+                self.on_message(m, ctx);
+            }
+        }
+        if now >= self.next_tick_ns {
+            self.next_tick_ns = now + self.tick_ns;
+            if self.reasm.partial_count() > 0 {
+                self.reasm.expire(now);
+            }
+            self.hook.tick(now, &mut self.out);
+            self.execute(ctx);
+        }
+        self.hook.flush(now, &mut self.out);
+        self.execute(ctx);
+        self.observe(ctx);
+        ctx.wake_at(self.next_tick_ns);
+        work
+    }
+
+    fn final_event(&self) -> R3Event {
+        let node = self.hook.replica().node();
+        R3Event::Final {
+            log: LogView::of(node),
+            commit: node.commit_index(),
+            term: node.term(),
+            leader: node.is_leader(),
+            applied: self.kv.applied(),
+            state: self.kv.snapshot(),
+            duplicates: self.hook.replica().stats().duplicates,
+        }
+    }
+
+    /// The hook (tests look at its replica).
+    pub fn hook(&self) -> &RaftReplication<SimDisk> {
+        &self.hook
+    }
+}
+
+struct ServerProc {
+    core: Rc<RefCell<ServerCore>>,
+    world: Rc<RefCell<World>>,
+    /// Died of a power loss: does nothing until crashed and restarted.
+    dead: bool,
+}
+
+impl SimProcess<R3Event> for ServerProc {
+    fn poll(&mut self, ctx: &mut Ctx<'_, R3Event>) -> usize {
+        if self.dead {
+            return 0;
+        }
+        let core = &self.core;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.borrow_mut().poll(ctx))) {
+            Ok(work) => work,
+            Err(panic) => {
+                let msg = panic_message(&*panic);
+                if !msg.contains(POWER_LOSS) {
+                    std::panic::resume_unwind(panic);
+                }
+                // The replica's crash-stop on a failed fsync: the process is
+                // gone, with whatever it wrote and did not sync.
+                self.dead = true;
+                let mut w = self.world.borrow_mut();
+                w.zombies.insert(ctx.member());
+                w.power_losses += 1;
+                0
+            }
+        }
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// What a failed fsync says (a simulated power loss).
+const POWER_LOSS: &str = "simulated power loss";
+
+/// Keeps the default panic message for every panic but the simulated
+/// power losses (which are caught and expected).
+fn quiet_power_losses() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !panic_message(info.payload()).contains(POWER_LOSS) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// A server's disk: a [`MemDisk`] (shared by the member's incarnations)
+/// whose fsyncs fail once `power_loss` is set, so the process dies between
+/// writing and syncing (the replica's crash-stop), and the restart's
+/// `MemDisk::crash` decides what of the unsynced writes survives.
+#[derive(Clone, Debug, Default)]
+pub struct SimDisk {
+    /// The storage.
+    pub mem: MemDisk,
+    /// Fail the next fsync (and every one after it).
+    pub power_loss: Arc<AtomicBool>,
+}
+
+impl SimDisk {
+    fn check(&self) -> io::Result<()> {
+        if self.power_loss.load(Ordering::SeqCst) { Err(io::Error::other(POWER_LOSS)) } else { Ok(()) }
+    }
+}
+
+impl Disk for SimDisk {
+    fn list(&mut self) -> io::Result<Vec<String>> {
+        self.mem.list()
+    }
+    fn create(&mut self, name: &str) -> io::Result<()> {
+        self.mem.create(name)
+    }
+    fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.mem.append(name, bytes)
+    }
+    fn read(&mut self, name: &str) -> io::Result<Vec<u8>> {
+        self.mem.read(name)
+    }
+    fn read_range(&mut self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.mem.read_range(name, offset, len)
+    }
+    fn file_len(&mut self, name: &str) -> io::Result<u64> {
+        self.mem.file_len(name)
+    }
+    fn sync(&mut self, name: &str) -> io::Result<()> {
+        self.check()?;
+        self.mem.sync(name)
+    }
+    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        self.mem.truncate(name, len)
+    }
+    fn remove(&mut self, name: &str) -> io::Result<()> {
+        self.mem.remove(name)
+    }
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+        self.mem.rename(from, to)
+    }
+    fn sync_dir(&mut self) -> io::Result<()> {
+        self.check()?;
+        self.mem.sync_dir()
+    }
+}
+
+/// A client's state (kept across its incarnations: the same logical client).
+struct ClientCore {
+    id: u64,
+    servers: u32,
+    keys: u32,
+    ops: u32,
+    timeout_ns: u64,
+    think_max_ns: u64,
+    rng: SimRng,
+    target: u32,
+    next_request: u32,
+    done: u32,
+    pending: Option<(u32, Vec<u8>, u64)>,
+    next_op_ns: u64,
+    /// When the pending operation was invoked.
+    invoked_ns: u64,
+    /// Faults stop here: the client must then complete `AFTER_CALM` more.
+    calm_ns: u64,
+    answered_after_calm: u32,
+    /// Values this client saw per key (Cas expectations).
+    seen: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+struct ClientProc {
+    core: Rc<RefCell<ClientCore>>,
+    sock: SimSocket,
+    reasm: Reassembler,
+    scratch: Vec<u8>,
+    resend: bool,
+}
+
+impl ClientCore {
+    /// Its `ops`, and `AFTER_CALM` more invoked after the faults, answered.
+    fn finished(&self) -> bool {
+        self.done >= self.ops && self.answered_after_calm >= AFTER_CALM
+    }
+
+    fn next_op(&mut self, request: u32) -> KvOp {
+        let token = format!("c{}r{};", self.id, request).into_bytes();
+        if self.rng.chance(250_000) {
+            return KvOp::Append { key: LOG_KEY.to_vec(), value: token };
+        }
+        let key = format!("k{}", self.rng.below(u64::from(self.keys))).into_bytes();
+        match self.rng.below(10) {
+            0..=2 => KvOp::Get { key },
+            3..=4 => KvOp::Put { key, value: token },
+            5..=6 => {
+                let expected =
+                    if self.rng.chance(800_000) { self.seen.get(&key).cloned().flatten() } else { None };
+                KvOp::Cas { key, expected, new: token }
+            }
+            7 => KvOp::Delete { key },
+            _ => KvOp::Append { key, value: token },
+        }
+    }
+}
+
+impl ClientProc {
+    fn send_pending(&mut self) {
+        let core = self.core.borrow();
+        let Some((request, payload, _)) = &core.pending else { return };
+        let h = Header {
+            message_type: MessageType::Request,
+            policy: Policy::ReplicatedRoute,
+            flags: 0,
+            packet_id: 0,
+            packet_count: 1,
+            client_id: core.id,
+            request_id: *request,
+            leader_hint: 0,
+            payload_len: 0,
+        };
+        let to = sock_addr(NetAddr::new(core.target, SERVER_PORT));
+        send(&mut self.sock, &mut self.scratch, &h, payload, to);
+    }
+}
+
+impl SimProcess<R3Event> for ClientProc {
+    fn poll(&mut self, ctx: &mut Ctx<'_, R3Event>) -> usize {
+        let now = ctx.now();
+        let mut work = 0;
+        while let Some((from, bytes)) = self.sock.recv() {
+            work += 1;
+            let Ok((h, payload)) = header::decode(&bytes, MAX_PACKETS) else { continue };
+            let Some(m) = self.reasm.on_packet(sock_addr(from), &h, payload, now) else { continue };
+            let mut core = self.core.borrow_mut();
+            let core = &mut *core;
+            if let Some(hint) = m.leader_hint
+                && u32::from(hint) < core.servers
+            {
+                core.target = u32::from(hint);
+            }
+            let Some((request, payload, _)) = core.pending.clone() else { continue };
+            if m.client_id != core.id || m.request_id != request {
+                continue; // an answer to an older attempt
+            }
+            match m.message_type {
+                MessageType::Response => {
+                    let reply = KvReply::decode(&m.payload).expect("well-formed reply");
+                    let op = KvOp::decode(&payload).expect("own op");
+                    let key = op.key().to_vec();
+                    let value = match &reply {
+                        KvReply::Value(v) => match op {
+                            KvOp::Get { .. } | KvOp::Append { .. } => v.clone(),
+                            KvOp::Put { value, .. } => Some(value),
+                            _ => None,
+                        },
+                        KvReply::Cas { swapped: true, .. } => match op {
+                            KvOp::Cas { new, .. } => Some(new),
+                            _ => None,
+                        },
+                        KvReply::Cas { found, .. } => found.clone(),
+                        KvReply::Error(_) => None,
+                    };
+                    core.seen.insert(key, value);
+                    ctx.record(R3Event::Return { client: core.id, request, reply });
+                    core.pending = None;
+                    core.done += 1;
+                    if core.invoked_ns >= core.calm_ns {
+                        core.answered_after_calm += 1;
+                    }
+                    let think = core.rng.range(0, core.think_max_ns + 1);
+                    core.next_op_ns = now + think;
+                }
+                MessageType::Redirect => {
+                    self.resend = true;
+                }
+                MessageType::Error => {
+                    // E.g. refused: try the next server on the timeout.
+                }
+                _ => {}
+            }
+        }
+        {
+            let mut core = self.core.borrow_mut();
+            let core = &mut *core;
+            if let Some((_, _, deadline)) = core.pending.as_mut()
+                && now >= *deadline
+            {
+                *deadline = now + core.timeout_ns;
+                core.target = (core.target + 1) % core.servers;
+                self.resend = true;
+            }
+            if core.pending.is_none()
+                && !core.finished()
+                && now >= core.next_op_ns
+                && (core.done < core.ops || now >= core.calm_ns)
+            {
+                core.invoked_ns = now;
+                core.next_request += 1;
+                let request = core.next_request;
+                let op = core.next_op(request);
+                ctx.record(R3Event::Invoke { client: core.id, request, op: op.clone() });
+                core.pending = Some((request, op.encode(), now + core.timeout_ns));
+                self.resend = true;
+            }
+        }
+        if std::mem::take(&mut self.resend) {
+            self.send_pending();
+            work += 1;
+        }
+        let core = self.core.borrow();
+        match &core.pending {
+            Some((_, _, deadline)) => ctx.wake_at(*deadline),
+            None if core.finished() => {}
+            None if core.done < core.ops => ctx.wake_at(core.next_op_ns),
+            None => ctx.wake_at(core.next_op_ns.max(core.calm_ns)),
+        }
+        work
+    }
+
+    fn done(&self) -> bool {
+        self.core.borrow().finished()
+    }
+}
+
+/// Everything a driver needs to look at the processes.
+pub struct World {
+    /// Each server's latest incarnation.
+    pub servers: Vec<Option<Rc<RefCell<ServerCore>>>>,
+    /// Each server's disk (outside its processes).
+    pub disks: Vec<SimDisk>,
+    /// Servers whose process died of a power loss at an fsync (silent until
+    /// the driver crashes and restarts them).
+    pub zombies: BTreeSet<u32>,
+    /// Power losses that struck (a sync failed).
+    pub power_losses: u64,
+    /// Bytes of torn unsynced tails that recoveries cut.
+    pub torn_bytes: u64,
+}
+
+/// Builds the simulation of `params` (no nemesis yet: the driver acts).
+pub fn build(seed: u64, params: &Params) -> (Sim<R3Event>, Rc<RefCell<World>>) {
+    let n = params.servers;
+    let world = Rc::new(RefCell::new(World {
+        servers: vec![None; n as usize],
+        disks: (0..n).map(|_| SimDisk::default()).collect(),
+        zombies: BTreeSet::new(),
+        power_losses: 0,
+        torn_bytes: 0,
+    }));
+    let clients: Vec<Rc<RefCell<ClientCore>>> = (0..params.clients)
+        .map(|c| {
+            let m = n + c;
+            Rc::new(RefCell::new(ClientCore {
+                id: 1000 + u64::from(m),
+                servers: n,
+                keys: params.keys,
+                ops: params.ops,
+                timeout_ns: params.client_timeout_ns,
+                think_max_ns: params.think_max_ns,
+                rng: SimRng::new(derive_seed(seed, stream::PROCESS ^ (0xC11E << 16) ^ u64::from(m))),
+                target: c % n,
+                next_request: 0,
+                done: 0,
+                pending: None,
+                next_op_ns: 0,
+                invoked_ns: 0,
+                calm_ns: if params.faults { params.calm_ns } else { 0 },
+                answered_after_calm: 0,
+                seen: BTreeMap::new(),
+            }))
+        })
+        .collect();
+    let p = params.clone();
+    let w = world.clone();
+    let factory: ordo_sim::Factory<R3Event> = Box::new(move |ctx| {
+        let m = ctx.member();
+        if m >= p.servers {
+            let sock = ctx.bind(CLIENT_PORT).expect("client port");
+            let core = clients[(m - p.servers) as usize].clone();
+            let mut proc =
+                ClientProc { core, sock, reasm: reassembler(), scratch: Vec::new(), resend: false };
+            // A restarted client resends its pending operation at once.
+            proc.resend = proc.core.borrow().pending.is_some();
+            return Box::new(proc);
+        }
+        let disk = w.borrow().disks[m as usize].clone();
+        if ctx.incarnation() > 1 {
+            // The incarnation before died (crash, or power loss at an
+            // fsync): whatever it had not synced may be lost or torn.
+            disk.mem.crash(derive_seed(seed, stream::PROCESS ^ (u64::from(m) << 32) ^ ctx.incarnation()));
+            disk.power_loss.store(false, Ordering::SeqCst);
+        }
+        let mut opts = RaftOptions::new(m as usize, p.servers as usize);
+        opts.tick = Duration::from_nanos(p.tick_ns);
+        let mut raft =
+            Config::new(u64::from(m) + 1, derive_seed(seed, (u64::from(m) << 32) ^ ctx.incarnation()));
+        raft.election_ticks = 10;
+        raft.heartbeat_ticks = 2;
+        opts.raft = raft;
+        opts.log = LogOptions { segment_bytes: p.segment_bytes, durable: true, ..LogOptions::default() };
+        opts.snapshot_interval = p.snapshot_interval;
+        let hook = RaftReplication::open(disk, opts).expect("a replica opens on its own disk");
+        w.borrow_mut().torn_bytes += hook.replica().store().stats().torn_bytes_recovered;
+        let sock = ctx.bind(SERVER_PORT).expect("server port");
+        let core = Rc::new(RefCell::new(ServerCore {
+            me: m as usize,
+            servers: p.servers as usize,
+            sock,
+            hook,
+            kv: KvState::default(),
+            reasm: reassembler(),
+            out: ReplicationOutput::default(),
+            tick_ns: p.tick_ns,
+            next_tick_ns: ctx.now(),
+            peer_sequence: 0,
+            scratch: Vec::new(),
+            last_commit: 0,
+            led_term: 0,
+        }));
+        w.borrow_mut().servers[m as usize] = Some(core.clone());
+        Box::new(ServerProc { core, world: w.clone(), dead: false })
+    });
+    let config = SimConfig { members: params.members(), net: params.net.clone(), ..SimConfig::default() };
+    (Sim::new(seed, config, None, factory), world)
+}
+
+/// Records every live server's final state (at the history's end).
+pub fn finish(sim: Sim<R3Event>, world: &Rc<RefCell<World>>, servers: u32) -> History<R3Event> {
+    let mut h = sim.into_history();
+    let end = h.end_ns;
+    for m in 0..servers {
+        if !h.alive_at_end(m) {
+            continue;
+        }
+        let inc = h.final_incarnation(m);
+        if let Some(core) = &world.borrow().servers[m as usize] {
+            let e = core.borrow().final_event();
+            h.record(end, m, inc, e);
+        }
+    }
+    h
+}
+
+#[derive(Clone, Debug)]
+enum Later {
+    Restart(u32),
+    Heal(u32, u32),
+    HealSplit(Vec<u32>),
+}
+
+/// The live leader, if any (its process believes it leads).
+pub fn leader_of(world: &Rc<RefCell<World>>, sim: &Sim<R3Event>, n: u32) -> Option<u32> {
+    let w = world.borrow();
+    let wl = sim.world().lock().expect("world lock");
+    (0..n).find(|m| {
+        wl.is_alive(*m)
+            && w.servers[*m as usize].as_ref().is_some_and(|c| c.borrow().hook.replica().node().is_leader())
+    })
+}
+
+/// Runs one seed (nemesis included) and returns its history (unchecked).
+pub fn simulate(seed: u64, params: &Params) -> History<R3Event> {
+    simulate_counted(seed, params).0
+}
+
+/// What a run's disks went through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskCounts {
+    /// Processes that died at a failed fsync.
+    pub power_losses: u64,
+    /// Bytes of torn unsynced tails cut by recoveries.
+    pub torn_bytes: u64,
+    /// Crashes of the disks (restarts of servers).
+    pub disk_crashes: u64,
+}
+
+/// [`simulate`], with the disks' counters.
+pub fn simulate_counted(seed: u64, params: &Params) -> (History<R3Event>, DiskCounts) {
+    quiet_power_losses();
+    let n = params.servers;
+    let (mut sim, world) = build(seed, params);
+    let mut rng = SimRng::new(derive_seed(seed, stream::NEMESIS));
+    if params.faults {
+        let mut crashed: BTreeSet<u32> = BTreeSet::new();
+        let mut later: Vec<(u64, Later)> = Vec::new();
+        let mut t = rng.range(1_000_000, 5_000_000);
+        let members = params.members();
+        while t < params.calm_ns {
+            later.sort_by_key(|(at, _)| *at);
+            while later.first().is_some_and(|(at, _)| *at <= t) {
+                let (at, action) = later.remove(0);
+                sim.run_until(at);
+                match action {
+                    Later::Restart(m) => {
+                        crashed.remove(&m);
+                        sim.restart(m);
+                    }
+                    Later::Heal(a, b) => sim.heal(a, b),
+                    Later::HealSplit(side) => sim.heal_split(side),
+                }
+            }
+            sim.run_until(t);
+            let hold = rng.range(200_000, params.fault_max_ns);
+            // Processes that died of a power loss are crashed (they are
+            // already silent) and restarted later.
+            let zombies = std::mem::take(&mut world.borrow_mut().zombies);
+            for z in zombies {
+                sim.crash(z);
+                crashed.insert(z);
+                later.push((t + hold, Later::Restart(z)));
+            }
+            match rng.weighted(&[3, 3, 2, 2, 1]) {
+                0 if (crashed.len() as u32) < params.max_crashed => {
+                    let alive: Vec<u32> = (0..n).filter(|m| !crashed.contains(m)).collect();
+                    let victim = match leader_of(&world, &sim, n) {
+                        Some(l) if rng.chance(600_000) => l,
+                        _ => alive[rng.index(alive.len())],
+                    };
+                    sim.crash(victim);
+                    crashed.insert(victim);
+                    later.push((t + hold, Later::Restart(victim)));
+                }
+                1 => {
+                    let a = rng.below(u64::from(members)) as u32;
+                    let b = (a + 1 + rng.below(u64::from(members - 1)) as u32) % members;
+                    sim.cut(a, b);
+                    later.push((t + hold, Later::Heal(a, b)));
+                }
+                3 if (crashed.len() as u32) < params.max_crashed => {
+                    // Power loss at the victim's next fsync.
+                    let alive: Vec<u32> = (0..n).filter(|m| !crashed.contains(m)).collect();
+                    let victim = match leader_of(&world, &sim, n) {
+                        Some(l) if rng.chance(500_000) => l,
+                        _ => alive[rng.index(alive.len())],
+                    };
+                    world.borrow().disks[victim as usize].power_loss.store(true, Ordering::SeqCst);
+                }
+                2 => {
+                    let mut all: Vec<u32> = (0..n).collect();
+                    rng.shuffle(&mut all);
+                    let mut side = all[..1 + rng.index((n - 1) as usize)].to_vec();
+                    side.sort_unstable();
+                    sim.split(side.clone());
+                    later.push((t + hold, Later::HealSplit(side)));
+                }
+                _ => {}
+            }
+            t += rng.range(200_000, params.gap_max_ns);
+        }
+        later.sort_by_key(|(at, _)| *at);
+        for (at, action) in later.drain(..) {
+            if at >= params.calm_ns {
+                break;
+            }
+            sim.run_until(at);
+            match action {
+                Later::Restart(m) => sim.restart(m),
+                Later::Heal(a, b) => sim.heal(a, b),
+                Later::HealSplit(side) => sim.heal_split(side),
+            }
+        }
+        sim.run_until(params.calm_ns);
+        // No power loss after the calm; the dead are restarted by it.
+        for d in &world.borrow().disks {
+            d.power_loss.store(false, Ordering::SeqCst);
+        }
+        let zombies = std::mem::take(&mut world.borrow_mut().zombies);
+        for z in zombies {
+            sim.crash(z);
+        }
+        sim.calm();
+    }
+    let h = settle(sim, &world, params, params.calm_ns);
+    let w = world.borrow();
+    let counts = DiskCounts {
+        power_losses: w.power_losses,
+        torn_bytes: w.torn_bytes,
+        disk_crashes: w.disks.iter().map(|d| d.mem.stats().crashes).sum(),
+    };
+    (h, counts)
+}
+
+/// Runs `sim` (faults over) until every client is done, from `from_ns` on,
+/// or the time limit; returns the history with the final states.
+pub fn settle(
+    mut sim: Sim<R3Event>,
+    world: &Rc<RefCell<World>>,
+    params: &Params,
+    from_ns: u64,
+) -> History<R3Event> {
+    let limits = ordo_sim::RunLimits {
+        max_time_ns: params.end_ns.max(from_ns + 200_000_000),
+        max_steps: 20_000_000,
+        quiesce_after_ns: Some(from_ns + 2_000_000),
+    };
+    sim.run(&limits);
+    finish(sim, world, params.servers)
+}
+
+// ---------------------------------------------------------------------------
+// Checkers
+// ---------------------------------------------------------------------------
+
+/// Every checker of the workload, in order.
+pub fn checkers(params: &Params) -> Vec<Box<dyn Checker<R3Event>>> {
+    vec![
+        Box::new(ElectionSafety),
+        Box::new(LogMatching),
+        Box::new(LeaderCompleteness),
+        Box::new(StateMachineSafety),
+        Box::new(ExactlyOnce),
+        Box::new(NoAckedWriteLost),
+        Box::new(Linearizable),
+        Box::new(Liveness { ops: params.ops }),
+    ]
+}
+
+/// Runs and checks one seed and describes it (the CLI's report).
+pub fn report(seed: u64) -> Result<String, String> {
+    let params = Params::draw(seed);
+    let (h, disks) = std::panic::catch_unwind(|| simulate_counted(seed, &params))
+        .map_err(|p| format!("seed {seed}: panicked: {}", panic_message(&*p)))?;
+    ordo_sim::check_all(&h, &checkers(&params)).map_err(|v| format!("seed {seed}: {v} ({params:?})"))?;
+    let count = |f: &dyn Fn(&R3Event) -> bool| h.entries.iter().filter(|e| f(&e.event)).count();
+    let faults = |f: &dyn Fn(&ordo_sim::FaultNote) -> bool| h.faults.iter().filter(|r| f(&r.fault)).count();
+    let top = h
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            R3Event::Final { applied, term, .. } => Some((*applied, *term)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default();
+    Ok(format!(
+        "{NAME} seed {seed}: passed ({} checkers), history digest {:#018x}\n  \
+         {} servers, {} clients x {} ops on {} keys + `log`; tick {} us, snapshot every {}, loss {} ppm, dup {} ppm\n  \
+         simulated {:.1} ms (faults until {:.1} ms): {} crashes, {} restarts, {} partitions, {} power losses at fsync, \
+         {} torn bytes cut\n  \
+         {} elections (final term {}), {} commits observed, {} commands applied ({} distinct), {} snapshot restores\n  \
+         {} operations invoked, {} answered; {} retried duplicates answered from the session table (final incarnations)",
+        checkers(&params).len(),
+        h.digest(),
+        params.servers,
+        params.clients,
+        params.ops,
+        params.keys,
+        params.tick_ns / 1_000,
+        params.snapshot_interval,
+        params.net.loss_ppm,
+        params.net.duplicate_ppm,
+        h.end_ns as f64 / 1e6,
+        params.calm_ns as f64 / 1e6,
+        faults(&|f| matches!(f, ordo_sim::FaultNote::Crash { .. })),
+        faults(&|f| matches!(f, ordo_sim::FaultNote::Restart { .. })),
+        faults(&|f| matches!(f, ordo_sim::FaultNote::Cut { .. } | ordo_sim::FaultNote::Split { .. })),
+        disks.power_losses,
+        disks.torn_bytes,
+        count(&|e| matches!(e, R3Event::Leader { .. })),
+        top.1,
+        count(&|e| matches!(e, R3Event::Commit { .. })),
+        count(&|e| matches!(e, R3Event::Applied { .. })),
+        top.0,
+        count(&|e| matches!(e, R3Event::Restored { .. })),
+        count(&|e| matches!(e, R3Event::Invoke { .. })),
+        count(&|e| matches!(e, R3Event::Return { .. })),
+        h.entries
+            .iter()
+            .map(|e| match e.event {
+                R3Event::Final { duplicates, .. } => duplicates,
+                _ => 0,
+            })
+            .sum::<u64>(),
+    ))
+}
+
+/// Runs and checks one seed; returns the history digest.
+pub fn run(seed: u64) -> Result<u64, String> {
+    run_with(seed, &Params::draw(seed))
+}
+
+/// Runs and checks one seed with `params`.
+pub fn run_with(seed: u64, params: &Params) -> Result<u64, String> {
+    let history = std::panic::catch_unwind(|| simulate(seed, params))
+        .map_err(|p| format!("seed {seed}: panicked: {}", panic_message(&*p)))?;
+    ordo_sim::check_all(&history, &checkers(params)).map_err(|v| format!("seed {seed}: {v} ({params:?})"))?;
+    Ok(history.digest())
+}
+
+/// At most one leader per term, across members and incarnations.
+pub struct ElectionSafety;
+
+impl Checker<R3Event> for ElectionSafety {
+    fn name(&self) -> &'static str {
+        "election-safety"
+    }
+    fn check(&self, h: &History<R3Event>) -> Result<(), Violation> {
+        let mut leaders: BTreeMap<u64, u32> = BTreeMap::new();
+        for e in &h.entries {
+            if let R3Event::Leader { term, .. } = e.event
+                && let Some(other) = leaders.insert(term, e.member)
+                && other != e.member
+            {
+                return Err(Violation::new(
+                    self.name(),
+                    format!("term {term} has two leaders: m{other} and m{} (at {} ns)", e.member, e.time_ns),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn finals(h: &History<R3Event>) -> Vec<(u32, &LogView, u64, u64)> {
+    h.entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            R3Event::Final { log, applied, commit, .. } => Some((e.member, log, *applied, *commit)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Two final logs that agree on an (index, term) agree on every entry before.
+pub struct LogMatching;
+
+impl Checker<R3Event> for LogMatching {
+    fn name(&self) -> &'static str {
+        "log-matching"
+    }
+    fn check(&self, h: &History<R3Event>) -> Result<(), Violation> {
+        let f = finals(h);
+        for (i, (ma, a, ..)) in f.iter().enumerate() {
+            for (mb, b, ..) in &f[i + 1..] {
+                let lo = a.first.max(b.first);
+                let hi = a.last.min(b.last);
+                let mut matched: Option<u64> = None;
+                for idx in (lo..=hi).rev() {
+                    let (ta, tb) = (a.term(idx), b.term(idx));
+                    if ta == tb {
+                        matched.get_or_insert(idx);
+                    } else if let Some(m) = matched {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!(
+                                "m{ma} and m{mb} agree at index {m} but differ at {idx} (terms {ta:?} vs {tb:?})"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A committed entry is in every later leader's log and in every final log,
+/// and every replica that saw index `i` committed saw the same term there.
+pub struct LeaderCompleteness;
+
+impl Checker<R3Event> for LeaderCompleteness {
+    fn name(&self) -> &'static str {
+        "leader-completeness"
+    }
+    fn check(&self, h: &History<R3Event>) -> Result<(), Violation> {
+        // index → (term, highest current term of a replica that saw it committed)
+        let mut committed: BTreeMap<u64, (u64, u64, u32)> = BTreeMap::new();
+        for e in &h.entries {
+            match &e.event {
+                R3Event::Commit { index, term, at_term } if *term != 0 => {
+                    let slot = committed.entry(*index).or_insert((*term, *at_term, e.member));
+                    if slot.0 != *term {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!(
+                                "index {index} committed with term {} (m{}) and term {term} (m{})",
+                                slot.0, slot.2, e.member
+                            ),
+                        ));
+                    }
+                    slot.1 = slot.1.min(*at_term);
+                }
+                R3Event::Leader { term: lt, log } => {
+                    for (index, (term, at_term, who)) in &committed {
+                        if *lt > *at_term && *index >= log.first && log.term(*index) != Some(*term) {
+                            return Err(Violation::new(
+                                self.name(),
+                                format!(
+                                    "m{} became leader of term {lt} at {} ns without index {index} (term \
+                                     {term}, committed at term {at_term} per m{who}): its log has {:?}",
+                                    e.member,
+                                    e.time_ns,
+                                    log.term(*index)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                R3Event::Final { log, .. } => {
+                    for (index, (term, _, who)) in &committed {
+                        if *index >= log.first && *index <= log.last && log.term(*index) != Some(*term) {
+                            return Err(Violation::new(
+                                self.name(),
+                                format!(
+                                    "m{}'s final log has term {:?} at committed index {index} (term {term} per m{who})",
+                                    e.member,
+                                    log.term(*index)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+type Cmd = (u64, u32, KvOp);
+
+/// The common apply sequence: position → (command, its reply).
+fn common_sequence(h: &History<R3Event>) -> Result<BTreeMap<u64, (Cmd, KvReply)>, String> {
+    let mut seq: BTreeMap<u64, (Cmd, KvReply, u32)> = BTreeMap::new();
+    for e in &h.entries {
+        if let R3Event::Applied { position, client, request, op, reply } = &e.event {
+            let cmd = (*client, *request, op.clone());
+            match seq.get(position) {
+                Some((c, r, who)) if (c, r) != (&cmd, reply) => {
+                    return Err(format!(
+                        "position {position}: m{who} applied {c:?} -> {r:?} but m{} (incarnation {}) applied \
+                         {cmd:?} -> {reply:?}",
+                        e.member, e.incarnation
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    seq.insert(*position, (cmd, reply.clone(), e.member));
+                }
+            }
+        }
+    }
+    Ok(seq.into_iter().map(|(p, (c, r, _))| (p, (c, r))).collect())
+}
+
+/// Every replica applies the same command at the same position (across
+/// restarts); the sequence has no hole below any replica's final count; and
+/// replaying it yields each live replica's final KV state.
+pub struct StateMachineSafety;
+
+impl Checker<R3Event> for StateMachineSafety {
+    fn name(&self) -> &'static str {
+        "state-machine-safety"
+    }
+    fn check(&self, h: &History<R3Event>) -> Result<(), Violation> {
+        let seq = common_sequence(h).map_err(|m| Violation::new(self.name(), m))?;
+        let mut states: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut wanted: Vec<(u32, u64, &Vec<u8>)> = Vec::new();
+        for e in &h.entries {
+            if let R3Event::Final { applied, state, .. } = &e.event {
+                wanted.push((e.member, *applied, state));
+                states.insert(*applied, Vec::new());
+            }
+        }
+        let mut kv = KvState::default();
+        let top = wanted.iter().map(|w| w.1).max().unwrap_or(0);
+        for p in 0..top {
+            let Some(((_, _, op), _)) = seq.get(&p) else {
+                return Err(Violation::new(
+                    self.name(),
+                    format!("no replica recorded applying position {p}"),
+                ));
+            };
+            kv.apply(&op.encode());
+            if let Some(s) = states.get_mut(&(p + 1)) {
+                *s = kv.snapshot();
+            }
+        }
+        if let Some(s) = states.get_mut(&0) {
+            *s = KvState::default().snapshot();
+        }
+        for (m, applied, state) in wanted {
+            if states[&applied] != *state {
+                return Err(Violation::new(
+                    self.name(),
+                    format!("m{m}'s final KV state differs from the replay of the first {applied} commands"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// No (client, request) is applied at two positions; an applied command is
+/// one a client invoked; a client's answer is the one its command's (first
+/// and only) application produced; the append-only key holds each token
+/// at most once and every acknowledged token exactly once.
+pub struct ExactlyOnce;
+
+impl Checker<R3Event> for ExactlyOnce {
+    fn name(&self) -> &'static str {
+        "exactly-once"
+    }
+    fn check(&self, h: &History<R3Event>) -> Result<(), Violation> {
+        let v = |m: String| Violation::new("exactly-once", m);
+        let seq = common_sequence(h).map_err(v)?;
+        let mut at: BTreeMap<(u64, u32), (u64, &KvReply)> = BTreeMap::new();
+        for (p, ((c, r, _), reply)) in &seq {
+            if let Some((q, _)) = at.insert((*c, *r), (*p, reply)) {
+                return Err(v(format!("client {c} request {r} applied twice: at positions {q} and {p}")));
+            }
+        }
+        let mut invoked: BTreeMap<(u64, u32), &KvOp> = BTreeMap::new();
+        let mut acked: Vec<&KvOp> = Vec::new();
+        for e in &h.entries {
+            match &e.event {
+                R3Event::Invoke { client, request, op } => {
+                    invoked.insert((*client, *request), op);
+                }
+                R3Event::Return { client, request, reply } => {
+                    if let Some((p, applied)) = at.get(&(*client, *request))
+                        && *applied != reply
+                    {
+                        return Err(v(format!(
+                            "client {client} request {request} got {reply:?} but its application at position \
+                             {p} answered {applied:?}"
+                        )));
+                    }
+                    acked.push(invoked[&(*client, *request)]);
+                }
+                _ => {}
+            }
+        }
+        for ((c, r, op), _) in seq.values() {
+            if invoked.get(&(*c, *r)) != Some(&op) {
+                return Err(v(format!("applied {op:?} as client {c} request {r}, which it did not invoke")));
+            }
+        }
+        // The append-only key in each live replica's final state.
+        for e in &h.entries {
+            let R3Event::Final { state, applied, .. } = &e.event else { continue };
+            let kv = KvState::from_snapshot(state).map_err(|m| v(m.to_string()))?;
+            let value = kv.get(LOG_KEY).unwrap_or(&[]);
+            let mut tokens: BTreeMap<&[u8], u32> = BTreeMap::new();
+            for t in value.split(|b| *b == b';').filter(|t| !t.is_empty()) {
+                *tokens.entry(t).or_default() += 1;
+            }
+            for (t, n) in &tokens {
+                if *n > 1 {
+                    return Err(v(format!(
+                        "m{}: token {} appended {n} times",
+                        e.member,
+                        String::from_utf8_lossy(t)
+                    )));
+                }
+            }
+            for op in &acked {
+                if let KvOp::Append { key, value } = op
+                    && key == LOG_KEY
+                {
+                    let t = &value[..value.len() - 1];
+                    let pos = seq.iter().find(|(_, ((_, _, o), _))| o == *op).map(|(p, _)| *p);
+                    if pos.is_some_and(|p| p < *applied) && !tokens.contains_key(t) {
+                        return Err(v(format!(
+                            "m{}: acknowledged append {} is missing",
+                            e.member,
+                            String::from_utf8_lossy(t)
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every operation a client saw answered was applied (in the common
+/// sequence, below the most advanced live replica's count).
+pub struct NoAckedWriteLost;
+
+impl Checker<R3Event> for NoAckedWriteLost {
+    fn name(&self) -> &'static str {
+        "no-acked-write-lost"
+    }
+    fn check(&self, h: &History<R3Event>) -> Result<(), Violation> {
+        let seq = common_sequence(h).map_err(|m| Violation::new(self.name(), m))?;
+        let top = finals(h).iter().map(|f| f.2).max();
+        let Some(top) = top else { return Ok(()) };
+        let at: BTreeMap<(u64, u32), u64> = seq.iter().map(|(p, ((c, r, _), _))| ((*c, *r), *p)).collect();
+        for e in &h.entries {
+            if let R3Event::Return { client, request, .. } = e.event {
+                match at.get(&(client, request)) {
+                    Some(p) if *p < top => {}
+                    other => {
+                        return Err(Violation::new(
+                            self.name(),
+                            format!(
+                                "client {client} request {request} was answered at {} ns but is at position \
+                                 {other:?} of the applied sequence (the live replicas applied {top})",
+                                e.time_ns
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One key of the KV store as a sequential specification.
+#[derive(Clone, Debug, Default)]
+pub struct KvSpec(KvState);
+
+impl SequentialSpec for KvSpec {
+    type Op = KvOp;
+    type Ret = KvReply;
+    fn invoke(&mut self, op: &KvOp) -> KvReply {
+        self.0.apply(&op.encode())
+    }
+}
+
+/// Linearizability of the KV service, key by key (compositional), with
+/// stateright's tester; operations still in flight at the end may or may
+/// not have taken effect.
+pub struct Linearizable;
+
+impl Checker<R3Event> for Linearizable {
+    fn name(&self) -> &'static str {
+        "linearizability"
+    }
+    fn check(&self, h: &History<R3Event>) -> Result<(), Violation> {
+        let mut testers: BTreeMap<Vec<u8>, LinearizabilityTester<u64, KvSpec>> = BTreeMap::new();
+        let mut key_of: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        for e in &h.entries {
+            match &e.event {
+                R3Event::Invoke { client, op, .. } => {
+                    let key = op.key().to_vec();
+                    key_of.insert(*client, key.clone());
+                    let t =
+                        testers.entry(key).or_insert_with(|| LinearizabilityTester::new(KvSpec::default()));
+                    t.on_invoke(*client, op.clone()).map_err(|m| Violation::new(self.name(), m))?;
+                }
+                R3Event::Return { client, reply, .. } => {
+                    let key = &key_of[client];
+                    let t = testers.get_mut(key).expect("invoked");
+                    t.on_return(*client, reply.clone()).map_err(|m| Violation::new(self.name(), m))?;
+                }
+                _ => {}
+            }
+        }
+        for (key, t) in &testers {
+            if !t.is_consistent() {
+                return Err(Violation::new(
+                    self.name(),
+                    format!("the history of key {} is not linearizable", String::from_utf8_lossy(key)),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// After the faults healed: a live leader at the end, and every operation
+/// answered.
+pub struct Liveness {
+    /// Operations each client must have had answered.
+    pub ops: u32,
+}
+
+impl Checker<R3Event> for Liveness {
+    fn name(&self) -> &'static str {
+        "liveness"
+    }
+    fn check(&self, h: &History<R3Event>) -> Result<(), Violation> {
+        let calm = h.faults.iter().find(|f| f.fault == ordo_sim::FaultNote::Calm).map_or(0, |f| f.time_ns);
+        let mut open: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
+        let mut answered: BTreeMap<u64, u32> = BTreeMap::new();
+        let mut after_calm: BTreeMap<u64, u32> = BTreeMap::new();
+        for e in &h.entries {
+            match &e.event {
+                R3Event::Invoke { client, request, .. } => {
+                    open.insert(*client, (*request, e.time_ns));
+                }
+                R3Event::Return { client, .. } => {
+                    let (_, invoked) = open.remove(client).unwrap_or_default();
+                    *answered.entry(*client).or_default() += 1;
+                    if invoked >= calm {
+                        *after_calm.entry(*client).or_default() += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some((c, (r, t))) = open.iter().next() {
+            return Err(Violation::new(
+                self.name(),
+                format!("client {c} request {r} (invoked at {t} ns) never answered by {} ns", h.end_ns),
+            ));
+        }
+        if let Some((c, n)) =
+            answered.iter().find(|(c, _)| after_calm.get(*c).copied().unwrap_or(0) < AFTER_CALM)
+        {
+            return Err(Violation::new(
+                self.name(),
+                format!(
+                    "client {c} ({n} answered) had fewer than {AFTER_CALM} operations invoked after the heal at {calm} ns answered"
+                ),
+            ));
+        }
+        if let Some((c, n)) = answered.iter().find(|(_, n)| **n < self.ops) {
+            return Err(Violation::new(
+                self.name(),
+                format!("client {c} had only {n} of {} operations answered", self.ops),
+            ));
+        }
+        // A leader after the heal: one at the end, or one elected after it.
+        let leader = h.entries.iter().any(|e| match e.event {
+            R3Event::Final { leader, .. } => leader,
+            R3Event::Leader { .. } => e.time_ns >= calm,
+            _ => false,
+        });
+        if !leader {
+            return Err(Violation::new(self.name(), "no leader after the heal"));
+        }
+        Ok(())
+    }
+}
