@@ -7,6 +7,7 @@
 //! - `ordo bench spindle` — the Spindle paper's experiments, baseline vs
 //!   optimized (see `ordo_bench::spindle`).
 //! - `ordo bench acuerdo` — the Acuerdo paper's experiments.
+//! - `ordo bench r3p2` — the r3p2 thesis' Figs. 5.1-5.2 over loopback UDP.
 //! - `ordo config` — print the effective configuration (file < env < CLI).
 //! - `ordo member` — bring up this member's fabric from the configuration
 //!   and run its SST heartbeat agent, reporting peers' liveness.
@@ -159,6 +160,15 @@ enum Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The r3p2 thesis' experiments (Figs. 5.1-5.2: p99 latency vs
+    /// throughput over loopback UDP, replicated vs unreplicated, worker vs
+    /// network thread, 1/3/5 members); `--help` lists its flags.
+    #[command(disable_help_flag = true)]
+    R3p2 {
+        /// `--quick`, `--json`, `--figures fig5.1,fig5.2`, `--fsync`, `--out DIR`, ...
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -261,6 +271,7 @@ fn main() -> ExitCode {
         Command::FabricPeer(args) => fabric_peer(args),
         Command::AcuerdoPeer { args } => ordo_bench::acuerdo_peer_main(&args),
         Command::Bench(Bench::Acuerdo { args }) => ordo_bench::bench_acuerdo_main(&args),
+        Command::Bench(Bench::R3p2 { args }) => ordo_bench::bench_r3p2_main(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -401,10 +412,19 @@ fn sim(args: SimArgs) -> Result<(), String> {
              leader per epoch, up-to-date leaders, no committed loss, liveness",
             ordo_acuerdo::sim::NAME
         );
+        println!(
+            "  {:<18} r3p2 (R2P2 + Raft) KV service: loss, duplication, reordering, partitions, crashes, power \
+             loss at fsync; election safety, log matching, leader completeness, state machine safety, \
+             exactly-once, no acknowledged loss, linearizability, liveness",
+            ordo_r2p2::sim::NAME
+        );
         return Ok(());
     };
     if name == ordo_acuerdo::sim::NAME {
         return sim_acuerdo(args.seed, args.seeds, args.base_seed);
+    }
+    if name == ordo_r2p2::sim::NAME {
+        return sim_r3p2(args.seed, args.seeds, args.base_seed);
     }
     let engine = engines.iter().find(|w| w.name == name);
     let opts = ordo_sim::RunOptions {
@@ -609,6 +629,38 @@ fn sim_acuerdo(seed: Option<u64>, seeds: Option<u64>, base: Option<u64>) -> Resu
     let start = std::time::Instant::now();
     let failures: Vec<String> =
         (0..count).filter_map(|i| ordo_acuerdo::sim::run(base.wrapping_add(i)).err()).collect();
+    println!(
+        "{name}: {count} runs from base seed {base}, {} passed, {} failed, in {:.1?}",
+        count - failures.len() as u64,
+        failures.len(),
+        start.elapsed()
+    );
+    for f in failures.iter().take(10) {
+        println!("  {f}\n  replay with: ordo sim --workload {name} --seed <the seed above>");
+    }
+    if failures.is_empty() { Ok(()) } else { Err(format!("{} seeds failed", failures.len())) }
+}
+
+/// `ordo sim --workload r3p2`: the r3p2 workload (R2P2 with Raft inside,
+/// serving a replicated KV store) has its own fault driver, like acuerdo's;
+/// one seed prints what the run did.
+#[cfg(feature = "sim")]
+fn sim_r3p2(seed: Option<u64>, seeds: Option<u64>, base: Option<u64>) -> Result<(), String> {
+    let name = ordo_r2p2::sim::NAME;
+    if let Some(seed) = seed {
+        println!("{}", ordo_r2p2::sim::report(seed)?);
+        return Ok(());
+    }
+    let count = seeds.unwrap_or(100);
+    let base = base.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    let start = std::time::Instant::now();
+    let failures: Vec<String> =
+        (0..count).filter_map(|i| ordo_r2p2::sim::run(base.wrapping_add(i)).err()).collect();
     println!(
         "{name}: {count} runs from base seed {base}, {} passed, {} failed, in {:.1?}",
         count - failures.len() as u64,

@@ -6,6 +6,8 @@
 //!   cross-process cache-line ping-pong).
 //! - [`acuerdo_bench`]: `ordo bench acuerdo` — the Acuerdo paper's Fig. 8
 //!   (latency vs throughput, beside vsync) and Table 1 (election time).
+//! - [`r3p2_bench`]: `ordo bench r3p2` — the r3p2 thesis' Figs. 5.1-5.2
+//!   (p99 latency vs throughput over loopback UDP, replicated vs not).
 //! - [`acuerdo_peer`]: one Acuerdo member process (`ordo acuerdo-peer`)
 //!   for the kill -9 tests.
 //! - [`peer`]: the child process that benchmarks (and the multi-process
@@ -32,6 +34,7 @@ pub mod machine;
 pub mod peer;
 pub mod plot;
 pub mod protocol;
+pub mod r3p2_bench;
 pub mod spindle;
 
 /// Entry point of the hidden `ordo acuerdo-peer` subcommand (`args`
@@ -44,4 +47,10 @@ pub fn acuerdo_peer_main(args: &[String]) -> Result<(), String> {
 /// subcommand names); see [`acuerdo_bench`].
 pub fn bench_acuerdo_main(args: &[String]) -> Result<(), String> {
     acuerdo_bench::main(args)
+}
+
+/// Entry point of `ordo bench r3p2` (`args` without the program and
+/// subcommand names); see [`r3p2_bench`].
+pub fn bench_r3p2_main(args: &[String]) -> Result<(), String> {
+    r3p2_bench::main(args)
 }
