@@ -997,6 +997,7 @@ impl Node {
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for id in peers {
             let Some(pr) = self.progress.get_mut(&id) else { continue };
+            pr.lag_retry = true;
             if pr.state == ReplicationState::Probe {
                 // The heartbeat doubles as a retry of a lost probe.
                 pr.probe_sent = false;
@@ -1106,10 +1107,17 @@ impl Node {
                 self.broadcast_append(true);
             } else if grew {
                 self.send_append(from, false);
-            } else if self.progress.get(&from).is_some_and(|p| p.match_index < last_index) {
-                // A heartbeat answer from a lagging follower: appends may
-                // have been lost. An append at next_index - 1 either is
-                // acknowledged or is rejected and turns the follower to probe.
+            } else if let Some(pr) = self.progress.get_mut(&from)
+                && pr.match_index < last_index
+                && pr.lag_retry
+            {
+                // An answer that acknowledges nothing new from a lagging
+                // follower: appends may have been lost. An append at
+                // next_index - 1 either is acknowledged or is rejected and
+                // turns the follower to probe. Once per heartbeat interval:
+                // under load the follower lags only because appends are in
+                // flight, and answering every answer would be a storm.
+                pr.lag_retry = false;
                 self.send_append(from, true);
             }
             self.maybe_send_timeout_now(from);

@@ -34,6 +34,12 @@ pub(crate) struct Progress {
     pub(crate) snapshot_ticks: u64,
     /// The highest `leader_commit` sent to this follower.
     pub(crate) commit_sent: Index,
+    /// Replicate: one recovery append (for appends that may have been
+    /// lost) is allowed until the next heartbeat. Without this bound every
+    /// answer to an empty append from a follower that lags only because
+    /// appends are in flight would trigger another empty append: a
+    /// message storm under load.
+    pub(crate) lag_retry: bool,
 }
 
 impl Progress {
@@ -47,6 +53,7 @@ impl Progress {
             recent_active: false,
             snapshot_ticks: 0,
             commit_sent: 0,
+            lag_retry: true,
         }
     }
 
