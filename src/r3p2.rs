@@ -62,6 +62,14 @@ pub struct ServeArgs {
     /// Snapshot and compact the log every this many entries (0: never).
     #[arg(long, default_value_t = 10_000)]
     snapshot_interval: u64,
+    /// Idle duty cycles the network thread and workers spin before
+    /// yielding (then parking); 0 gives the core up at once (better when
+    /// threads outnumber cores).
+    #[arg(long, default_value_t = 200)]
+    idle_spins: u32,
+    /// Idle duty cycles spent yielding after the spins, before parking.
+    #[arg(long, default_value_t = 50)]
+    idle_yields: u32,
     /// Voters of a brand-new cluster: the first N peers (default: all);
     /// the others start as spares for `ordo r3p2 admin add-learner`.
     #[arg(long)]
@@ -134,7 +142,8 @@ pub fn main(cmd: R3p2) -> Result<(), String> {
         }
         R3p2::Admin(args) => {
             let mut client = make_client(&args.client)?;
-            let answer = client.admin(args.command.join(" ").as_bytes()).map_err(|e| format!("admin failed: {e}"))?;
+            let answer =
+                client.admin(args.command.join(" ").as_bytes()).map_err(|e| format!("admin failed: {e}"))?;
             println!("{}", String::from_utf8_lossy(&answer));
             Ok(())
         }
@@ -150,9 +159,20 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     opts.durable = !args.no_fsync;
     opts.replicated = !args.unreplicated;
     opts.service = args.service;
-    opts.mode = if args.workers == 0 { HandlerMode::NetworkThread } else { HandlerMode::Workers(args.workers) };
+    opts.mode =
+        if args.workers == 0 { HandlerMode::NetworkThread } else { HandlerMode::Workers(args.workers) };
     opts.snapshot_interval = args.snapshot_interval;
     opts.initial_voters = args.voters;
+    if let ordo_runtime::IdleStrategy::BackoffPark { park_min, park_max, .. } =
+        ordo_runtime::IdleStrategy::DEFAULT
+    {
+        opts.idle = ordo_runtime::IdleStrategy::BackoffPark {
+            spins: args.idle_spins,
+            yields: args.idle_yields,
+            park_min,
+            park_max,
+        };
+    }
     let node = start_node(&opts).map_err(|e| format!("cannot start server {}: {e}", args.id))?;
     println!("ready {} id {} of {}", node.local_addr(), args.id, args.peers.len());
     let started = Instant::now();
@@ -180,7 +200,8 @@ fn cluster(args: ClusterArgs) -> Result<(), String> {
     if args.members == 0 {
         return Err("--members must be at least 1".into());
     }
-    let peers: Vec<String> = (0..args.members).map(|i| format!("127.0.0.1:{}", args.base_port as usize + i)).collect();
+    let peers: Vec<String> =
+        (0..args.members).map(|i| format!("127.0.0.1:{}", args.base_port as usize + i)).collect();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut children: Vec<Child> = Vec::new();
     for id in 0..args.members {

@@ -83,6 +83,10 @@ pub struct BenchArgs {
     /// Reduced run (under two minutes).
     #[arg(long)]
     pub quick: bool,
+    /// Servers' idle spins and yields before parking (`ordo r3p2 serve
+    /// --idle-spins/--idle-yields`), e.g. `0,0` when threads outnumber cores.
+    #[arg(long, default_value = "200,50")]
+    pub server_idle: String,
     /// Print the report (machine, rows, summary) as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -398,6 +402,7 @@ impl Cluster {
             _ => std::env::current_exe().map_err(|e| format!("cannot find the ordo binary: {e}"))?,
         };
         let servers = free_ports(config.members)?;
+        let idle = SERVER_IDLE.get().cloned().unwrap_or_else(|| ("200".into(), "50".into()));
         let peers: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
         let data = config
             .fsync
@@ -418,6 +423,7 @@ impl Cluster {
                 .args(["r3p2", "serve", "--id", &id.to_string(), "--peers", &peers.join(",")])
                 .args(["--service", &format!("spin:{}", config.handler_us)])
                 .args(["--workers", if config.mode == "workers" { "1" } else { "0" }])
+                .args(["--idle-spins", &idle.0, "--idle-yields", &idle.1])
                 .env("ORDO_LOG", "error")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());
@@ -1036,8 +1042,17 @@ fn worker_gain(
 // ---------------------------------------------------------------------------
 // Running and output
 
+/// The servers' `--idle-spins` and `--idle-yields` for this run.
+static SERVER_IDLE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+
 /// Runs the selected experiments; writes CSV, JSON and PNG files.
 pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, String> {
+    let (spins, yields) = args
+        .server_idle
+        .split_once(',')
+        .filter(|(s, y)| s.parse::<u32>().is_ok() && y.parse::<u32>().is_ok())
+        .ok_or_else(|| format!("--server-idle `{}`: expected SPINS,YIELDS", args.server_idle))?;
+    let _ = SERVER_IDLE.set((spins.to_string(), yields.to_string()));
     let started = Instant::now();
     let want = |f: &str| args.figures.is_empty() || args.figures.iter().any(|x| x == f);
     let arrivals = match args.arrivals.as_str() {
