@@ -138,7 +138,8 @@ fn leader_killed_under_load_loses_no_acknowledged_write() {
     let acked = acked.lock().unwrap().clone();
     let mut reader = client(&peers, 0);
     for (key, value) in &acked {
-        let answer = reader.call(Policy::ReplicatedRoute, &KvOp::Get { key: key.clone().into_bytes() }.encode());
+        let answer =
+            reader.call(Policy::ReplicatedRoute, &KvOp::Get { key: key.clone().into_bytes() }.encode());
         assert_eq!(value_of(&answer.unwrap()), Some(value.clone().into_bytes()), "acknowledged {key} lost");
     }
 
