@@ -152,8 +152,11 @@ pub struct RaftReplication<D: Disk> {
     next_tick_ns: Option<u64>,
     /// Applies handed to the server whose answers have not come back yet.
     applying: VecDeque<(Index, u64, u64)>,
-    /// The index of the snapshot the handler is serializing.
-    snapshotting: Option<Index>,
+    /// The indexes of the snapshots asked of the handler and not answered
+    /// yet, oldest first (the handler answers them in order). More than one
+    /// only when a restore dropped the replica's pending snapshot while the
+    /// handler was still serializing it: that answer is stale.
+    snapshotting: VecDeque<Index>,
     scratch: Vec<u8>,
     status: Arc<RaftStatus>,
 }
@@ -183,7 +186,7 @@ impl<D: Disk> RaftReplication<D> {
             tick_ns: options.tick.as_nanos().max(1) as u64,
             next_tick_ns: None,
             applying: VecDeque::new(),
-            snapshotting: None,
+            snapshotting: VecDeque::new(),
             scratch: Vec::new(),
             status: Arc::new(RaftStatus::default()),
         };
@@ -239,7 +242,7 @@ impl<D: Disk> RaftReplication<D> {
                     }
                 }
                 Output::TakeSnapshot { index } => {
-                    self.snapshotting = Some(index);
+                    self.snapshotting.push_back(index);
                     out.snapshot();
                 }
                 Output::Restore { data, .. } => out.restore(data),
@@ -324,10 +327,15 @@ impl<D: Disk + Send + 'static> Replication for RaftReplication<D> {
     }
 
     fn on_snapshot(&mut self, state: Option<Vec<u8>>, out: &mut ReplicationOutput) {
-        let Some(index) = self.snapshotting.take() else { return };
+        let Some(index) = self.snapshotting.pop_front() else { return };
         if let Some(state) = state {
-            let result = self.replica.snapshot_ready(index, state);
-            self.check(result);
+            match self.replica.snapshot_ready(index, state) {
+                // A snapshot installed from the leader replaced the state
+                // this one was taken of (and dropped the replica's request):
+                // stale, not an error.
+                Err(ReplicaError::UnexpectedSnapshot { .. }) => {}
+                result => self.check(result),
+            }
         }
         // `None`: the handler keeps no snapshot-able state; the replica keeps
         // its request pending and so takes no further snapshots.

@@ -212,3 +212,231 @@ fn membership_change_adds_a_spare_and_removes_a_voter() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Three `RaftReplication` hooks driven in one thread (no sockets), with one
+/// follower whose handler answers snapshot requests late, as a worker does.
+mod late_snapshot {
+    use ordo_r2p2::{
+        ClientRef, KvOp, KvState, RaftOptions, RaftReplication, ReplicatedRequest, Replication,
+        ReplicationAction, ReplicationOutput,
+    };
+    use ordo_raft::storage::{MemDisk, SNAPSHOT_FILE, decode_snapshot};
+    use std::collections::VecDeque;
+    use std::net::SocketAddr;
+
+    struct Cluster {
+        hooks: Vec<RaftReplication<MemDisk>>,
+        disks: Vec<MemDisk>,
+        kv: Vec<KvState>,
+        mail: VecDeque<(usize, usize, Vec<u8>)>,
+        now: u64,
+        /// The follower whose snapshot answers are held, and whether it is
+        /// cut off from the others.
+        slow: Option<usize>,
+        cut: bool,
+        /// Held answers: the handler's state when each snapshot was asked.
+        held: VecDeque<Vec<u8>>,
+        next_request: u32,
+        /// The hooks' own answers (`Respond`), by replica.
+        responds: Vec<(usize, ClientRef, Vec<u8>)>,
+    }
+
+    impl Cluster {
+        fn new() -> Cluster {
+            let mut hooks = Vec::new();
+            let mut disks = Vec::new();
+            for me in 0..3 {
+                let mut opts = RaftOptions::new(me, 3);
+                opts.snapshot_interval = 5;
+                let disk = MemDisk::new();
+                disks.push(disk.clone());
+                hooks.push(RaftReplication::open(disk, opts).unwrap());
+            }
+            Cluster {
+                hooks,
+                disks,
+                kv: vec![KvState::default(); 3],
+                mail: VecDeque::new(),
+                now: 0,
+                slow: None,
+                cut: false,
+                held: VecDeque::new(),
+                next_request: 1,
+                responds: Vec::new(),
+            }
+        }
+
+        fn execute(&mut self, i: usize, out: &mut ReplicationOutput) {
+            let mut queue: VecDeque<ReplicationAction> = out.actions.drain(..).collect();
+            while let Some(action) = queue.pop_front() {
+                match action {
+                    ReplicationAction::SendToPeer { peer, message } => {
+                        self.mail.push_back((i, peer, message))
+                    }
+                    ReplicationAction::Apply { client, payload, respond } => {
+                        let reply = self.kv[i].apply(&payload).encode();
+                        self.hooks[i].on_response(client, &reply, respond, out);
+                        queue.extend(out.actions.drain(..));
+                    }
+                    ReplicationAction::Snapshot => {
+                        if self.slow == Some(i) {
+                            self.held.push_back(self.kv[i].snapshot());
+                        } else {
+                            self.hooks[i].on_snapshot(Some(self.kv[i].snapshot()), out);
+                            queue.extend(out.actions.drain(..));
+                        }
+                    }
+                    ReplicationAction::Restore { state } => {
+                        self.kv[i] = KvState::from_snapshot(&state).unwrap();
+                    }
+                    ReplicationAction::Respond { client, payload } => {
+                        self.responds.push((i, client, payload))
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        fn cut_off(&self, i: usize) -> bool {
+            self.cut && self.slow == Some(i)
+        }
+
+        fn turn(&mut self) {
+            self.now += 1_000_000;
+            let mut out = ReplicationOutput::default();
+            for i in 0..3 {
+                self.hooks[i].tick(self.now, &mut out);
+                self.execute(i, &mut out);
+            }
+            for _ in 0..self.mail.len() {
+                let (from, to, message) = self.mail.pop_front().unwrap();
+                if self.cut_off(from) || self.cut_off(to) {
+                    continue;
+                }
+                self.hooks[to].on_peer_message(from, &message, self.now, &mut out);
+                self.execute(to, &mut out);
+            }
+            for i in 0..3 {
+                self.hooks[i].flush(self.now, &mut out);
+                self.execute(i, &mut out);
+            }
+        }
+
+        fn leader(&self) -> Option<usize> {
+            (0..3).find(|&i| self.hooks[i].replica().node().is_leader())
+        }
+
+        fn write(&mut self) {
+            let leader = self.leader().expect("a leader");
+            let client = ClientRef {
+                addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+                client_id: 77,
+                request_id: self.next_request,
+            };
+            self.next_request += 1;
+            let op = KvOp::Put { key: b"k".to_vec(), value: self.next_request.to_le_bytes().to_vec() };
+            let mut out = ReplicationOutput::default();
+            self.hooks[leader].on_request(
+                ReplicatedRequest { client, payload: op.encode() },
+                self.now,
+                &mut out,
+            );
+            self.execute(leader, &mut out);
+            for _ in 0..3 {
+                self.turn();
+            }
+        }
+    }
+
+    /// A follower's handler is still serializing a snapshot when the leader
+    /// installs a newer one on it: that late answer must not become the
+    /// replica's next snapshot (nor stop the replica).
+    #[test]
+    fn a_snapshot_answered_after_a_restore_is_dropped() {
+        let mut c = Cluster::new();
+        for _ in 0..2000 {
+            if c.leader().is_some() {
+                break;
+            }
+            c.turn();
+        }
+        let leader = c.leader().expect("a leader is elected");
+        let f = (leader + 1) % 3;
+        c.slow = Some(f);
+        for _ in 0..20 {
+            if !c.held.is_empty() {
+                break;
+            }
+            c.write();
+        }
+        assert_eq!(c.held.len(), 1, "the follower was asked for a snapshot");
+        // Cut the follower off while the leader snapshots and compacts far
+        // beyond it, then let it back: it gets an InstallSnapshot.
+        c.cut = true;
+        for _ in 0..30 {
+            c.write();
+        }
+        c.cut = false;
+        for _ in 0..200 {
+            if c.hooks[f].replica().stats().snapshots_installed > 0 && c.held.len() >= 2 {
+                break;
+            }
+            c.write();
+        }
+        assert!(c.hooks[f].replica().stats().snapshots_installed > 0, "the follower installed a snapshot");
+        assert_eq!(c.held.len(), 2, "the follower was asked for a new snapshot after the restore");
+        let (stale, fresh) = (c.held[0].clone(), c.held[1].clone());
+        assert_ne!(stale, fresh);
+        c.slow = None;
+        let mut out = ReplicationOutput::default();
+        c.hooks[f].on_snapshot(Some(stale), &mut out);
+        c.execute(f, &mut out);
+        c.hooks[f].on_snapshot(Some(fresh.clone()), &mut out);
+        c.execute(f, &mut out);
+        let bytes = c.disks[f].contents(SNAPSHOT_FILE).expect("a snapshot file");
+        let snap = decode_snapshot(&bytes, SNAPSHOT_FILE).expect("a valid snapshot file");
+        assert!(snap.data.ends_with(&fresh), "the persisted snapshot holds the state it was taken at");
+        // And the replica goes on working.
+        for _ in 0..10 {
+            c.write();
+        }
+        for _ in 0..20 {
+            c.turn();
+        }
+        assert_eq!(c.kv[f], c.kv[leader]);
+    }
+
+    /// A leader that removes itself steps down the moment the change
+    /// commits; the admin command is still answered.
+    #[test]
+    fn a_leader_that_removes_itself_answers_the_admin_command() {
+        let mut c = Cluster::new();
+        for _ in 0..2000 {
+            if c.leader().is_some() {
+                break;
+            }
+            c.turn();
+        }
+        let leader = c.leader().expect("a leader is elected");
+        c.write(); // the leader has committed an entry of its term
+        let admin = ClientRef { addr: SocketAddr::from(([127, 0, 0, 1], 10)), client_id: 5, request_id: 1 };
+        let command = format!("remove {}", leader + 1).into_bytes();
+        let mut out = ReplicationOutput::default();
+        c.hooks[leader].on_admin(ReplicatedRequest { client: admin, payload: command }, c.now, &mut out);
+        c.execute(leader, &mut out);
+        for _ in 0..50 {
+            c.turn();
+        }
+        assert!(!c.hooks[leader].replica().node().is_leader(), "the removed leader stepped down");
+        let answers: Vec<String> = c
+            .responds
+            .iter()
+            .filter(|(_, to, _)| *to == admin)
+            .map(|(_, _, p)| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        assert!(
+            answers.iter().any(|a| a.starts_with("committed at index")),
+            "the admin command is answered: {answers:?}"
+        );
+    }
+}

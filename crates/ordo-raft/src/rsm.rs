@@ -470,12 +470,23 @@ impl<D: Disk, R: Clone> Replica<D, R> {
     /// replica before it.
     pub fn flush(&mut self) -> Result<(), ReplicaError> {
         loop {
-            self.leadership_check();
-            if self.sync_pending.is_some() || !self.node.has_ready() {
+            if self.sync_pending.is_some() {
+                return Ok(());
+            }
+            if !self.node.has_ready() {
+                // Only now: the entries a lost leadership committed before it
+                // ended (e.g. a leader's own removal, after which it steps
+                // down at once) were handed out above with their reply
+                // addresses.
+                self.leadership_check();
                 return Ok(());
             }
             let ready = self.node.ready();
             if let Some(snap) = &ready.snapshot {
+                // Check a leader's snapshot before it replaces the durable
+                // log: a malformed one stops the replica (see `release`)
+                // without leaving a disk it cannot reopen.
+                decode_snapshot(&snap.data, snap.meta.index)?;
                 self.store.install_snapshot(snap)?;
             }
             if !ready.entries.is_empty() {
@@ -619,7 +630,9 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         }));
     }
 
-    /// Forgets the requests of a lost leadership: their clients retry.
+    /// Forgets the requests of a lost leadership: their clients retry. (Not
+    /// a safety measure: an answer to `(client, request)` from the first
+    /// committed application of it is right whoever proposed it.)
     fn leadership_check(&mut self) {
         let leader = self.node.is_leader();
         if self.was_leader && !leader {

@@ -184,3 +184,25 @@ fn snapshots_carry_the_sessions_and_restore_after_restart() {
     assert_eq!(replies(&out).len(), 1);
     assert_eq!(restored.applied, app.applied, "not applied twice");
 }
+
+/// A follower given a snapshot whose data is not a replica snapshot stops
+/// (an error from `flush`) before persisting it, so it can reopen its disk.
+#[test]
+fn a_malformed_snapshot_from_a_peer_is_refused_before_it_is_persisted() {
+    use ordo_raft::{Message, Snapshot, SnapshotMeta};
+    let mut cfg = config(SyncMode::Immediate, 0);
+    cfg.raft = Config::new(2, 7);
+    cfg.initial_membership = Membership::with_voters([1, 2]);
+    let disk = MemDisk::new();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk.clone(), cfg.clone()).unwrap();
+    r.flush().unwrap();
+    let snapshot = Snapshot {
+        meta: SnapshotMeta { index: 10, term: 1, membership: Membership::with_voters([1, 2]) },
+        data: b"not a replica snapshot".to_vec(),
+    };
+    r.step(Message::InstallSnapshot { term: 1, from: 1, to: 2, snapshot }).unwrap();
+    assert!(r.flush().is_err(), "a malformed snapshot stops the replica");
+    drop(r);
+    let mut again: Replica<MemDisk, R> = Replica::open(disk, cfg).expect("the disk still opens");
+    assert!(again.next_output().is_none(), "nothing to restore");
+}
