@@ -62,6 +62,9 @@ pub struct RaftOptions {
     pub snapshot_interval: u64,
     /// Most client sessions kept for duplicate detection.
     pub max_sessions: usize,
+    /// Applied request ids remembered per client (how far out of order an
+    /// open-loop client's requests may be applied or retried).
+    pub session_window: usize,
     /// Largest snapshot accepted from a peer.
     pub max_snapshot_bytes: u64,
 }
@@ -82,6 +85,7 @@ impl RaftOptions {
             log: LogOptions::default(),
             snapshot_interval: 10_000,
             max_sessions: 100_000,
+            session_window: 1024,
             max_snapshot_bytes: 256 << 20,
         }
     }
@@ -176,6 +180,7 @@ impl<D: Disk> RaftReplication<D> {
             sync: SyncMode::Immediate,
             snapshot_interval: options.snapshot_interval,
             max_sessions: options.max_sessions,
+            session_window: options.session_window,
             initial_membership: Membership::with_voters(1..=options.members as NodeId),
         };
         let replica = Replica::open(disk, cfg)?;

@@ -20,13 +20,16 @@
 //!   nothing that depends on the unsynced writes is released before it.
 //! - **Apply in log order, exactly once per (client, request).** Committed
 //!   commands are handed out as [`Output::Apply`] in index order. A session
-//!   table keyed by client id remembers the highest request id applied for
-//!   each client and its response; a committed command whose request id is
-//!   not above its client's is a duplicate (a retry) and is not applied
-//!   again — its cached response answers the retry. The table's decisions
-//!   depend only on the log, so every replica makes the same ones. Clients
-//!   must issue request ids in increasing order and have one request
-//!   outstanding per client id (Raft thesis §6.3).
+//!   table keyed by client id remembers, per client, the request ids applied
+//!   most recently (a window of `session_window` ids) with their responses;
+//!   a committed command whose id is in the window is a duplicate (a retry)
+//!   and is not applied again — its cached response answers the retry. The
+//!   table's decisions depend only on the log, so every replica makes the
+//!   same ones. Clients number their requests in increasing order and may
+//!   keep many outstanding (R2P2's open loop) as long as a retry comes
+//!   before `session_window` newer requests of the same client have been
+//!   applied; a request older than a full window is ignored (its client
+//!   times out) rather than risk applying it twice (Raft thesis §6.3).
 //! - **Bounded sessions.** At most `max_sessions` are kept; the one least
 //!   recently used *in log order* is evicted (deterministic on every
 //!   replica). A client evicted while it still retries an old request can
@@ -75,6 +78,9 @@ pub struct ReplicaConfig {
     pub snapshot_interval: u64,
     /// Most client sessions kept for duplicate detection.
     pub max_sessions: usize,
+    /// Applied request ids (and responses) remembered per client: how far
+    /// out of order a client's requests may be applied or retried.
+    pub session_window: usize,
     /// Members of a brand-new cluster (ignored when the disk holds state).
     pub initial_membership: Membership,
 }
@@ -137,17 +143,47 @@ pub struct ReplicaStats {
     pub snapshots_installed: u64,
     pub sessions_evicted: u64,
     pub malformed_commands: u64,
+    /// Requests older than their client's whole session window, ignored.
+    pub too_old: u64,
     pub invalid_messages: u64,
     pub refused_proposals: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Session {
-    request: RequestId,
-    /// `None` while the command is being applied.
-    response: Option<Vec<u8>>,
+    /// The most recently applied request ids and their responses (`None`
+    /// while the command is being applied); at most `session_window`.
+    applied: BTreeMap<RequestId, Option<Vec<u8>>>,
     /// Log index of the session's last command (its LRU key).
     index: Index,
+}
+
+/// What the session table says about a request.
+enum Seen<'a> {
+    /// Never applied: apply it.
+    New,
+    /// Applied; its response (`None`: still being applied).
+    Applied(Option<&'a Vec<u8>>),
+    /// Older than the whole window: unknown, ignore it.
+    TooOld,
+}
+
+impl Session {
+    fn seen(&self, request: RequestId, window: usize) -> Seen<'_> {
+        if let Some(r) = self.applied.get(&request) {
+            return Seen::Applied(r.as_ref());
+        }
+        match self.applied.first_key_value() {
+            Some((&oldest, _)) if self.applied.len() >= window && request < oldest => Seen::TooOld,
+            _ => Seen::New,
+        }
+    }
+
+    fn fill(&mut self, request: RequestId, response: &[u8]) {
+        if let Some(slot) = self.applied.get_mut(&request) {
+            *slot = Some(response.to_vec());
+        }
+    }
 }
 
 /// A snapshot waiting for the application's part.
@@ -218,12 +254,15 @@ fn encode_snapshot(sessions: &HashMap<ClientId, Session>, app: &[u8]) -> Vec<u8>
     let mut b = vec![SNAPSHOT_MAGIC];
     b.extend_from_slice(&(clients.len() as u32).to_le_bytes());
     for (client, s) in clients {
-        let resp = s.response.as_deref().unwrap_or(&[]);
         b.extend_from_slice(&client.to_le_bytes());
-        b.extend_from_slice(&s.request.to_le_bytes());
         b.extend_from_slice(&s.index.to_le_bytes());
-        b.extend_from_slice(&(resp.len() as u32).to_le_bytes());
-        b.extend_from_slice(resp);
+        b.extend_from_slice(&(s.applied.len() as u32).to_le_bytes());
+        for (request, resp) in &s.applied {
+            let resp = resp.as_deref().unwrap_or(&[]);
+            b.extend_from_slice(&request.to_le_bytes());
+            b.extend_from_slice(&(resp.len() as u32).to_le_bytes());
+            b.extend_from_slice(resp);
+        }
     }
     b.extend_from_slice(app);
     b
@@ -238,27 +277,42 @@ fn decode_snapshot(data: &[u8], index: Index) -> Result<DecodedSnapshot<'_>, Rep
     }
     let n = u32::from_le_bytes(data[1..5].try_into().unwrap()) as usize;
     let mut at = 5;
-    // Each session takes at least 28 bytes: bound the count by the input.
-    if n > (data.len() - at) / 28 {
+    // Each session takes at least 20 bytes: bound the count by the input.
+    if n > (data.len() - at) / 20 {
         return Err(bad("session count exceeds the snapshot"));
     }
+    let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+    let half = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
     let mut sessions = HashMap::with_capacity(n);
     for _ in 0..n {
-        let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
-        if data.len() - at < 28 {
+        if data.len() - at < 20 {
             return Err(bad("truncated session"));
         }
         let client = word(at);
-        let request = word(at + 8);
-        let sidx = word(at + 16);
-        let len = u32::from_le_bytes(data[at + 24..at + 28].try_into().unwrap()) as usize;
-        at += 28;
-        if data.len() - at < len {
-            return Err(bad("truncated response"));
+        let sidx = word(at + 8);
+        let count = half(at + 16);
+        at += 20;
+        // Each applied id takes at least 12 bytes.
+        if count > (data.len() - at) / 12 {
+            return Err(bad("applied count exceeds the snapshot"));
         }
-        let response = Some(data[at..at + len].to_vec());
-        at += len;
-        if sessions.insert(client, Session { request, response, index: sidx }).is_some() {
+        let mut applied = BTreeMap::new();
+        for _ in 0..count {
+            if data.len() - at < 12 {
+                return Err(bad("truncated applied request"));
+            }
+            let request = word(at);
+            let len = half(at + 8);
+            at += 12;
+            if data.len() - at < len {
+                return Err(bad("truncated response"));
+            }
+            if applied.insert(request, Some(data[at..at + len].to_vec())).is_some() {
+                return Err(bad("duplicate request id"));
+            }
+            at += len;
+        }
+        if sessions.insert(client, Session { applied, index: sidx }).is_some() {
             return Err(bad("duplicate session"));
         }
     }
@@ -356,21 +410,23 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             return Ok(());
         }
         if let Some(s) = self.sessions.get(&client) {
-            if request < s.request {
-                return Ok(()); // the client has moved on; this is an old retry
-            }
-            if request == s.request {
-                self.stats.duplicates += 1;
-                match &s.response {
-                    Some(resp) => {
-                        let response = resp.clone();
-                        self.out.push_back(Output::Reply { to: reply_to, client, request, response });
-                    }
-                    None => {
-                        self.reply_after_apply.insert((client, request), reply_to);
-                    }
+            match s.seen(request, self.cfg.session_window) {
+                Seen::New => {}
+                Seen::TooOld => {
+                    self.stats.too_old += 1;
+                    return Ok(()); // unknown: never risk a second application
                 }
-                return Ok(());
+                Seen::Applied(Some(resp)) => {
+                    self.stats.duplicates += 1;
+                    let response = resp.clone();
+                    self.out.push_back(Output::Reply { to: reply_to, client, request, response });
+                    return Ok(());
+                }
+                Seen::Applied(None) => {
+                    self.stats.duplicates += 1;
+                    self.reply_after_apply.insert((client, request), reply_to);
+                    return Ok(());
+                }
             }
         }
         if let Some(w) = self.waiting.get_mut(&(client, request)) {
@@ -414,17 +470,14 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         if let Some(p) = &mut self.pending_snapshot
             && index <= p.index
             && let Some(s) = p.sessions.get_mut(&client)
-            && s.request == request
         {
-            s.response = Some(response.clone());
+            s.fill(request, &response);
         }
         if let Some(to) = self.reply_after_apply.remove(&(client, request)) {
             self.out.push_back(Output::Reply { to, client, request, response: response.clone() });
         }
-        if let Some(s) = self.sessions.get_mut(&client)
-            && s.request == request
-        {
-            s.response = Some(response);
+        if let Some(s) = self.sessions.get_mut(&client) {
+            s.fill(request, &response);
         }
     }
 
@@ -592,27 +645,39 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             return;
         };
         let waiting = self.waiting.remove(&(client, request));
-        if let Some(s) = self.sessions.get(&client)
-            && request <= s.request
-        {
-            self.stats.duplicates += 1;
-            if let Some(to) = waiting
-                && request == s.request
-            {
-                match &s.response {
-                    Some(resp) => {
-                        let response = resp.clone();
-                        self.out.push_back(Output::Reply { to, client, request, response });
+        let window = self.cfg.session_window.max(1);
+        if let Some(s) = self.sessions.get(&client) {
+            match s.seen(request, window) {
+                Seen::New => {}
+                Seen::TooOld => {
+                    self.stats.too_old += 1;
+                    return;
+                }
+                Seen::Applied(resp) => {
+                    self.stats.duplicates += 1;
+                    if let Some(to) = waiting {
+                        match resp {
+                            Some(resp) => {
+                                let response = resp.clone();
+                                self.out.push_back(Output::Reply { to, client, request, response });
+                            }
+                            None => {
+                                self.reply_after_apply.insert((client, request), to);
+                            }
+                        }
                     }
-                    None => {
-                        self.reply_after_apply.insert((client, request), to);
-                    }
+                    return;
                 }
             }
-            return;
         }
-        if let Some(old) = self.sessions.insert(client, Session { request, response: None, index: e.index }) {
-            self.lru.remove(&old.index);
+        let session = self.sessions.entry(client).or_default();
+        if session.index > 0 {
+            self.lru.remove(&session.index);
+        }
+        session.index = e.index;
+        session.applied.insert(request, None);
+        while session.applied.len() > window {
+            session.applied.pop_first();
         }
         self.lru.insert(e.index, client);
         while self.sessions.len() > self.cfg.max_sessions.max(1) {

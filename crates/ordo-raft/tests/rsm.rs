@@ -20,6 +20,7 @@ fn config(sync: SyncMode, snapshot_interval: u64) -> ReplicaConfig {
         sync,
         snapshot_interval,
         max_sessions: 1000,
+        session_window: 64,
         initial_membership: Membership::with_voters([1]),
     }
 }
@@ -99,14 +100,19 @@ fn retried_requests_apply_once_and_get_the_first_answer() {
     let out = pump(&mut r, &mut app);
     assert_eq!(replies(&out), vec![(11, 1, b"ok 1".to_vec())]);
     assert_eq!(app.applied, vec![b"a".to_vec()]);
-    // An older request of the same client is ignored; a newer one applies.
-    r.request(12, 77, 0, b"old").unwrap();
+    // A newer request applies; so does a not-yet-applied older one (many
+    // may be in flight); the retried one is not applied again.
     r.request(12, 77, 2, b"b").unwrap();
+    r.request(12, 77, 1, b"a").unwrap();
+    r.request(12, 77, 0, b"zero").unwrap();
     r.flush().unwrap();
     let out = pump(&mut r, &mut app);
-    assert_eq!(replies(&out), vec![(12, 2, b"ok 2".to_vec())]);
-    assert_eq!(app.applied, vec![b"a".to_vec(), b"b".to_vec()]);
-    assert_eq!(r.stats().duplicates, 1);
+    assert_eq!(
+        replies(&out),
+        vec![(12, 1, b"ok 1".to_vec()), (12, 2, b"ok 2".to_vec()), (12, 0, b"ok 3".to_vec())]
+    );
+    assert_eq!(app.applied, vec![b"a".to_vec(), b"b".to_vec(), b"zero".to_vec()]);
+    assert_eq!(r.stats().duplicates, 2);
 }
 
 #[test]
@@ -205,4 +211,46 @@ fn a_malformed_snapshot_from_a_peer_is_refused_before_it_is_persisted() {
     drop(r);
     let mut again: Replica<MemDisk, R> = Replica::open(disk, cfg).expect("the disk still opens");
     assert!(again.next_output().is_none(), "nothing to restore");
+}
+
+/// R2P2 clients keep many requests in flight (open loop): requests of one
+/// client may commit out of order, and each is still applied exactly once;
+/// a retry older than the whole session window is ignored, never applied
+/// a second time.
+#[test]
+fn out_of_order_requests_of_one_client_apply_once_within_the_window() {
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(MemDisk::new(), config(SyncMode::Immediate, 0)).unwrap();
+    become_leader(&mut r, &mut app);
+    // Request 2 arrives (and commits) before request 1.
+    r.request(1, 42, 2, b"b").unwrap();
+    r.flush().unwrap();
+    pump(&mut r, &mut app);
+    r.request(1, 42, 1, b"a").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert_eq!(replies(&out), vec![(1, 1, b"ok 2".to_vec())], "the older request still applies");
+    // Retries of both are answered from the sessions, not applied.
+    r.request(2, 42, 1, b"a").unwrap();
+    r.request(2, 42, 2, b"b").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert_eq!(replies(&out), vec![(2, 1, b"ok 2".to_vec()), (2, 2, b"ok 1".to_vec())]);
+    assert_eq!(app.applied, vec![b"b".to_vec(), b"a".to_vec()]);
+    // Fill the window (64) with newer requests: request 1 falls out of it.
+    for id in 3..=80u64 {
+        r.request(3, 42, id, &[id as u8]).unwrap();
+    }
+    r.flush().unwrap();
+    pump(&mut r, &mut app);
+    let applied = app.applied.len();
+    assert_eq!(applied, 80);
+    r.request(4, 42, 1, b"a").unwrap();
+    r.request(4, 42, 70, &[70]).unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert_eq!(replies(&out).len(), 1, "only the retry inside the window is answered: {out:?}");
+    assert_eq!(replies(&out)[0].1, 70);
+    assert_eq!(app.applied.len(), applied, "nothing applied twice");
+    assert_eq!(r.stats().too_old, 1);
 }
