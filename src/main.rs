@@ -421,10 +421,12 @@ fn sim(args: SimArgs) -> Result<(), String> {
         return Ok(());
     };
     if name == ordo_acuerdo::sim::NAME {
-        return sim_acuerdo(args.seed, args.seeds, args.base_seed);
+        let (run, report) = (ordo_acuerdo::sim::run, acuerdo_report);
+        return sim_engine(ordo_acuerdo::sim::NAME, run, report, args.seed, args.seeds, args.base_seed);
     }
     if name == ordo_r2p2::sim::NAME {
-        return sim_r3p2(args.seed, args.seeds, args.base_seed);
+        let (run, report) = (ordo_r2p2::sim::run, ordo_r2p2::sim::report);
+        return sim_engine(ordo_r2p2::sim::NAME, run, report, args.seed, args.seeds, args.base_seed);
     }
     let engine = engines.iter().find(|w| w.name == name);
     let opts = ordo_sim::RunOptions {
@@ -608,15 +610,21 @@ fn demo(args: DemoArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `ordo sim --workload acuerdo`: the Acuerdo workload has its own fault
-/// scheduler (it keeps at most f members unsafe), so it reports a history
-/// digest rather than the registry's run report.
+/// `ordo sim --workload acuerdo|r3p2`: these engine workloads have their own
+/// fault drivers (Acuerdo keeps at most f members unsafe; r3p2 adds power
+/// loss at fsync), so one seed prints the workload's own report and a batch
+/// runs `run(seed)` (the history digest, or the violation) per seed.
 #[cfg(feature = "sim")]
-fn sim_acuerdo(seed: Option<u64>, seeds: Option<u64>, base: Option<u64>) -> Result<(), String> {
-    let name = ordo_acuerdo::sim::NAME;
+fn sim_engine(
+    name: &str,
+    run: fn(u64) -> Result<u64, String>,
+    report: fn(u64) -> Result<String, String>,
+    seed: Option<u64>,
+    seeds: Option<u64>,
+    base: Option<u64>,
+) -> Result<(), String> {
     if let Some(seed) = seed {
-        let digest = ordo_acuerdo::sim::run(seed)?;
-        println!("{name} seed {seed}: passed, history digest {digest:#018x}");
+        println!("{}", report(seed)?);
         return Ok(());
     }
     let count = seeds.unwrap_or(100);
@@ -627,8 +635,7 @@ fn sim_acuerdo(seed: Option<u64>, seeds: Option<u64>, base: Option<u64>) -> Resu
             .unwrap_or(1)
     });
     let start = std::time::Instant::now();
-    let failures: Vec<String> =
-        (0..count).filter_map(|i| ordo_acuerdo::sim::run(base.wrapping_add(i)).err()).collect();
+    let failures: Vec<String> = (0..count).filter_map(|i| run(base.wrapping_add(i)).err()).collect();
     println!(
         "{name}: {count} runs from base seed {base}, {} passed, {} failed, in {:.1?}",
         count - failures.len() as u64,
@@ -641,34 +648,9 @@ fn sim_acuerdo(seed: Option<u64>, seeds: Option<u64>, base: Option<u64>) -> Resu
     if failures.is_empty() { Ok(()) } else { Err(format!("{} seeds failed", failures.len())) }
 }
 
-/// `ordo sim --workload r3p2`: the r3p2 workload (R2P2 with Raft inside,
-/// serving a replicated KV store) has its own fault driver, like acuerdo's;
-/// one seed prints what the run did.
+/// One Acuerdo seed: its history digest.
 #[cfg(feature = "sim")]
-fn sim_r3p2(seed: Option<u64>, seeds: Option<u64>, base: Option<u64>) -> Result<(), String> {
-    let name = ordo_r2p2::sim::NAME;
-    if let Some(seed) = seed {
-        println!("{}", ordo_r2p2::sim::report(seed)?);
-        return Ok(());
-    }
-    let count = seeds.unwrap_or(100);
-    let base = base.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    let start = std::time::Instant::now();
-    let failures: Vec<String> =
-        (0..count).filter_map(|i| ordo_r2p2::sim::run(base.wrapping_add(i)).err()).collect();
-    println!(
-        "{name}: {count} runs from base seed {base}, {} passed, {} failed, in {:.1?}",
-        count - failures.len() as u64,
-        failures.len(),
-        start.elapsed()
-    );
-    for f in failures.iter().take(10) {
-        println!("  {f}\n  replay with: ordo sim --workload {name} --seed <the seed above>");
-    }
-    if failures.is_empty() { Ok(()) } else { Err(format!("{} seeds failed", failures.len())) }
+fn acuerdo_report(seed: u64) -> Result<String, String> {
+    let digest = ordo_acuerdo::sim::run(seed)?;
+    Ok(format!("{} seed {seed}: passed, history digest {digest:#018x}", ordo_acuerdo::sim::NAME))
 }
