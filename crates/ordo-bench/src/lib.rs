@@ -54,3 +54,18 @@ pub fn bench_acuerdo_main(args: &[String]) -> Result<(), String> {
 pub fn bench_r3p2_main(args: &[String]) -> Result<(), String> {
     r3p2_bench::main(args)
 }
+
+/// Parses a benchmark's own flags (`args` without program and subcommand,
+/// `command` names it in messages). `Ok(None)`: `--help` was printed.
+pub(crate) fn parse_bench_args<T: clap::Parser>(command: &str, args: &[String]) -> Result<Option<T>, String> {
+    use std::io::Write as _;
+    let argv = std::iter::once(command.to_string()).chain(args.iter().cloned());
+    match T::try_parse_from(argv) {
+        Ok(a) => Ok(Some(a)),
+        Err(e) if !e.use_stderr() => {
+            let _ = write!(std::io::stdout(), "{e}");
+            Ok(None)
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -344,16 +344,7 @@ pub struct Report {
 
 /// Entry point of `ordo bench r3p2` (`args` without program/subcommand).
 pub fn main(args: &[String]) -> Result<(), String> {
-    use std::io::Write as _;
-    let argv = std::iter::once("ordo bench r3p2".to_string()).chain(args.iter().cloned());
-    let args = match BenchArgs::try_parse_from(argv) {
-        Ok(a) => a,
-        Err(e) if !e.use_stderr() => {
-            let _ = write!(std::io::stdout(), "{e}");
-            return Ok(());
-        }
-        Err(e) => return Err(e.to_string()),
-    };
+    let Some(args) = crate::parse_bench_args::<BenchArgs>("ordo bench r3p2", args)? else { return Ok(()) };
     let report = run(&args, |line| eprintln!("{line}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
