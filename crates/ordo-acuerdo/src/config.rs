@@ -205,6 +205,9 @@ pub struct Layout {
     pub columns: Columns,
     /// Bytes of a row that hold columns (pushed as one write).
     pub row_used: usize,
+    /// The Accept and ring_ack columns (adjacent): what a push that only
+    /// acknowledges carries.
+    pub ack_push: ColumnRange,
     /// Bytes of the SST.
     pub sst_len: usize,
     /// Geometry of every ring.
@@ -222,25 +225,34 @@ impl Layout {
     pub fn new(cfg: &Config) -> Layout {
         let n = cfg.members.len();
         let mut b = LayoutBuilder::new();
+        // Accept and ring_ack first and adjacent: a follower's per-message
+        // acknowledgement pushes only them (`ack_push`, one cache line for
+        // up to 7 members), which leaves the receiver's cached copy of the
+        // rest of the row valid.
+        let accept = b.counter("accept");
+        let ring_ack = b.counters("ring_ack", n);
         let columns = Columns {
             heartbeat: b.counter("heartbeat"),
-            accept: b.counter("accept"),
+            accept,
             commit: b.counter("commit"),
             e_new: b.counter("e_new"),
             vote: b.counters("vote", 3),
             status: b.counter("status"),
             diff_request: b.counter("diff_request"),
             ring_session: b.counters("ring_session", n),
-            ring_ack: b.counters("ring_ack", n),
+            ring_ack,
         };
-        let ack = ColumnRange::from(columns.ring_ack);
-        let row_used = ack.offset + ack.len;
+        let acks = ColumnRange::from(ring_ack);
+        let first = ColumnRange::from(accept);
+        let ack_push = ColumnRange { offset: first.offset, len: acks.offset + acks.len - first.offset };
+        let last = ColumnRange::from(columns.ring_session);
+        let row_used = last.offset + last.len;
         let sst = b.build();
         let sst_len = sst.table_len(n);
         let ring = RingLayout::new(cfg.window, cfg.max_payload + WIRE_HEADER_LEN);
         let rings_base = sst_len.next_multiple_of(64);
         let region_len = rings_base + ring.set_len(n * n);
-        Layout { sst, columns, row_used, sst_len, ring, rings_base, region_len, n }
+        Layout { sst, columns, row_used, ack_push, sst_len, ring, rings_base, region_len, n }
     }
 
     /// Offset of the ring from the member of row `sender` to the member of

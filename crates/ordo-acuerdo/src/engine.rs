@@ -713,10 +713,9 @@ impl Engine {
     /// followers do not mistake its new incarnation's heartbeat for its own.
     fn leads(&self, m: MemberId, e: Epoch) -> bool {
         let c = self.layout.columns;
-        self.alive(m)
-            && self
-                .row_of(m)
-                .is_some_and(|r| self.load(r, c.status, 0) & 2 != 0 && self.row_header(r, c.e_new).epoch == e)
+        self.row_of(m).is_some_and(|r| {
+            self.alive_row(r) && self.load(r, c.status, 0) & 2 != 0 && self.row_header(r, c.e_new).epoch == e
+        })
     }
 
     fn read_vote(&mut self, row: usize) -> Vote {
@@ -729,11 +728,12 @@ impl Engine {
     }
 
     fn alive(&self, m: MemberId) -> bool {
-        match self.row_of(m) {
-            Some(r) if r == self.my_row => true,
-            Some(r) => self.now_ns.saturating_sub(self.hb_changed_ns[r]) <= self.cfg.heartbeat_timeout_ns,
-            None => false,
-        }
+        self.row_of(m).is_some_and(|r| self.alive_row(r))
+    }
+
+    /// [`alive`](Self::alive) by row (no member lookup).
+    fn alive_row(&self, r: usize) -> bool {
+        r == self.my_row || self.now_ns.saturating_sub(self.hb_changed_ns[r]) <= self.cfg.heartbeat_timeout_ns
     }
 
     // ------------------------------------------------------------------
@@ -810,9 +810,13 @@ impl Engine {
             self.next_commit_push_ns = self.now_ns + self.cfg.commit_push_interval_ns;
             fx.pushes.push(self.row_push(Target::All));
         } else {
+            // Only Accept and ring_ack change without a full push (every
+            // other column sets `dirty_all`; Commit goes out with the next
+            // periodic push, `commit_dirty` stays set): push just them.
+            let (offset, len) = self.sst.range(self.layout.ack_push);
             for row in 0..self.dirty_to.len() {
                 if self.dirty_to[row] {
-                    fx.pushes.push(self.row_push(Target::Peer(self.members[row])));
+                    fx.pushes.push(Push { to: Target::Peer(self.members[row]), offset, len });
                 }
             }
         }
@@ -1056,6 +1060,7 @@ impl Engine {
             self.committed = base;
             self.log_floor = base;
             self.store(self.layout.columns.commit, 0, base.encode());
+            self.commit_dirty = true;
             fx.notes.push(Note::Restored { header: base, bytes: bytes.len() });
         }
         // Drop the uncommitted suffix, then apply the diff (line 62-63).
@@ -1104,9 +1109,7 @@ impl Engine {
             }
             Role::Leader => {
                 let bigger = (0..self.members.len()).any(|r| {
-                    r != self.my_row
-                        && self.alive(self.members[r])
-                        && self.row_header(r, c.e_new).epoch > self.e_cur
+                    r != self.my_row && self.row_header(r, c.e_new).epoch > self.e_cur && self.alive_row(r)
                 });
                 if bigger {
                     fx.notes.push(Note::Abdicated(self.e_cur));
@@ -1377,13 +1380,13 @@ impl Engine {
         let c = self.layout.columns;
         let mut floor = self.committed;
         for r in 0..self.members.len() {
-            if r != self.my_row && self.alive(self.members[r]) {
+            if r != self.my_row && self.alive_row(r) {
                 floor = floor.min(self.row_header(r, c.commit));
             }
         }
         for r in 0..self.out.len() {
             if let Some(pos) = self.out[r].as_ref().and_then(|l| stream_position(l.stream))
-                && self.alive(self.members[r])
+                && self.alive_row(r)
             {
                 floor = floor.min(pos);
             }

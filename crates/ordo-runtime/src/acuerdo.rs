@@ -197,6 +197,33 @@ struct Request {
     payload: Vec<u8>,
 }
 
+/// The status words' loads and stores (release/acquire).
+trait AtomicCell<T> {
+    fn get(&self) -> T;
+    fn put(&self, v: T);
+}
+
+impl AtomicCell<u64> for AtomicU64 {
+    fn get(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+    fn put(&self, v: u64) {
+        self.store(v, Ordering::Release);
+    }
+}
+
+impl AtomicCell<u8> for AtomicU8 {
+    fn get(&self) -> u8 {
+        self.load(Ordering::Relaxed)
+    }
+    fn put(&self, v: u8) {
+        self.store(v, Ordering::Release);
+    }
+}
+
+/// Largest request buffer handed back to the client for reuse.
+const SPARE_BUF_MAX: usize = 16 * 1024;
+
 /// Live state of a member, readable from any thread.
 #[derive(Debug)]
 pub struct AcuerdoStatus {
@@ -234,13 +261,20 @@ impl AcuerdoStatus {
             Role::Leader => 1,
             Role::Follower => 2,
         };
-        self.role.store(role, Ordering::Release);
-        self.leader.store(e.leader().map_or(u64::MAX, u64::from), Ordering::Release);
-        self.epoch.store(e.epoch().encode(), Ordering::Release);
-        self.committed.store(e.committed().encode(), Ordering::Release);
-        self.delivered.store(e.delivered(), Ordering::Release);
-        self.log_len.store(e.log_len() as u64, Ordering::Release);
-        self.synced.store(u8::from(e.is_synced()), Ordering::Release);
+        // Runs every duty cycle: store only what changed, so readers on
+        // other cores keep their cache lines while the member is idle.
+        fn set<T: PartialEq + Copy>(a: &impl AtomicCell<T>, v: T) {
+            if a.get() != v {
+                a.put(v);
+            }
+        }
+        set(&self.role, role);
+        set(&self.leader, e.leader().map_or(u64::MAX, u64::from));
+        set(&self.epoch, e.epoch().encode());
+        set(&self.committed, e.committed().encode());
+        set(&self.delivered, e.delivered());
+        set(&self.log_len, e.log_len() as u64);
+        set(&self.synced, u8::from(e.is_synced()));
     }
 
     /// The member.
@@ -309,6 +343,9 @@ impl AcuerdoStatus {
 /// any one thread (it is the producer end of an SPSC queue, not `Clone`).
 pub struct AcuerdoClient {
     requests: rtrb::Producer<Request>,
+    /// Payload buffers the agent is done with (cleared), so a submit
+    /// allocates nothing once warm.
+    spare: rtrb::Consumer<Vec<u8>>,
     replies: rtrb::Consumer<ClientEvent>,
     next_ticket: u64,
     max_payload: usize,
@@ -327,7 +364,9 @@ impl AcuerdoClient {
             return Err(SubmitError::Closed);
         }
         let ticket = self.next_ticket;
-        self.requests.push(Request { ticket, payload: payload.to_vec() }).map_err(|_| SubmitError::Full)?;
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.extend_from_slice(payload);
+        self.requests.push(Request { ticket, payload: buf }).map_err(|_| SubmitError::Full)?;
         self.next_ticket += 1;
         if let Some(bell) = &self.bell {
             bell.ring();
@@ -434,6 +473,8 @@ pub struct AcuerdoMember<F: Fabric> {
     on_snapshot: Option<SnapshotFn>,
     on_restore: Option<RestoreFn>,
     requests: rtrb::Consumer<Request>,
+    /// Returns request payload buffers to the client for reuse.
+    spare: rtrb::Producer<Vec<u8>>,
     replies: rtrb::Producer<ClientEvent>,
     /// Replies the reply queue had no room for yet, oldest first.
     overflow: VecDeque<ClientEvent>,
@@ -464,10 +505,12 @@ impl<F: Fabric> AcuerdoMember<F> {
         let engine = Engine::new(cfg, fabric.region().clone(), now_ns)?;
         let (req_tx, req_rx) = rtrb::RingBuffer::new(options.request_capacity.max(1));
         let (rep_tx, rep_rx) = rtrb::RingBuffer::new(reply_capacity);
+        let (spare_tx, spare_rx) = rtrb::RingBuffer::new(options.request_capacity.clamp(1, 64));
         let status = Arc::new(AcuerdoStatus::new(engine.member()));
         status.update(&engine);
         let client = AcuerdoClient {
             requests: req_tx,
+            spare: spare_rx,
             replies: rep_rx,
             next_ticket: 0,
             max_payload,
@@ -485,6 +528,7 @@ impl<F: Fabric> AcuerdoMember<F> {
             on_snapshot: options.on_snapshot,
             on_restore: options.on_restore,
             requests: req_rx,
+            spare: spare_tx,
             replies: rep_tx,
             overflow: VecDeque::new(),
             pending: VecDeque::new(),
@@ -609,6 +653,12 @@ impl<F: Fabric> AcuerdoMember<F> {
                     self.reply(ClientEvent::Accepted { ticket: req.ticket, header });
                 }
                 Err(error) => self.reply(ClientEvent::Rejected { ticket: req.ticket, error }),
+            }
+            // Hand the buffer back (dropped if the client has enough).
+            let mut buf = req.payload;
+            if buf.capacity() <= SPARE_BUF_MAX {
+                buf.clear();
+                let _ = self.spare.push(buf);
             }
         }
         work
