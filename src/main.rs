@@ -634,18 +634,20 @@ fn sim_engine(
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
     });
-    let start = std::time::Instant::now();
-    let failures: Vec<String> = (0..count).filter_map(|i| run(base.wrapping_add(i)).err()).collect();
+    let failures = ordo_sim::SeedBatch { base, count }.run(name, 2, run);
     println!(
-        "{name}: {count} runs from base seed {base}, {} passed, {} failed, in {:.1?}",
+        "{name}: {count} runs from base seed {base}, {} passed, {} failed",
         count - failures.len() as u64,
-        failures.len(),
-        start.elapsed()
+        failures.len()
     );
-    for f in failures.iter().take(10) {
-        println!("  {f}\n  replay with: ordo sim --workload {name} --seed <the seed above>");
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} seeds failed (replay one with: ordo sim --workload {name} --seed <seed>)",
+            failures.len()
+        ))
     }
-    if failures.is_empty() { Ok(()) } else { Err(format!("{} seeds failed", failures.len())) }
 }
 
 /// One Acuerdo seed: its history digest.

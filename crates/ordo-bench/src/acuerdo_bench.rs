@@ -146,12 +146,7 @@ pub struct Report {
 pub fn main(args: &[String]) -> Result<(), String> {
     let Some(args) = crate::parse_bench_args::<BenchArgs>("ordo bench acuerdo", args)? else { return Ok(()) };
     let report = run(&args, |line| eprintln!("{line}"))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
-    } else {
-        print_table(&report);
-    }
-    Ok(())
+    crate::print_report(&report, args.json, print_table)
 }
 
 // ---------------------------------------------------------------------------

@@ -69,3 +69,17 @@ pub(crate) fn parse_bench_args<T: clap::Parser>(command: &str, args: &[String]) 
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// Prints a benchmark's report: as JSON with `--json`, else as its tables.
+pub(crate) fn print_report<R: serde::Serialize>(
+    report: &R,
+    json: bool,
+    table: impl FnOnce(&R),
+) -> Result<(), String> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report).map_err(|e| e.to_string())?);
+    } else {
+        table(report);
+    }
+    Ok(())
+}

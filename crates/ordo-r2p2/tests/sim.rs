@@ -8,7 +8,6 @@ mod common;
 use common::{Params, R3Event};
 use ordo_sim::{History, SeedBatch};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 /// Seeds that must keep passing. 42, 111, 148, 155 and 164 found a bug: a
 /// crash (a power loss at an fsync) after entries of a new term reached the
@@ -17,35 +16,9 @@ use std::time::Instant;
 /// (fixed in `ordo-raft`: it resumes in that term, with no vote).
 const PINNED: &[u64] = &[0, 1, 2, 7, 42, 111, 148, 155, 164, 0xDEAD_BEEF];
 
-fn run_batch(batch: SeedBatch) -> Vec<String> {
-    // Two threads (the simulator is single-threaded per run).
-    let seeds: Vec<u64> = batch.seeds().collect();
-    let (a, b) = seeds.split_at(seeds.len() / 2);
-    let (a, b) = (a.to_vec(), b.to_vec());
-    let other =
-        std::thread::spawn(move || b.into_iter().filter_map(|s| common::run(s).err()).collect::<Vec<_>>());
-    let mut failures: Vec<String> = a.into_iter().filter_map(|s| common::run(s).err()).collect();
-    failures.extend(other.join().expect("seed thread"));
-    failures
-}
-
 #[test]
 fn fresh_seeds() {
-    let batch = SeedBatch::from_env(500);
-    eprintln!(
-        "{}: {} seeds from base {} (replay with ORDO_SIM_BASE_SEED={} ORDO_SIM_SEEDS={})",
-        common::NAME,
-        batch.count,
-        batch.base,
-        batch.base,
-        batch.count
-    );
-    let start = Instant::now();
-    let failures = run_batch(batch);
-    eprintln!("{}: {} seeds, {} failed, in {:?}", common::NAME, batch.count, failures.len(), start.elapsed());
-    for f in failures.iter().take(5) {
-        eprintln!("  {f}");
-    }
+    let failures = SeedBatch::from_env(500).run(common::NAME, 2, common::run);
     assert!(failures.is_empty(), "{} failing seeds; first: {}", failures.len(), failures[0]);
 }
 

@@ -56,7 +56,7 @@ pub use harness::SimHarness;
 pub use history::{Checker, Entry, FaultNote, FaultRecord, Fnv64, History, Violation, check_all, fnv64};
 pub use net::{NetAddr, NetError, SimSocket};
 pub use rng::{SimRng, derive_seed};
-pub use sim::{Ctx, Factory, FaultPlan, Outcome, RunLimits, Sim, SimProcess, SimStats};
+pub use sim::{Ctx, Factory, FaultPlan, Outcome, RunLimits, Sim, SimProcess, SimStats, Undo, UndoQueue};
 pub use workloads::{Scenario, Workload};
 pub use world::{FabricConfig, NetConfig, SimConfig, World, WorldStats};
 
@@ -353,5 +353,41 @@ impl SeedBatch {
     pub fn seeds(&self) -> impl Iterator<Item = u64> + use<> {
         let base = self.base;
         (0..self.count).map(move |i| base.wrapping_add(i))
+    }
+
+    /// Runs `run` on every seed of the batch, spread over `threads` threads
+    /// (one simulation is single-threaded; runs are independent), and
+    /// returns the failures in seed order. Prints to stderr what the batch
+    /// is (with the variables that replay it) and its outcome, with the
+    /// first few failures: the shared body of every workload's fresh-seed
+    /// test and of `ordo sim --seeds`.
+    pub fn run<T>(
+        &self,
+        name: &str,
+        threads: usize,
+        run: impl Fn(u64) -> Result<T, String> + Sync,
+    ) -> Vec<String> {
+        eprintln!(
+            "{name}: {} seeds from base {} (replay with ORDO_SIM_BASE_SEED={} ORDO_SIM_SEEDS={})",
+            self.count, self.base, self.base, self.count
+        );
+        let start = std::time::Instant::now();
+        let seeds: Vec<u64> = self.seeds().collect();
+        let chunk = seeds.len().div_ceil(threads.max(1)).max(1);
+        let failures: Vec<String> = std::thread::scope(|scope| {
+            let run = &run;
+            let workers: Vec<_> = seeds
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || part.iter().filter_map(|&s| run(s).err()).collect::<Vec<_>>())
+                })
+                .collect();
+            workers.into_iter().flat_map(|w| w.join().expect("a seed thread panicked")).collect()
+        });
+        eprintln!("{name}: {} seeds, {} failed, in {:.1?}", self.count, failures.len(), start.elapsed());
+        for f in failures.iter().take(5) {
+            eprintln!("  {f}");
+        }
+        failures
     }
 }

@@ -684,3 +684,53 @@ impl<E> Sim<E> {
 fn process_stream(member: MemberId, incarnation: u64) -> u64 {
     stream::PROCESS + (u64::from(member) << 20) + incarnation
 }
+
+/// The undoing of a fault, scheduled by a workload's own fault driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Undo {
+    /// Restart a crashed member.
+    Restart(MemberId),
+    /// Heal the cut between two members.
+    Heal(MemberId, MemberId),
+    /// Heal a split that isolated `side`.
+    HealSplit(Vec<MemberId>),
+}
+
+/// Undo actions due at simulated times (ns), performed in time order (in
+/// scheduling order among equal times).
+#[derive(Clone, Debug, Default)]
+pub struct UndoQueue {
+    due: Vec<(u64, Undo)>,
+}
+
+impl UndoQueue {
+    /// Schedules `undo` at `at_ns`.
+    pub fn push(&mut self, at_ns: u64, undo: Undo) {
+        self.due.push((at_ns, undo));
+    }
+
+    /// Runs `sim` to each action due at or before `t_ns` and performs it,
+    /// in time order; returns the members it restarted.
+    pub fn run_due<E>(&mut self, sim: &mut Sim<E>, t_ns: u64) -> Vec<MemberId> {
+        self.due.sort_by_key(|(at, _)| *at);
+        let ready = self.due.partition_point(|(at, _)| *at <= t_ns);
+        let mut restarted = Vec::new();
+        for (at, undo) in self.due.drain(..ready) {
+            sim.run_until(at);
+            match undo {
+                Undo::Restart(m) => {
+                    sim.restart(m);
+                    restarted.push(m);
+                }
+                Undo::Heal(a, b) => sim.heal(a, b),
+                Undo::HealSplit(side) => sim.heal_split(side),
+            }
+        }
+        restarted
+    }
+
+    /// Forgets every scheduled action (a calm heals and restarts all).
+    pub fn clear(&mut self) {
+        self.due.clear();
+    }
+}

@@ -43,7 +43,8 @@ use ordo_acuerdo::{Config, DeliverySink, Effects, Engine, Epoch, Header, Layout,
 use ordo_fabric::{Fabric, FabricEvent, MemberId, PostError, Write};
 use ordo_sim::rng::{SimRng, derive_seed, stream};
 use ordo_sim::{
-    Checker, Ctx, FabricConfig, FaultNote, History, Sim, SimConfig, SimFabric, SimProcess, Violation, fnv64,
+    Checker, Ctx, FabricConfig, FaultNote, History, Sim, SimConfig, SimFabric, SimProcess, Undo, UndoQueue,
+    Violation, fnv64,
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -446,14 +447,6 @@ impl SimProcess<AcEvent> for Member {
     }
 }
 
-/// A pending action of the driver's nemesis.
-#[derive(Clone, Debug)]
-enum Later {
-    Restart(MemberId),
-    Heal(MemberId, MemberId),
-    HealSplit(Vec<MemberId>),
-}
-
 /// Runs one seed and returns its history (unchecked).
 pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
     let n = params.members;
@@ -484,26 +477,13 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
     let mut sim = Sim::new(seed, config, None, factory);
     let f = (n / 2) as usize;
     let mut crashed: BTreeSet<MemberId> = BTreeSet::new();
-    let mut later: Vec<(u64, Later)> = Vec::new();
+    let mut later = UndoQueue::default();
     let mut t = 300_000;
     if params.faults {
         while t < params.calm_ns {
             // Run to t, doing the pending actions due before it in order.
-            later.sort_by_key(|(at, _)| *at);
-            while let Some((at, _)) = later.first().cloned() {
-                if at > t {
-                    break;
-                }
-                sim.run_until(at);
-                let (_, action) = later.remove(0);
-                match action {
-                    Later::Restart(m) => {
-                        crashed.remove(&m);
-                        sim.restart(m);
-                    }
-                    Later::Heal(a, b) => sim.heal(a, b),
-                    Later::HealSplit(side) => sim.heal_split(side),
-                }
+            for m in later.run_due(&mut sim, t) {
+                crashed.remove(&m);
             }
             sim.run_until(t);
             let unsafe_count = {
@@ -526,14 +506,14 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
                     sim.crash(victim);
                     crashed.insert(victim);
                     if params.restarts && rng.chance(800_000) {
-                        later.push((t + rng.range(100_000, 1_500_000), Later::Restart(victim)));
+                        later.push(t + rng.range(100_000, 1_500_000), Undo::Restart(victim));
                     }
                 }
                 1 => {
                     let a = rng.below(u64::from(n)) as MemberId;
                     let b = (a + 1 + rng.below(u64::from(n - 1)) as MemberId) % n;
                     sim.cut(a, b);
-                    later.push((t + rng.range(50_000, 1_000_000), Later::Heal(a, b)));
+                    later.push(t + rng.range(50_000, 1_000_000), Undo::Heal(a, b));
                 }
                 2 => {
                     let mut all: Vec<MemberId> = (0..n).collect();
@@ -541,7 +521,7 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
                     let mut side = all[..1 + rng.index((n - 1) as usize)].to_vec();
                     side.sort_unstable();
                     sim.split(side.clone());
-                    later.push((t + rng.range(50_000, 1_000_000), Later::HealSplit(side)));
+                    later.push(t + rng.range(50_000, 1_000_000), Undo::HealSplit(side));
                 }
                 3 => {
                     let m = rng.below(u64::from(n)) as usize;
@@ -554,21 +534,10 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
             t += rng.range(100_000, 600_000);
         }
         // Actions due before the calm still happen; the calm heals the rest.
-        later.sort_by_key(|(at, _)| *at);
-        for (at, action) in later.drain(..) {
-            if at >= params.calm_ns {
-                break;
-            }
-            sim.run_until(at);
-            match action {
-                Later::Restart(m) => {
-                    crashed.remove(&m);
-                    sim.restart(m);
-                }
-                Later::Heal(a, b) => sim.heal(a, b),
-                Later::HealSplit(side) => sim.heal_split(side),
-            }
+        if params.calm_ns > 0 {
+            later.run_due(&mut sim, params.calm_ns - 1);
         }
+        later.clear();
         sim.run_until(params.calm_ns);
         {
             let mut s = shared.borrow_mut();

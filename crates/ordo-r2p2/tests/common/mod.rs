@@ -73,8 +73,8 @@ use ordo_raft::node::Node;
 use ordo_raft::storage::{Disk, LogOptions, MemDisk};
 use ordo_sim::rng::stream;
 use ordo_sim::{
-    Checker, Ctx, History, NetAddr, NetConfig, Sim, SimConfig, SimProcess, SimRng, SimSocket, Violation,
-    derive_seed,
+    Checker, Ctx, History, NetAddr, NetConfig, Sim, SimConfig, SimProcess, SimRng, SimSocket, Undo,
+    UndoQueue, Violation, derive_seed,
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -874,13 +874,6 @@ pub fn finish(sim: Sim<R3Event>, world: &Rc<RefCell<World>>, servers: u32) -> Hi
     h
 }
 
-#[derive(Clone, Debug)]
-enum Later {
-    Restart(u32),
-    Heal(u32, u32),
-    HealSplit(Vec<u32>),
-}
-
 /// The live leader, if any (its process believes it leads).
 pub fn leader_of(world: &Rc<RefCell<World>>, sim: &Sim<R3Event>, n: u32) -> Option<u32> {
     let w = world.borrow();
@@ -915,22 +908,12 @@ pub fn simulate_counted(seed: u64, params: &Params) -> (History<R3Event>, DiskCo
     let mut rng = SimRng::new(derive_seed(seed, stream::NEMESIS));
     if params.faults {
         let mut crashed: BTreeSet<u32> = BTreeSet::new();
-        let mut later: Vec<(u64, Later)> = Vec::new();
+        let mut later = UndoQueue::default();
         let mut t = rng.range(1_000_000, 5_000_000);
         let members = params.members();
         while t < params.calm_ns {
-            later.sort_by_key(|(at, _)| *at);
-            while later.first().is_some_and(|(at, _)| *at <= t) {
-                let (at, action) = later.remove(0);
-                sim.run_until(at);
-                match action {
-                    Later::Restart(m) => {
-                        crashed.remove(&m);
-                        sim.restart(m);
-                    }
-                    Later::Heal(a, b) => sim.heal(a, b),
-                    Later::HealSplit(side) => sim.heal_split(side),
-                }
+            for m in later.run_due(&mut sim, t) {
+                crashed.remove(&m);
             }
             sim.run_until(t);
             let hold = rng.range(200_000, params.fault_max_ns);
@@ -940,7 +923,7 @@ pub fn simulate_counted(seed: u64, params: &Params) -> (History<R3Event>, DiskCo
             for z in zombies {
                 sim.crash(z);
                 crashed.insert(z);
-                later.push((t + hold, Later::Restart(z)));
+                later.push(t + hold, Undo::Restart(z));
             }
             match rng.weighted(&[3, 3, 2, 2, 1]) {
                 0 if (crashed.len() as u32) < params.max_crashed => {
@@ -951,13 +934,13 @@ pub fn simulate_counted(seed: u64, params: &Params) -> (History<R3Event>, DiskCo
                     };
                     sim.crash(victim);
                     crashed.insert(victim);
-                    later.push((t + hold, Later::Restart(victim)));
+                    later.push(t + hold, Undo::Restart(victim));
                 }
                 1 => {
                     let a = rng.below(u64::from(members)) as u32;
                     let b = (a + 1 + rng.below(u64::from(members - 1)) as u32) % members;
                     sim.cut(a, b);
-                    later.push((t + hold, Later::Heal(a, b)));
+                    later.push(t + hold, Undo::Heal(a, b));
                 }
                 3 if (crashed.len() as u32) < params.max_crashed => {
                     // Power loss at the victim's next fsync.
@@ -974,24 +957,16 @@ pub fn simulate_counted(seed: u64, params: &Params) -> (History<R3Event>, DiskCo
                     let mut side = all[..1 + rng.index((n - 1) as usize)].to_vec();
                     side.sort_unstable();
                     sim.split(side.clone());
-                    later.push((t + hold, Later::HealSplit(side)));
+                    later.push(t + hold, Undo::HealSplit(side));
                 }
                 _ => {}
             }
             t += rng.range(200_000, params.gap_max_ns);
         }
-        later.sort_by_key(|(at, _)| *at);
-        for (at, action) in later.drain(..) {
-            if at >= params.calm_ns {
-                break;
-            }
-            sim.run_until(at);
-            match action {
-                Later::Restart(m) => sim.restart(m),
-                Later::Heal(a, b) => sim.heal(a, b),
-                Later::HealSplit(side) => sim.heal_split(side),
-            }
+        if params.calm_ns > 0 {
+            later.run_due(&mut sim, params.calm_ns - 1);
         }
+        later.clear();
         sim.run_until(params.calm_ns);
         // No power loss after the calm; the dead are restarted by it.
         for d in &world.borrow().disks {
