@@ -399,97 +399,55 @@ fn member(args: MemberArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `ordo sim`: every workload goes through `ordo_simulation`'s one
+/// registry (the same entries the tests run).
 #[cfg(feature = "sim")]
 fn sim(args: SimArgs) -> Result<(), String> {
-    let engines = [ordo_vsync::sim::WORKLOAD];
     let Some(name) = args.workload else {
         println!("workloads:");
-        for w in ordo_sim::workloads::REGISTRY.iter().chain(engines.iter()) {
+        for w in ordo_simulation::REGISTRY {
             println!("  {:<18} {}", w.name, w.summary);
         }
-        println!(
-            "  {:<18} acuerdo engine: crashes (the leader too), restarts, partitions; integrity, total order, one \
-             leader per epoch, up-to-date leaders, no committed loss, liveness",
-            ordo_acuerdo::sim::NAME
-        );
-        println!(
-            "  {:<18} r3p2 (R2P2 + Raft) KV service: loss, duplication, reordering, partitions, crashes, power \
-             loss at fsync; election safety, log matching, leader completeness, state machine safety, \
-             exactly-once, no acknowledged loss, linearizability, liveness",
-            ordo_r2p2::sim::NAME
-        );
         return Ok(());
     };
-    if name == ordo_acuerdo::sim::NAME {
-        let (run, report) = (ordo_acuerdo::sim::run, acuerdo_report);
-        return sim_engine(ordo_acuerdo::sim::NAME, run, report, args.seed, args.seeds, args.base_seed);
-    }
-    if name == ordo_r2p2::sim::NAME {
-        let (run, report) = (ordo_r2p2::sim::run, ordo_r2p2::sim::report);
-        return sim_engine(ordo_r2p2::sim::NAME, run, report, args.seed, args.seeds, args.base_seed);
-    }
-    let engine = engines.iter().find(|w| w.name == name);
+    let workload = ordo_simulation::lookup(&name)?;
     let opts = ordo_sim::RunOptions {
         faults: !args.no_faults,
         fault_point_ppm: args.fault_point_ppm,
         ..ordo_sim::RunOptions::default()
     };
-    let run_one = |seed: u64| match engine {
-        Some(w) => (w.run)(seed, &opts),
-        None => ordo_sim::run_workload(&name, seed, &opts),
-    };
     if let Some(seed) = args.seed {
-        let report = run_one(seed).map_err(|f| f.to_string())?;
+        let report = (workload.run)(seed, &opts)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
         } else {
-            println!(
-                "{} seed {}: passed ({:?}) — {} members, {:.3} simulated ms, {} steps, {} writes landed, \
-                 {} datagrams sent ({} lost, {} duplicated), {} faults, {} fault points fired, history {} entries (digest {:#018x})",
-                report.workload,
-                report.seed,
-                report.outcome,
-                report.members,
-                report.sim_time_ns as f64 / 1e6,
-                report.steps,
-                report.writes_landed,
-                report.datagrams_sent,
-                report.datagrams_lost,
-                report.datagrams_duplicated,
-                report.faults_fired,
-                report.fault_points_fired,
-                report.history_len,
-                report.history_digest
-            );
+            println!("{}", report.summary);
         }
         return Ok(());
     }
-    let count = args.seeds.unwrap_or(100);
-    let base = args.base_seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    let start = std::time::Instant::now();
-    let seeds = (0..count).map(|i| base.wrapping_add(i));
-    let report = match engine {
-        Some(_) => ordo_vsync::sim::run_seeds(seeds, &opts),
-        None => ordo_sim::run_seeds(&name, seeds, &opts),
+    let batch = ordo_sim::SeedBatch {
+        count: args.seeds.unwrap_or(100),
+        base: args.base_seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        }),
     };
+    let start = std::time::Instant::now();
+    let failures = ordo_simulation::run_batch(workload, &batch, 2, &opts);
     println!(
-        "{name}: {} runs from base seed {base}, {} passed, {} failed, {} faults, {} fault points fired, in {:.1?}",
-        report.runs,
-        report.passed,
-        report.failures.len(),
-        report.faults_fired,
-        report.fault_points_fired,
+        "{name}: {} runs from base seed {}, {} passed, {} failed, in {:.1?}",
+        batch.count,
+        batch.base,
+        batch.count - failures.len() as u64,
+        failures.len(),
         start.elapsed()
     );
-    for f in report.failures.iter().take(10) {
+    for f in failures.iter().take(10) {
         println!("  {f}");
     }
-    if report.failures.is_empty() { Ok(()) } else { Err(format!("{} seeds failed", report.failures.len())) }
+    if failures.is_empty() { Ok(()) } else { Err(format!("{} seeds failed", failures.len())) }
 }
 
 fn demo_options(args: &DemoArgs, cluster: String) -> ordo_bench::demo::DemoOptions {
@@ -608,51 +566,4 @@ fn demo(args: DemoArgs) -> Result<(), String> {
         return Err("not every member delivered every message".into());
     }
     Ok(())
-}
-
-/// `ordo sim --workload acuerdo|r3p2`: these engine workloads have their own
-/// fault drivers (Acuerdo keeps at most f members unsafe; r3p2 adds power
-/// loss at fsync), so one seed prints the workload's own report and a batch
-/// runs `run(seed)` (the history digest, or the violation) per seed.
-#[cfg(feature = "sim")]
-fn sim_engine(
-    name: &str,
-    run: fn(u64) -> Result<u64, String>,
-    report: fn(u64) -> Result<String, String>,
-    seed: Option<u64>,
-    seeds: Option<u64>,
-    base: Option<u64>,
-) -> Result<(), String> {
-    if let Some(seed) = seed {
-        println!("{}", report(seed)?);
-        return Ok(());
-    }
-    let count = seeds.unwrap_or(100);
-    let base = base.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    let failures = ordo_sim::SeedBatch { base, count }.run(name, 2, run);
-    println!(
-        "{name}: {count} runs from base seed {base}, {} passed, {} failed",
-        count - failures.len() as u64,
-        failures.len()
-    );
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} seeds failed (replay one with: ordo sim --workload {name} --seed <seed>)",
-            failures.len()
-        ))
-    }
-}
-
-/// One Acuerdo seed: its history digest.
-#[cfg(feature = "sim")]
-fn acuerdo_report(seed: u64) -> Result<String, String> {
-    let digest = ordo_acuerdo::sim::run(seed)?;
-    Ok(format!("{} seed {seed}: passed, history digest {digest:#018x}", ordo_acuerdo::sim::NAME))
 }

@@ -2,7 +2,8 @@
 //! fails if a crate depends on one of its own layer or above, if an engine,
 //! the SST, the rings or the simulator depend on the runtime or a real
 //! fabric backend (even as a dev-dependency, for all but the simulator's
-//! users), or if a new `ordo-*` crate has not been given a layer here.
+//! users), or if a new `ordo-*` crate has not been given a layer here; and
+//! that the R2P2 stack links no fabric backend, fabric engine or runtime.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -11,6 +12,7 @@ use std::process::Command;
 const LAYERS: &[(&str, u32)] = &[
     ("ordo-fault", 0),
     ("ordo-fabric", 1),
+    ("ordo-agent", 2),
     ("ordo-sst", 2),
     ("ordo-ring", 3),
     ("ordo-fabric-shm", 2),
@@ -21,6 +23,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("ordo-raft", 5),
     ("ordo-runtime", 6),
     ("ordo-r2p2", 7),
+    ("ordo-simulation", 8),
     ("ordo-dds", 7),
     ("ordo-kv", 7),
     ("ordo-bench", 8),
@@ -31,6 +34,7 @@ const LAYERS: &[(&str, u32)] = &[
 const PURE: &[&str] = &[
     "ordo-fault",
     "ordo-fabric",
+    "ordo-agent",
     "ordo-sst",
     "ordo-ring",
     "ordo-sim",
@@ -39,6 +43,66 @@ const PURE: &[&str] = &[
     "ordo-raft",
 ];
 const IMPURE: &[&str] = &["ordo-runtime", "ordo-fabric-shm", "ordo-fabric-tcp"];
+
+/// What the UDP stack may not link, even indirectly: it runs on the agent
+/// crate, not the runtime, and needs no fabric backend or fabric engine.
+const NOT_UNDER_R2P2: &[&str] =
+    &["ordo-runtime", "ordo-fabric-shm", "ordo-fabric-tcp", "ordo-vsync", "ordo-acuerdo", "ordo-sim"];
+
+/// The crates `root` links (normal dependencies, transitively), from the
+/// resolved graph of `cargo metadata`.
+fn normal_closure(meta: &serde_json::Value, root: &str) -> Vec<String> {
+    let nodes = meta["resolve"]["nodes"].as_array().expect("resolve nodes");
+    let name_of = |id: &str| id.to_string();
+    let by_id: BTreeMap<String, &serde_json::Value> =
+        nodes.iter().map(|n| (name_of(n["id"].as_str().unwrap()), n)).collect();
+    let packages = meta["packages"].as_array().expect("packages");
+    let pkg_name: BTreeMap<String, String> = packages
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap().to_string(), p["name"].as_str().unwrap().to_string()))
+        .collect();
+    let root_id = pkg_name.iter().find(|(_, n)| *n == root).map(|(id, _)| id.clone()).expect("root package");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack = vec![root_id];
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        for dep in by_id[&id]["deps"].as_array().unwrap() {
+            let normal = dep["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null());
+            if normal {
+                stack.push(dep["pkg"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    seen.iter().filter_map(|id| pkg_name.get(id).cloned()).collect()
+}
+
+#[test]
+fn r2p2_links_no_fabric_backend_engine_or_runtime() {
+    // The resolved graph for this host only (other targets' dependencies
+    // may not be in the local registry).
+    let rustc = Command::new("rustc").arg("-vV").output().expect("rustc runs");
+    let host = String::from_utf8_lossy(&rustc.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc -vV names the host");
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &host])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let linked = normal_closure(&meta, "ordo-r2p2");
+    assert!(linked.iter().any(|n| n == "ordo-agent"), "ordo-r2p2 runs on ordo-agent: {linked:?}");
+    assert!(linked.iter().any(|n| n == "ordo-raft"), "the closure is real: {linked:?}");
+    let bad: Vec<&String> = linked.iter().filter(|n| NOT_UNDER_R2P2.contains(&n.as_str())).collect();
+    assert!(bad.is_empty(), "ordo-r2p2 links {bad:?}");
+    // The check can fail: the runtime links what r2p2 must not.
+    let runtime = normal_closure(&meta, "ordo-runtime");
+    assert!(runtime.iter().any(|n| n == "ordo-fabric-shm"), "{runtime:?}");
+}
 
 #[test]
 fn dependencies_point_down_only() {

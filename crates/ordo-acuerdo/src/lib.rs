@@ -18,7 +18,8 @@
 //! API (leader only; a [`BroadcastError::NotLeader`] names the leader to
 //! redirect to; a bounded window of outstanding messages answers
 //! [`BroadcastError::WouldBlock`]); [`Effects::committed`] is the commit
-//! notification. The `tests/` directory runs the engine under `ordo-sim`.
+//! notification. The runtime and the seeded simulation (`ordo-simulation`) both drive
+//! an [`AcuerdoDriver`].
 //!
 //! # Invariants (the paper's and this implementation's)
 //! - **One leader per epoch.** An epoch names its leader, and only that
@@ -146,22 +147,11 @@
 #![warn(missing_docs)]
 
 pub mod config;
+mod driver;
 mod engine;
 pub mod header;
 
 pub use config::{Columns, Config, ConfigError, Layout};
+pub use driver::{AcuerdoDriver, Settled};
 pub use engine::{BroadcastError, DeliverySink, Effects, Engine, Note, Push, Role, Target};
 pub use header::{Epoch, Header, Vote};
-
-// The simulation workload lives with the tests (tests/common) and is also
-// compiled into the library under the `sim` feature, so the CLI can replay
-// a seed. It names this crate `ordo_acuerdo`, as an integration test does.
-#[cfg(feature = "sim")]
-extern crate self as ordo_acuerdo;
-
-/// The seeded simulation workload and its checkers (feature `sim`). Its
-/// event fields are described on their variants (test-harness style).
-#[cfg(feature = "sim")]
-#[allow(missing_docs)]
-#[path = "../tests/common/mod.rs"]
-pub mod sim;

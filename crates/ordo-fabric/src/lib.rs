@@ -46,6 +46,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backlog;
 pub mod conformance;
 mod doorbell;
 pub mod loopback;

@@ -25,7 +25,7 @@ use crate::reassembly::{self, Message, Reassembler, ReassemblyConfig, TooLarge};
 use crate::server::{send_datagram, set_socket_buffers};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
-use ordo_runtime::{IdleAction, IdleStrategy, Idler};
+use ordo_agent::{IdleAction, IdleStrategy, Idler};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
 use std::io;

@@ -57,7 +57,9 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod core;
 pub mod disk;
+mod handler;
 pub mod header;
 pub mod kv;
 pub mod node;
@@ -68,6 +70,7 @@ pub mod server;
 mod stats;
 
 pub use client::{CallError, Client, ClientConfig, ClientStats, RequestId};
+pub use core::{CoreConfig, Executor, InlineExecutor, ServerCore, Transport};
 pub use header::{DecodeError, ErrorCode, Header, MessageType, Policy};
 pub use kv::{KvOp, KvReply, KvService, KvState};
 pub use node::{NodeOptions, RunningNode, ServiceKind, SpinService, start_node};
@@ -75,19 +78,7 @@ pub use raft::{RaftOptions, RaftReplication, RaftStatus};
 pub use reassembly::{Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use replication::{ClientRef, ReplicatedRequest, Replication, ReplicationAction, ReplicationOutput};
 pub use server::{
-    FnHandler, Handler, HandlerMode, RemoteResponder, Responder, ResponseHandle, Server, ServerConfig,
-    SimpleHandler, handler_fn, simple,
+    FnHandler, Handler, HandlerMode, Job, Outgoing, RemoteResponder, Responder, ResponseHandle, Server,
+    ServerConfig, SimpleHandler, handler_fn, simple,
 };
 pub use stats::Stats;
-
-// The r3p2 simulation workload lives with the tests (tests/common) and is
-// also compiled into the library under the `sim` feature, so the CLI can
-// replay a seed. It names this crate `ordo_r2p2`, as an integration test does.
-#[cfg(feature = "sim")]
-extern crate self as ordo_r2p2;
-
-/// The seeded r3p2 simulation workload and its checkers (feature `sim`).
-#[cfg(feature = "sim")]
-#[allow(missing_docs)]
-#[path = "../tests/common/mod.rs"]
-pub mod sim;

@@ -208,3 +208,31 @@ pub trait Replication: Send + 'static {
         None
     }
 }
+
+/// A boxed hook is a hook (the server stores `Box<dyn Replication>`).
+impl<R: Replication + ?Sized> Replication for Box<R> {
+    fn on_request(&mut self, request: ReplicatedRequest, now_ns: u64, out: &mut ReplicationOutput) {
+        (**self).on_request(request, now_ns, out)
+    }
+    fn on_peer_message(&mut self, from: usize, message: &[u8], now_ns: u64, out: &mut ReplicationOutput) {
+        (**self).on_peer_message(from, message, now_ns, out)
+    }
+    fn tick(&mut self, now_ns: u64, out: &mut ReplicationOutput) {
+        (**self).tick(now_ns, out)
+    }
+    fn on_response(&mut self, client: ClientRef, response: &[u8], sent: bool, out: &mut ReplicationOutput) {
+        (**self).on_response(client, response, sent, out)
+    }
+    fn on_snapshot(&mut self, state: Option<Vec<u8>>, out: &mut ReplicationOutput) {
+        (**self).on_snapshot(state, out)
+    }
+    fn flush(&mut self, now_ns: u64, out: &mut ReplicationOutput) {
+        (**self).flush(now_ns, out)
+    }
+    fn on_admin(&mut self, request: ReplicatedRequest, now_ns: u64, out: &mut ReplicationOutput) {
+        (**self).on_admin(request, now_ns, out)
+    }
+    fn leader_hint(&self) -> Option<u16> {
+        (**self).leader_hint()
+    }
+}

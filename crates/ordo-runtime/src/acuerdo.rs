@@ -6,19 +6,13 @@
 //! benchmarks).
 //!
 //! # Invariants
-//! - Pushes are posted in the order the engine emitted them, to each target
-//!   in order ([`Target::All`] fans out to every peer, in sorted order); a
-//!   push the fabric refuses with back-pressure stays queued and is retried
-//!   before anything newer, and **the engine is not polled again until the
-//!   backlog is empty** (a later poll could advance a ring counter that a
-//!   queued write would then carry ahead of its data). The backlog therefore
-//!   holds at most one poll's pushes. A push to a suspected peer is dropped:
-//!   the link reset that follows its reconnection makes the engine re-send
-//!   what matters (new ring session, row, diff).
-//! - A suspected peer is retried with [`Fabric::reconnect`] every
-//!   `reconnect_interval_ns`; a [`FabricEvent::Reconnected`] (a transient
-//!   fault healed, or a restarted peer's new incarnation) becomes
-//!   [`Engine::on_link_reset`].
+//! - The member is an [`AcuerdoDriver`] (the sans-I/O driver the simulation
+//!   runs too) plus the client's queues and callbacks: pushes are posted in
+//!   order and **the engine is not polled again until they all are**; a
+//!   suspected peer's held-back writes are dropped and the peer is retried
+//!   with [`Fabric::reconnect`] every `reconnect_interval_ns`; a
+//!   reconnection becomes [`Engine::on_link_reset`]; every accepted ticket
+//!   is settled once (see `ordo_acuerdo::AcuerdoDriver`).
 //! - Timers: the engine asks to be polled again by `Effects::wake_at_ns`
 //!   (its next heartbeat). The agent is polled on every duty cycle, and an
 //!   idle runner re-checks it at least every `park_max`
@@ -41,11 +35,10 @@
 //!   state is not transferred: a member that rejoins by state transfer
 //!   then delivers only the messages after the snapshot.
 
-use crate::backlog::{PushBacklog, Targets};
 use crate::wiring::MemberFabric;
 use crate::{Agent, IdleStrategy};
 use ordo_acuerdo::{
-    BroadcastError, Config, DeliverySink, Effects, Engine, Epoch, Header, Layout, Note, Push, Role, Target,
+    AcuerdoDriver, BroadcastError, Config, DeliverySink, Engine, Epoch, Header, Layout, Note, Role, Settled,
 };
 use ordo_fabric::{Doorbell, Fabric, FabricEvent, MemberId};
 use std::collections::VecDeque;
@@ -458,16 +451,12 @@ impl Default for MemberOptions {
     }
 }
 
-/// A member's Acuerdo predicate agent: the engine, its fabric endpoint,
-/// the pushes waiting to be posted and the client's queues.
+/// A member's Acuerdo predicate agent: a thin shell around the sans-I/O
+/// [`AcuerdoDriver`] (engine, push backlog, link recovery, ticket
+/// settlement) that adds the client's queues, the application callbacks,
+/// the live status and logging.
 pub struct AcuerdoMember<F: Fabric> {
-    engine: Engine,
-    fabric: F,
-    effects: Effects,
-    /// Pushes not yet posted to every target: (push, index of the next
-    /// peer of its target list).
-    backlog: PushBacklog<Push>,
-    peers: Vec<MemberId>,
+    driver: AcuerdoDriver<F>,
     on_deliver: DeliverFn,
     on_note: Option<NoteFn>,
     on_snapshot: Option<SnapshotFn>,
@@ -478,16 +467,9 @@ pub struct AcuerdoMember<F: Fabric> {
     replies: rtrb::Producer<ClientEvent>,
     /// Replies the reply queue had no room for yet, oldest first.
     overflow: VecDeque<ClientEvent>,
-    /// Accepted tickets not yet committed, in header order.
-    pending: VecDeque<(Header, u64)>,
-    events: Vec<FabricEvent>,
-    /// Suspected peers and when to try reconnecting them next.
-    suspected: Vec<(MemberId, u64)>,
-    reconnect_interval_ns: u64,
-    wake_at_ns: u64,
+    /// Tickets settled by the last poll (reused buffer).
+    settled: Vec<Settled>,
     status: Arc<AcuerdoStatus>,
-    suspicions: u64,
-    reconnections: u64,
 }
 
 impl<F: Fabric> AcuerdoMember<F> {
@@ -499,30 +481,26 @@ impl<F: Fabric> AcuerdoMember<F> {
         now_ns: u64,
         options: MemberOptions,
     ) -> Result<(Self, AcuerdoClient), ordo_acuerdo::ConfigError> {
-        assert_eq!(fabric.member(), cfg.me, "the fabric endpoint is not cfg.me's");
         let max_payload = cfg.max_payload;
         let reply_capacity = options.request_capacity + cfg.max_outstanding as usize + 16;
-        let engine = Engine::new(cfg, fabric.region().clone(), now_ns)?;
+        let bell = fabric.doorbell().cloned();
+        let driver = AcuerdoDriver::new(fabric, cfg, now_ns, options.reconnect_interval_ns.max(1))?;
         let (req_tx, req_rx) = rtrb::RingBuffer::new(options.request_capacity.max(1));
         let (rep_tx, rep_rx) = rtrb::RingBuffer::new(reply_capacity);
         let (spare_tx, spare_rx) = rtrb::RingBuffer::new(options.request_capacity.clamp(1, 64));
-        let status = Arc::new(AcuerdoStatus::new(engine.member()));
-        status.update(&engine);
+        let status = Arc::new(AcuerdoStatus::new(driver.engine().member()));
+        status.update(driver.engine());
         let client = AcuerdoClient {
             requests: req_tx,
             spare: spare_rx,
             replies: rep_rx,
             next_ticket: 0,
             max_payload,
-            bell: fabric.doorbell().cloned(),
+            bell,
             status: status.clone(),
         };
         let member = AcuerdoMember {
-            peers: engine.peers(),
-            engine,
-            fabric,
-            effects: Effects::default(),
-            backlog: PushBacklog::new(),
+            driver,
             on_deliver: options.on_deliver.unwrap_or_else(|| Box::new(|_, _| {})),
             on_note: options.on_note,
             on_snapshot: options.on_snapshot,
@@ -531,14 +509,8 @@ impl<F: Fabric> AcuerdoMember<F> {
             spare: spare_tx,
             replies: rep_tx,
             overflow: VecDeque::new(),
-            pending: VecDeque::new(),
-            events: Vec::new(),
-            suspected: Vec::new(),
-            reconnect_interval_ns: options.reconnect_interval_ns.max(1),
-            wake_at_ns: now_ns,
+            settled: Vec::new(),
             status,
-            suspicions: 0,
-            reconnections: 0,
         };
         Ok((member, client))
     }
@@ -557,12 +529,12 @@ impl<F: Fabric> AcuerdoMember<F> {
 
     /// The engine.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.driver.engine()
     }
 
     /// The fabric endpoint.
     pub fn fabric(&self) -> &F {
-        &self.fabric
+        self.driver.fabric()
     }
 
     /// The live status (shared with the client).
@@ -572,56 +544,23 @@ impl<F: Fabric> AcuerdoMember<F> {
 
     /// Peers suspected so far (count) and links reconnected (count).
     pub fn link_counts(&self) -> (u64, u64) {
-        (self.suspicions, self.reconnections)
+        self.driver.link_counts()
     }
 
     /// Pushes waiting for the fabric.
     pub fn backlog_len(&self) -> usize {
-        self.backlog.len()
-    }
-
-    /// Posts the backlog, oldest first, stopping at the first push a peer
-    /// refuses with back-pressure (so later writes never overtake it).
-    fn post_backlog(&mut self) -> usize {
-        let peers = &self.peers;
-        self.backlog.post(&mut self.fabric, |push| match push.to {
-            Target::All => Targets::Many(peers),
-            Target::Peer(p) => Targets::One(p),
-        })
+        self.driver.backlog_len()
     }
 
     fn handle_events(&mut self, now_ns: u64) -> usize {
-        let mut work = 0;
-        self.fabric.poll_events(&mut self.events);
-        for e in std::mem::take(&mut self.events) {
-            match e {
-                FabricEvent::Suspected { peer, cause } => {
-                    tracing::info!(member = self.engine.member(), peer, %cause, "peer suspected");
-                    self.suspicions += 1;
-                    if !self.suspected.iter().any(|s| s.0 == peer) {
-                        self.suspected.push((peer, now_ns + self.reconnect_interval_ns));
-                    }
-                    work += 1;
-                }
-                FabricEvent::Reconnected { peer, incarnation } => {
-                    tracing::info!(member = self.engine.member(), peer, incarnation, "link reconnected");
-                    self.reconnections += 1;
-                    self.suspected.retain(|s| s.0 != peer);
-                    self.engine.on_link_reset(peer);
-                    work += 1;
-                }
-                FabricEvent::Completed { .. } | FabricEvent::Failed { .. } => {}
+        let member = self.driver.engine().member();
+        self.driver.on_fabric_events(now_ns, |e| match e {
+            FabricEvent::Suspected { peer, cause } => tracing::info!(member, peer, %cause, "peer suspected"),
+            FabricEvent::Reconnected { peer, incarnation } => {
+                tracing::info!(member, peer, incarnation, "link reconnected")
             }
-        }
-        for i in 0..self.suspected.len() {
-            let (peer, at) = self.suspected[i];
-            if now_ns >= at {
-                self.suspected[i].1 = now_ns + self.reconnect_interval_ns;
-                // Success raises `Reconnected`, handled at the next cycle.
-                let _ = self.fabric.reconnect(peer);
-            }
-        }
-        work
+            _ => {}
+        })
     }
 
     fn reply(&mut self, ev: ClientEvent) {
@@ -647,11 +586,8 @@ impl<F: Fabric> AcuerdoMember<F> {
         while self.overflow.is_empty() {
             let Ok(req) = self.requests.pop() else { break };
             work += 1;
-            match self.engine.broadcast(&req.payload) {
-                Ok(header) => {
-                    self.pending.push_back((header, req.ticket));
-                    self.reply(ClientEvent::Accepted { ticket: req.ticket, header });
-                }
+            match self.driver.submit(req.ticket, &req.payload) {
+                Ok(header) => self.reply(ClientEvent::Accepted { ticket: req.ticket, header }),
                 Err(error) => self.reply(ClientEvent::Rejected { ticket: req.ticket, error }),
             }
             // Hand the buffer back (dropped if the client has enough).
@@ -663,33 +599,6 @@ impl<F: Fabric> AcuerdoMember<F> {
         }
         work
     }
-
-    /// Commit notifications and lost tickets after a poll.
-    fn settle_tickets(&mut self) {
-        for i in 0..self.effects.committed.len() {
-            let h = self.effects.committed[i];
-            while let Some(&(ph, ticket)) = self.pending.front() {
-                if ph > h {
-                    break;
-                }
-                self.pending.pop_front();
-                let ev = if ph == h {
-                    ClientEvent::Committed { ticket, header: h }
-                } else {
-                    ClientEvent::Lost { ticket, header: ph }
-                };
-                self.reply(ev);
-            }
-        }
-        let committed = self.engine.committed();
-        while let Some(&(ph, ticket)) = self.pending.front() {
-            if ph > committed {
-                break;
-            }
-            self.pending.pop_front();
-            self.reply(ClientEvent::Lost { ticket, header: ph });
-        }
-    }
 }
 
 impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
@@ -699,25 +608,22 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
 
     fn do_work(&mut self, now_ns: u64) -> usize {
         self.flush_replies();
-        let mut work = self.post_backlog();
-        if !self.backlog.is_empty() {
+        let mut work = self.driver.post_backlog();
+        if !self.driver.can_poll() {
             // Back-pressure: the engine may not run again until everything
             // it asked for is posted.
             return work + self.handle_events(now_ns);
         }
         work += self.take_requests();
-        if now_ns >= self.wake_at_ns {
-            work += 1;
-        }
-        self.effects.clear();
         let mut app = AppSink {
             deliver: &mut self.on_deliver,
             snapshot: &mut self.on_snapshot,
             restore: &mut self.on_restore,
         };
-        work += self.engine.poll(now_ns, &mut self.effects, &mut app);
-        self.wake_at_ns = self.effects.wake_at_ns.unwrap_or(u64::MAX);
-        for note in &self.effects.notes {
+        let mut settled = std::mem::take(&mut self.settled);
+        work += self.driver.poll(now_ns, &mut app, &mut settled);
+        let member = self.driver.engine().member();
+        for note in &self.driver.effects().notes {
             match note {
                 Note::BecameLeader(_) => {
                     self.status.elections_won.fetch_add(1, Ordering::AcqRel);
@@ -727,20 +633,24 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
                 }
                 _ => {}
             }
-            tracing::debug!(member = self.engine.member(), ?note, "acuerdo");
+            tracing::debug!(member, ?note, "acuerdo");
             if let Some(f) = self.on_note.as_mut() {
                 f(now_ns, note);
             }
         }
-        self.settle_tickets();
-        self.backlog.extend(&mut self.effects.pushes);
-        work += self.post_backlog();
-        self.status.update(&self.engine);
+        for s in settled.drain(..) {
+            self.reply(match s {
+                Settled::Committed { ticket, header } => ClientEvent::Committed { ticket, header },
+                Settled::Lost { ticket, header } => ClientEvent::Lost { ticket, header },
+            });
+        }
+        self.settled = settled;
+        self.status.update(self.driver.engine());
         work + self.handle_events(now_ns)
     }
 
     fn doorbell(&self) -> Option<Doorbell> {
-        self.fabric.doorbell().cloned()
+        self.driver.fabric().doorbell().cloned()
     }
 }
 

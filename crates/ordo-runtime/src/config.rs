@@ -21,8 +21,8 @@
 //! Operator mistakes are [`ConfigError`]s with a message naming the key;
 //! nothing here panics on input.
 
-use crate::idle::IdleStrategy;
-use crate::runner::{CorePinning, RunnerOptions, ThreadingMode};
+use ordo_agent::IdleStrategy;
+use ordo_agent::{CorePinning, RunnerOptions, ThreadingMode};
 use ordo_fabric::MemberId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;

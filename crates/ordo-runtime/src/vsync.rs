@@ -7,12 +7,11 @@
 //! - One predicate thread per member evaluates every subgroup's predicates
 //!   (spindle §II-D); application threads only touch the lock-free slot
 //!   producer (or, with `lock_free_send` off, take the group lock).
-//! - Pushes are posted in the order the engine emitted them; a push the
-//!   fabric refuses with back-pressure stays queued and is retried before
-//!   anything newer, and the engine is not polled again until the queue is
-//!   empty (a later poll could advance a ring counter that a queued write
-//!   would then carry ahead of its data). So FIFO per peer holds and the
-//!   queue holds at most one poll's pushes.
+//! - The member is a [`VsyncDriver`] (the sans-I/O driver the simulation
+//!   runs too) plus threads and a lock: pushes are posted in the order the
+//!   engine emitted them, a push refused with back-pressure is retried
+//!   before anything newer, and the engine is not polled again until all are
+//!   posted (see `ordo_vsync::VsyncDriver`).
 //! - With `post_after_unlock` (spindle §III-C) the group lock is released
 //!   before posting; without it posting happens under the lock.
 //! - Delivery handlers run on the predicate thread and must not block;
@@ -21,13 +20,12 @@
 //!   instead (spindle §III-D); when every buffer is in use the predicate
 //!   thread waits for the worker (back-pressure, never an unbounded queue).
 
-use crate::backlog::{PushBacklog, Targets};
 use crate::config::OrdoConfig;
 use crate::wiring::{MemberFabric, WiringError, connect_fabric};
 use crate::{Agent, Runner, RunnerError};
-use ordo_fabric::{Doorbell, Fabric, FabricEvent, MemberId};
+use ordo_fabric::{Doorbell, Fabric, MemberId};
 use ordo_vsync::{
-    Delivered, DeliverySink, Effects, Engine, GroupConfig, Push, SendError, Sender, SubgroupStats,
+    Delivered, DeliverySink, Engine, GroupConfig, SendError, Sender, SubgroupStats, VsyncDriver,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -86,7 +84,6 @@ pub struct LiveCounters {
 
 struct Sink {
     mode: SinkMode,
-    batched_upcall: bool,
     counters: Arc<LiveCounters>,
 }
 
@@ -100,15 +97,8 @@ impl DeliverySink for Sink {
     fn deliver(&mut self, batch: &[Delivered<'_>]) {
         let bytes: u64 = batch.iter().map(|d| d.payload.len() as u64).sum();
         match &mut self.mode {
-            SinkMode::Inline(f) => {
-                if self.batched_upcall {
-                    f(batch);
-                } else {
-                    for d in batch {
-                        f(std::slice::from_ref(d));
-                    }
-                }
-            }
+            // The driver already split batches when `batched_upcall` is off.
+            SinkMode::Inline(f) => f(batch),
             SinkMode::Worker { full, empty } => {
                 for d in batch {
                     let mut spins = 0u32;
@@ -213,19 +203,14 @@ impl SubgroupHandle {
     }
 }
 
-/// A member's predicate agent: the engine, its fabric endpoint, and the
-/// pushes waiting to be posted.
+/// A member's predicate agent: a thin shell around the sans-I/O
+/// [`VsyncDriver`] (engine, push backlog, upcall batching) that adds the
+/// group lock, posting after unlock, the delivery modes and logging.
 pub struct VsyncMember<F: Fabric> {
-    engine: Engine,
-    fabric: F,
-    effects: Effects,
-    /// Pushes not yet posted to every peer (see [`crate::backlog`]).
-    backlog: PushBacklog<Push>,
+    driver: VsyncDriver<F>,
     sink: Sink,
     lock: Arc<Mutex<()>>,
     post_after_unlock: bool,
-    events: Vec<FabricEvent>,
-    suspected: Vec<MemberId>,
     counters: Arc<LiveCounters>,
 }
 
@@ -238,9 +223,10 @@ impl<F: Fabric> VsyncMember<F> {
         delivery: Delivery,
     ) -> Result<NewMember<F>, ordo_vsync::ConfigError> {
         let switches = group.switches;
-        let (engine, senders) = Engine::new(group, fabric.member(), fabric.region().clone())?;
-        let lock = Arc::new(Mutex::new(()));
         let bell = fabric.doorbell().cloned();
+        let member_id = fabric.member();
+        let (driver, senders) = VsyncDriver::new(fabric, group)?;
+        let lock = Arc::new(Mutex::new(()));
         let handles = senders
             .into_iter()
             .map(|s| {
@@ -260,13 +246,13 @@ impl<F: Fabric> VsyncMember<F> {
                 let buffers = buffers.max(1);
                 let (full, mut full_rx) = rtrb::RingBuffer::<OwnedMessage>::new(buffers);
                 let (mut empty_tx, empty) = rtrb::RingBuffer::<OwnedMessage>::new(buffers);
-                let max = engine.config().subgroups.iter().map(|s| s.max_payload).max().unwrap_or(0);
+                let max = driver.engine().config().subgroups.iter().map(|s| s.max_payload).max().unwrap_or(0);
                 for _ in 0..buffers {
                     let m = OwnedMessage { payload: Vec::with_capacity(max), ..Default::default() };
                     empty_tx.push(m).expect("sized for every buffer");
                 }
                 let worker = std::thread::Builder::new()
-                    .name(format!("vsync-worker-{}", fabric.member()))
+                    .name(format!("vsync-worker-{member_id}"))
                     .spawn(move || {
                         let mut idle = 0u32;
                         loop {
@@ -295,15 +281,10 @@ impl<F: Fabric> VsyncMember<F> {
             }
         };
         let member = VsyncMember {
-            engine,
-            fabric,
-            effects: Effects::default(),
-            backlog: PushBacklog::new(),
-            sink: Sink { mode, batched_upcall: switches.batched_upcall, counters: counters.clone() },
+            driver,
+            sink: Sink { mode, counters: counters.clone() },
             lock,
             post_after_unlock: switches.post_after_unlock,
-            events: Vec::new(),
-            suspected: Vec::new(),
             counters,
         };
         Ok((member, handles, worker))
@@ -316,50 +297,32 @@ impl<F: Fabric> VsyncMember<F> {
 
     /// The engine (stats, delivered_num) — after the runner gave it back.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.driver.engine()
     }
 
     /// Stats of subgroup `g`.
     pub fn stats(&self, g: usize) -> &SubgroupStats {
-        self.engine.stats(g)
+        self.driver.engine().stats(g)
     }
 
     /// Peers this member has suspected so far.
     pub fn suspected(&self) -> &[MemberId] {
-        &self.suspected
+        self.driver.suspected()
     }
 
     /// Whether nothing is waiting to be posted and every own slot is
     /// reclaimed.
     pub fn is_idle(&self) -> bool {
-        self.backlog.is_empty() && self.engine.is_idle()
-    }
-
-    /// Posts the backlog, oldest first, stopping at the first push a peer
-    /// refuses with back-pressure (so later writes never overtake it).
-    fn post_backlog(&mut self) -> usize {
-        let engine = &self.engine;
-        self.backlog.post(&mut self.fabric, |push| Targets::Many(engine.peers_of(push.subgroup)))
+        self.driver.is_idle()
     }
 
     /// Fabric events: a suspected peer wedges the member (a view change,
     /// which would exclude it, is a later issue).
     fn handle_events(&mut self) -> usize {
-        let mut work = 0;
-        self.fabric.poll_events(&mut self.events);
-        for e in self.events.drain(..) {
-            if let FabricEvent::Suspected { peer, cause } = e {
-                tracing::warn!(member = self.engine.member(), peer, %cause, "peer suspected; wedging");
-                self.suspected.push(peer);
-                self.engine.wedge();
-                work += 1;
-            }
-        }
-        work
-    }
-
-    fn take_effects(&mut self) {
-        self.backlog.extend(&mut self.effects.pushes);
+        let member = self.driver.engine().member();
+        self.driver.on_fabric_events(|peer, cause| {
+            tracing::warn!(member, peer, %cause, "peer suspected; wedging");
+        })
     }
 }
 
@@ -369,29 +332,27 @@ impl<F: Fabric + Send> Agent for VsyncMember<F> {
     }
 
     fn do_work(&mut self, _now_ns: u64) -> usize {
-        let mut work = self.post_backlog();
-        if !self.backlog.is_empty() {
+        let mut work = self.driver.post_backlog();
+        if !self.driver.can_poll() {
             // Back-pressure: the engine may not run again until everything
             // it asked for is posted (see `Engine::poll`).
             return work + self.handle_events();
         }
         let lock = self.lock.clone();
         let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.effects.clear();
-        work += self.engine.poll(&mut self.effects, &mut self.sink);
-        self.take_effects();
+        work += self.driver.poll_engine(&mut self.sink);
         if self.post_after_unlock {
             drop(guard);
-            work += self.post_backlog();
+            work += self.driver.post_backlog();
         } else {
-            work += self.post_backlog();
+            work += self.driver.post_backlog();
             drop(guard);
         }
         work + self.handle_events()
     }
 
     fn doorbell(&self) -> Option<Doorbell> {
-        self.fabric.doorbell().cloned()
+        self.driver.fabric().doorbell().cloned()
     }
 }
 

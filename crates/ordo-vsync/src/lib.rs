@@ -17,7 +17,8 @@
 //! null-send, delivery and reclaim predicates of every subgroup over the
 //! local region, emits [`Push`]es for the runtime to post (data before
 //! counters, as the fabric requires) and hands delivered batches to a
-//! [`DeliverySink`]. The same code runs under `ordo-sim` and the runtime.
+//! [`DeliverySink`]. The same code runs under `ordo-sim` and the runtime: both drive a
+//! [`VsyncDriver`] (its seeded workload lives in `ordo-simulation`).
 //!
 //! The Spindle optimizations are [`Switches`]; [`Switches::BASELINE`] turns
 //! all off to rerun the paper's before/after experiments. Three of them
@@ -31,25 +32,19 @@
 
 #![warn(missing_docs)]
 
-// Lets `sim` name this crate `ordo_vsync` both here and where the
-// integration tests include its source (`tests/sim.rs`).
-#[cfg(any(test, feature = "sim"))]
-extern crate self as ordo_vsync;
-
 mod config;
+mod driver;
 mod engine;
 mod layout;
 mod stats;
 
 pub use config::{ConfigError, DeliveryMode, GroupConfig, MAX_PAYLOAD, MAX_WINDOW, SubgroupConfig, Switches};
+pub use driver::VsyncDriver;
 pub use engine::{
     Delivered, DeliverySink, Effects, Engine, NULL_COUNT_MASK, NULL_FLAG, PeerFault, Push, SendError, Sender,
 };
 pub use layout::{GroupLayout, SubgroupColumns};
 pub use stats::{BatchHistogram, SubgroupStats};
-
-#[cfg(any(test, feature = "sim"))]
-pub mod sim;
 
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,8 @@
-//! Seeded simulation of the Acuerdo engine (see `tests/common/mod.rs` for
+//! Seeded simulation of the Acuerdo engine (see `src/acuerdo.rs` for
 //! what a seed draws and what is checked): fresh seeds every run, pinned
 //! seeds, determinism, and a bad history that every checker must reject.
 
-mod common;
+use ordo_simulation::acuerdo as common;
 
 use common::{AcEvent, Params};
 use ordo_acuerdo::{Epoch, Header};

@@ -57,16 +57,15 @@
 //! client), and liveness after healing (every client's operations answered,
 //! including [`AFTER_CALM`] invoked after the heal; a leader at the end).
 
-// Shared by the tests and the library (feature `sim`): not every item is
-// used by both.
-#![allow(dead_code)]
+#![allow(missing_docs)] // harness-style event and parameter fields, named in their variants' docs
 
-use ordo_r2p2::header::{self, FLAG_LEADER_HINT, Header, MessageType, Policy};
+use crate::{SeedReport, Workload};
+use ordo_r2p2::header::{self, Header, MessageType, Policy};
 use ordo_r2p2::kv::{KvOp, KvReply, KvState};
-use ordo_r2p2::reassembly::{Message, Reassembler, ReassemblyConfig, split};
+use ordo_r2p2::reassembly::{Reassembler, ReassemblyConfig, split};
 use ordo_r2p2::{
-    ClientRef, RaftOptions, RaftReplication, ReplicatedRequest, Replication, ReplicationAction,
-    ReplicationOutput,
+    CoreConfig, Handler, InlineExecutor, RaftOptions, RaftReplication, Responder, ResponseHandle, ServerCore,
+    Transport,
 };
 use ordo_raft::Config;
 use ordo_raft::node::Node;
@@ -77,18 +76,28 @@ use ordo_sim::{
     UndoQueue, Violation, derive_seed,
 };
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
 
 /// The workload's name (`ordo sim --workload r3p2`).
 pub const NAME: &str = "r3p2";
+
+/// The registry entry. This workload has its own fault driver (power loss
+/// at fsync included); the options' switches do not apply to it.
+pub const WORKLOAD: Workload = Workload {
+    name: NAME,
+    summary: "r3p2 (R2P2 + Raft) KV service through the UDP server's ServerCore: loss, duplication, \
+              reordering, partitions, crashes, power loss at fsync; election safety, log matching, leader \
+              completeness, state machine safety, exactly-once, no acknowledged loss, linearizability, liveness",
+    run: |seed, _| seed_report(seed),
+};
 
 /// The port servers listen on.
 const SERVER_PORT: u16 = 1;
@@ -279,196 +288,161 @@ fn send(sock: &mut SimSocket, scratch: &mut Vec<u8>, header: &Header, payload: &
     });
 }
 
-/// One server incarnation: the replication hook, the application, the
-/// transport's state.
-pub struct ServerCore {
-    me: usize,
-    servers: usize,
+/// The simulated socket as the server core's transport.
+struct SimTransport {
     sock: SimSocket,
-    hook: RaftReplication<SimDisk>,
-    kv: KvState,
-    reasm: Reassembler,
-    out: ReplicationOutput,
-    tick_ns: u64,
-    next_tick_ns: u64,
-    peer_sequence: u32,
-    scratch: Vec<u8>,
+}
+
+impl Transport for SimTransport {
+    fn send_datagram(&mut self, to: SocketAddr, datagram: &[u8]) -> io::Result<()> {
+        let to = net_addr(to)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a simulated address"))?;
+        // A closed socket (crashed member) or an oversized datagram is a
+        // send failure, as UDP's.
+        self.sock.send(to, datagram).map(|_| ()).map_err(|e| io::Error::other(format!("{e:?}")))
+    }
+}
+
+/// The replicated application: the production [`KvState`] behind the
+/// production [`Handler`] interface, recording what it applies.
+#[derive(Default)]
+struct RecordingKv {
+    state: Mutex<KvState>,
+    events: Mutex<Vec<R3Event>>,
+}
+
+impl RecordingKv {
+    fn state(&self) -> std::sync::MutexGuard<'_, KvState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, e: R3Event) {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+    }
+
+    fn take_events(&self) -> Vec<R3Event> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Handler for RecordingKv {
+    fn on_request(&self, request: &[u8], handle: ResponseHandle, responder: &mut Responder<'_>) {
+        let (position, reply) = {
+            let mut state = self.state();
+            (state.applied(), state.apply(request))
+        };
+        let op = KvOp::decode(request).expect("clients send well-formed operations");
+        let client = handle.client();
+        let bytes = reply.encode();
+        self.record(R3Event::Applied {
+            position,
+            client: client.client_id,
+            request: client.request_id,
+            op,
+            reply,
+        });
+        responder.send_response(handle, bytes);
+    }
+
+    fn snapshot(&self) -> Option<Vec<u8>> {
+        Some(self.state().snapshot())
+    }
+
+    fn restore(&self, state: &[u8]) -> Result<(), String> {
+        let restored = KvState::from_snapshot(state).expect("a snapshot of our own KV state");
+        let applied = restored.applied();
+        *self.state() = restored;
+        self.record(R3Event::Restored { applied });
+        Ok(())
+    }
+}
+
+/// One server incarnation: the production [`ServerCore`] (the network
+/// thread's logic) with the production [`RaftReplication`] hook, the KV
+/// handler run inline ([`InlineExecutor`], the server's network-thread
+/// mode), and the simulated socket.
+pub struct Replica {
+    core: ServerCore<RaftReplication<SimDisk>>,
+    exec: InlineExecutor,
+    kv: Arc<RecordingKv>,
+    net: SimTransport,
     last_commit: u64,
     led_term: u64,
 }
 
-impl ServerCore {
-    fn header(&self, t: MessageType, client_id: u64, request_id: u32, hint: Option<u16>) -> Header {
-        let hint = hint.or_else(|| self.hook.leader_hint());
-        Header {
-            message_type: t,
-            policy: Policy::ReplicatedRoute,
-            flags: if hint.is_some() { FLAG_LEADER_HINT } else { 0 },
-            packet_id: 0,
-            packet_count: 1,
-            client_id,
-            request_id,
-            leader_hint: hint.unwrap_or(0),
-            payload_len: 0,
-        }
-    }
-
-    fn answer(&mut self, t: MessageType, client: ClientRef, hint: Option<u16>, payload: &[u8]) {
-        let h = self.header(t, client.client_id, client.request_id, hint);
-        send(&mut self.sock, &mut self.scratch, &h, payload, client.addr);
-    }
-
-    fn on_message(&mut self, m: Message, ctx: &mut Ctx<'_, R3Event>) {
-        let now = ctx.now();
-        match (m.message_type, m.policy) {
-            (MessageType::Request, Policy::ReplicatedRoute) => {
-                let client = ClientRef { addr: m.from, client_id: m.client_id, request_id: m.request_id };
-                self.hook.on_request(ReplicatedRequest { client, payload: m.payload }, now, &mut self.out);
-                self.execute(ctx);
-            }
-            (MessageType::Raft, _) => {
-                let Some(from) = net_addr(m.from) else { return };
-                if from.port != SERVER_PORT || from.member as usize >= self.peers() {
-                    return; // not a peer: dropped as `drop_unknown_peer`
-                }
-                self.hook.on_peer_message(from.member as usize, &m.payload, now, &mut self.out);
-                self.execute(ctx);
-            }
-            _ => {}
-        }
-    }
-
-    fn peers(&self) -> usize {
-        self.servers
-    }
-
-    /// Runs the hook's actions in order (an answer's `on_response` and a
-    /// snapshot's `on_snapshot` actions after the ones already queued, as the
-    /// server's `send_outgoing` does).
-    fn execute(&mut self, ctx: &mut Ctx<'_, R3Event>) {
-        let mut queue: VecDeque<ReplicationAction> = self.out.actions.drain(..).collect();
-        while let Some(action) = queue.pop_front() {
-            match action {
-                ReplicationAction::SendToPeer { peer, message } => {
-                    self.peer_sequence = self.peer_sequence.wrapping_add(1);
-                    let h = Header {
-                        message_type: MessageType::Raft,
-                        policy: Policy::FixedRoute,
-                        flags: 0,
-                        packet_id: 0,
-                        packet_count: 1,
-                        client_id: self.me as u64 + 1,
-                        request_id: self.peer_sequence,
-                        leader_hint: 0,
-                        payload_len: 0,
-                    };
-                    let to = sock_addr(NetAddr::new(peer as u32, SERVER_PORT));
-                    send(&mut self.sock, &mut self.scratch, &h, &message, to);
-                }
-                ReplicationAction::Apply { client, payload, respond } => {
-                    let position = self.kv.applied();
-                    let reply = self.kv.apply(&payload);
-                    let op = KvOp::decode(&payload).expect("clients send well-formed operations");
-                    let bytes = reply.encode();
-                    ctx.record(R3Event::Applied {
-                        position,
-                        client: client.client_id,
-                        request: client.request_id,
-                        op,
-                        reply,
-                    });
-                    self.hook.on_response(client, &bytes, respond, &mut self.out);
-                    if respond {
-                        self.answer(MessageType::Response, client, None, &bytes);
-                    }
-                    queue.extend(self.out.actions.drain(..));
-                }
-                ReplicationAction::Snapshot => {
-                    self.hook.on_snapshot(Some(self.kv.snapshot()), &mut self.out);
-                    queue.extend(self.out.actions.drain(..));
-                }
-                ReplicationAction::Restore { state } => {
-                    self.kv = KvState::from_snapshot(&state).expect("a snapshot of our own KV state");
-                    ctx.record(R3Event::Restored { applied: self.kv.applied() });
-                }
-                ReplicationAction::Redirect { client, leader } => {
-                    self.answer(MessageType::Redirect, client, Some(leader), &[]);
-                }
-                ReplicationAction::Respond { client, payload } => {
-                    self.answer(MessageType::Response, client, None, &payload);
-                }
-                ReplicationAction::Refuse { client, code, reason } => {
-                    let mut payload = vec![code as u8];
-                    payload.extend_from_slice(reason.as_bytes());
-                    self.answer(MessageType::Error, client, None, &payload);
-                }
-            }
-        }
+impl Replica {
+    fn new(me: u32, servers: u32, tick_ns: u64, sock: SimSocket, hook: RaftReplication<SimDisk>) -> Replica {
+        let config = CoreConfig {
+            peers: (0..servers).map(|i| sock_addr(NetAddr::new(i, SERVER_PORT))).collect(),
+            node_id: u64::from(me),
+            mtu_payload: MTU_PAYLOAD,
+            reassembly: ReassemblyConfig { max_packets: MAX_PACKETS, ..ReassemblyConfig::default() },
+            tick_interval: Duration::from_nanos(tick_ns),
+        };
+        let core = ServerCore::new(config, Some(hook));
+        let kv = Arc::new(RecordingKv::default());
+        let exec = InlineExecutor::new(kv.clone(), &core);
+        Replica { core, exec, kv, net: SimTransport { sock }, last_commit: 0, led_term: 0 }
     }
 
     fn observe(&mut self, ctx: &mut Ctx<'_, R3Event>) {
-        let node = self.hook.replica().node();
+        let node = self.core.hook().expect("a replica has its hook").replica().node();
         let commit = node.commit_index();
+        let mut events = Vec::new();
         if commit > self.last_commit {
             self.last_commit = commit;
             let term = node.term_at(commit).unwrap_or(0);
-            ctx.record(R3Event::Commit { index: commit, term, at_term: node.term() });
+            events.push(R3Event::Commit { index: commit, term, at_term: node.term() });
         }
         if node.is_leader() && node.term() != self.led_term {
             self.led_term = node.term();
-            let log = LogView::of(node);
-            ctx.record(R3Event::Leader { term: self.led_term, log });
+            events.push(R3Event::Leader { term: self.led_term, log: LogView::of(node) });
+        }
+        for e in events {
+            ctx.record(e);
         }
     }
 
+    /// The network loop's turn: receive a batch, timers, end of turn.
     fn poll(&mut self, ctx: &mut Ctx<'_, R3Event>) -> usize {
         let now = ctx.now();
         let mut work = 0;
-        // The network loop's turn: receive a batch, tick when due, flush.
         for _ in 0..32 {
-            let Some((from, bytes)) = self.sock.recv() else { break };
-            work += 1;
-            let Ok((h, payload)) = header::decode(&bytes, MAX_PACKETS) else { continue };
-            if let Some(m) = self.reasm.on_packet(sock_addr(from), &h, payload, now) {
-                self.on_message(m, ctx);
-            }
+            let Some((from, bytes)) = self.net.sock.recv() else { break };
+            work += self.core.on_datagram(now, sock_addr(from), &bytes, &mut self.exec, &mut self.net);
         }
-        if now >= self.next_tick_ns {
-            self.next_tick_ns = now + self.tick_ns;
-            if self.reasm.partial_count() > 0 {
-                self.reasm.expire(now);
-            }
-            self.hook.tick(now, &mut self.out);
-            self.execute(ctx);
+        work += self.core.on_timers(now, &mut self.exec, &mut self.net);
+        work += self.core.end_turn(now, &mut self.exec, &mut self.net);
+        for e in self.kv.take_events() {
+            ctx.record(e);
         }
-        self.hook.flush(now, &mut self.out);
-        self.execute(ctx);
         self.observe(ctx);
-        ctx.wake_at(self.next_tick_ns);
+        ctx.wake_at(self.core.next_tick_ns());
         work
     }
 
     fn final_event(&self) -> R3Event {
-        let node = self.hook.replica().node();
+        let node = self.hook().replica().node();
+        let kv = self.kv.state();
         R3Event::Final {
             log: LogView::of(node),
             commit: node.commit_index(),
             term: node.term(),
             leader: node.is_leader(),
-            applied: self.kv.applied(),
-            state: self.kv.snapshot(),
-            duplicates: self.hook.replica().stats().duplicates,
+            applied: kv.applied(),
+            state: kv.snapshot(),
+            duplicates: self.hook().replica().stats().duplicates,
         }
     }
 
     /// The hook (tests look at its replica).
     pub fn hook(&self) -> &RaftReplication<SimDisk> {
-        &self.hook
+        self.core.hook().expect("a replica has its hook")
     }
 }
 
 struct ServerProc {
-    core: Rc<RefCell<ServerCore>>,
+    core: Rc<RefCell<Replica>>,
     world: Rc<RefCell<World>>,
     /// Died of a power loss: does nothing until crashed and restarted.
     dead: bool,
@@ -758,7 +732,7 @@ impl SimProcess<R3Event> for ClientProc {
 /// Everything a driver needs to look at the processes.
 pub struct World {
     /// Each server's latest incarnation.
-    pub servers: Vec<Option<Rc<RefCell<ServerCore>>>>,
+    pub servers: Vec<Option<Rc<RefCell<Replica>>>>,
     /// Each server's disk (outside its processes).
     pub disks: Vec<SimDisk>,
     /// Servers whose process died of a power loss at an fsync (silent until
@@ -835,21 +809,7 @@ pub fn build(seed: u64, params: &Params) -> (Sim<R3Event>, Rc<RefCell<World>>) {
         let hook = RaftReplication::open(disk, opts).expect("a replica opens on its own disk");
         w.borrow_mut().torn_bytes += hook.replica().store().stats().torn_bytes_recovered;
         let sock = ctx.bind(SERVER_PORT).expect("server port");
-        let core = Rc::new(RefCell::new(ServerCore {
-            me: m as usize,
-            servers: p.servers as usize,
-            sock,
-            hook,
-            kv: KvState::default(),
-            reasm: reassembler(),
-            out: ReplicationOutput::default(),
-            tick_ns: p.tick_ns,
-            next_tick_ns: ctx.now(),
-            peer_sequence: 0,
-            scratch: Vec::new(),
-            last_commit: 0,
-            led_term: 0,
-        }));
+        let core = Rc::new(RefCell::new(Replica::new(m, p.servers, p.tick_ns, sock, hook)));
         w.borrow_mut().servers[m as usize] = Some(core.clone());
         Box::new(ServerProc { core, world: w.clone(), dead: false })
     });
@@ -880,7 +840,7 @@ pub fn leader_of(world: &Rc<RefCell<World>>, sim: &Sim<R3Event>, n: u32) -> Opti
     let wl = sim.world().lock().expect("world lock");
     (0..n).find(|m| {
         wl.is_alive(*m)
-            && w.servers[*m as usize].as_ref().is_some_and(|c| c.borrow().hook.replica().node().is_leader())
+            && w.servers[*m as usize].as_ref().is_some_and(|c| c.borrow().hook().replica().node().is_leader())
     })
 }
 
@@ -1025,6 +985,11 @@ pub fn checkers(params: &Params) -> Vec<Box<dyn Checker<R3Event>>> {
 
 /// Runs and checks one seed and describes it (the CLI's report).
 pub fn report(seed: u64) -> Result<String, String> {
+    seed_report(seed).map(|r| r.summary)
+}
+
+/// Runs and checks one seed: its digest and description.
+fn seed_report(seed: u64) -> Result<SeedReport, String> {
     let params = Params::draw(seed);
     let (h, disks) = std::panic::catch_unwind(|| simulate_counted(seed, &params))
         .map_err(|p| format!("seed {seed}: panicked: {}", panic_message(&*p)))?;
@@ -1040,7 +1005,7 @@ pub fn report(seed: u64) -> Result<String, String> {
         })
         .max()
         .unwrap_or_default();
-    Ok(format!(
+    let summary = format!(
         "{NAME} seed {seed}: passed ({} checkers), history digest {:#018x}\n  \
          {} servers, {} clients x {} ops on {} keys + `log`; tick {} us, snapshot every {}, loss {} ppm, dup {} ppm\n  \
          simulated {:.1} ms (faults until {:.1} ms): {} crashes, {} restarts, {} partitions, {} power losses at fsync, \
@@ -1079,7 +1044,8 @@ pub fn report(seed: u64) -> Result<String, String> {
                 _ => 0,
             })
             .sum::<u64>(),
-    ))
+    );
+    Ok(SeedReport { workload: NAME.into(), seed, history_digest: h.digest(), summary })
 }
 
 /// Runs and checks one seed; returns the history digest.

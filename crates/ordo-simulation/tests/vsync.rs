@@ -1,13 +1,9 @@
-//! Seeded simulation checks of the vsync engine (see `src/sim.rs` for what
-//! is drawn and checked): fresh seeds every run, pinned seeds, determinism,
-//! and a bad history for every checker.
-//!
-//! The module's source is included here (it is compiled into the library
-//! only under the `sim` feature or the library's own unit tests).
+//! Seeded simulation checks of the vsync engine through the runtime's
+//! `VsyncDriver` (see `src/vsync.rs` for what is drawn and checked): fresh
+//! seeds every run, pinned seeds, determinism, and a bad history for every
+//! checker.
 
-#[allow(dead_code)]
-#[path = "../src/sim.rs"]
-mod sim;
+use ordo_simulation::vsync as sim;
 
 use ordo_fabric::MemberId;
 use ordo_sim::{Checker, History, RunOptions, SeedBatch, simulate};

@@ -1,8 +1,8 @@
 //! Runner behaviour with real threads: wake-ups, shared mode, stop, panics.
 //! Every wait has a deadline; no test spins without bound.
 
+use ordo_agent::{Agent, CorePinning, IdleStrategy, Runner, RunnerError, RunnerOptions, ThreadingMode};
 use ordo_fabric::Doorbell;
-use ordo_runtime::{Agent, CorePinning, IdleStrategy, Runner, RunnerError, RunnerOptions, ThreadingMode};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! plus the log suffix, and then delivers new messages in the same order as
 //! the others. A lockstep network: every push lands before the next poll.
 
-mod common;
+use ordo_simulation::acuerdo as common;
 
 use common::{App, AppEvent};
 use ordo_acuerdo::{BroadcastError, Config, Effects, Engine, Header, Layout, Note, Role, Target};

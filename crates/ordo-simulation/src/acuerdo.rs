@@ -37,21 +37,41 @@
 //! anomalies, and restored state (every restored snapshot equals the
 //! state of the common order's prefix it claims).
 
-#![allow(dead_code)]
+#![allow(missing_docs)] // harness-style event and parameter fields, named in their variants' docs
 
-use ordo_acuerdo::{Config, DeliverySink, Effects, Engine, Epoch, Header, Layout, Note, Role, Target};
-use ordo_fabric::{Fabric, FabricEvent, MemberId, PostError, Write};
+use crate::{SeedReport, Workload};
+use ordo_acuerdo::{AcuerdoDriver, Config, DeliverySink, Epoch, Header, Layout, Note, Role, Settled};
+use ordo_fabric::MemberId;
 use ordo_sim::rng::{SimRng, derive_seed, stream};
 use ordo_sim::{
     Checker, Ctx, FabricConfig, FaultNote, History, Sim, SimConfig, SimFabric, SimProcess, Undo, UndoQueue,
     Violation, fnv64,
 };
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 /// The workload's name.
 pub const NAME: &str = "acuerdo";
+
+/// The registry entry (`ordo sim --workload acuerdo`). This workload has its
+/// own fault driver (it keeps at most f members unsafe); the options'
+/// switches do not apply to it.
+pub const WORKLOAD: Workload = Workload {
+    name: NAME,
+    summary: "acuerdo engine through the runtime's AcuerdoDriver: crashes (the leader too), restarts, \
+              partitions; integrity, total order, one leader per epoch, up-to-date leaders, no committed loss, \
+              restored state, liveness",
+    run: |seed, _| {
+        let history_digest = run(seed)?;
+        Ok(SeedReport {
+            workload: NAME.into(),
+            seed,
+            history_digest,
+            summary: format!("{NAME} seed {seed}: passed, history digest {history_digest:#018x}"),
+        })
+    },
+};
 
 /// What the members record.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -149,19 +169,17 @@ struct Member {
     me: MemberId,
     incarnation: u64,
     params: Params,
-    engine: Engine,
-    fabric: SimFabric,
-    fx: Effects,
-    queued: BTreeMap<MemberId, VecDeque<Write>>,
-    suspected: BTreeSet<MemberId>,
-    peers: Vec<MemberId>,
+    /// The production driver: engine, push backlog, link recovery, tickets.
+    driver: AcuerdoDriver<SimFabric>,
+    settled: Vec<Settled>,
+    /// Tickets submitted and not yet settled, with the header each got.
+    unsettled: BTreeMap<u64, Header>,
     shared: Shared,
     sent: u64,
     next_send_ns: u64,
     next_slow_poll_ns: u64,
     next_trace_ns: u64,
     rng: SimRng,
-    events: Vec<FabricEvent>,
     app: App,
 }
 
@@ -229,10 +247,11 @@ impl Member {
         let me = ctx.member();
         let fabric = ctx.fabric().clone();
         let cfg = params.config(me, ctx.incarnation());
-        let engine = Engine::new(cfg, fabric.region().clone(), ctx.now()).expect("valid config");
+        // Reconnect interval 0: a suspected link is retried on every poll.
+        let driver = AcuerdoDriver::new(fabric, cfg, ctx.now(), 0).expect("valid config");
         {
             let mut s = shared.borrow_mut();
-            s.synced[me as usize] = engine.is_synced();
+            s.synced[me as usize] = driver.engine().is_synced();
             s.leader[me as usize] = false;
             s.vote_epoch[me as usize] = Epoch::NONE;
         }
@@ -241,19 +260,15 @@ impl Member {
             me,
             incarnation: ctx.incarnation(),
             params: params.clone(),
-            engine,
-            peers: (0..params.members).filter(|m| *m != me).collect(),
-            fabric,
-            fx: Effects::default(),
-            queued: BTreeMap::new(),
-            suspected: BTreeSet::new(),
+            driver,
+            settled: Vec::new(),
+            unsettled: BTreeMap::new(),
             shared,
             sent: 0,
             next_send_ns: 0,
             next_slow_poll_ns: 0,
             next_trace_ns: 0,
             rng,
-            events: Vec::new(),
             app: App::default(),
         }
     }
@@ -262,81 +277,11 @@ impl Member {
         ctx.record(AcEvent::Anomaly { what });
     }
 
-    /// Posts `w`, or queues it behind earlier back-pressured writes to the
-    /// same peer (never dropped, never reordered).
-    fn post(&mut self, ctx: &mut Ctx<'_, AcEvent>, w: Write) {
-        if let Some(q) = self.queued.get_mut(&w.peer)
-            && !q.is_empty()
-        {
-            q.push_back(w);
-            return;
-        }
-        match self.fabric.post_write(w) {
-            Ok(()) | Err(PostError::PeerSuspected(_)) => {}
-            Err(PostError::Backpressure(_)) => self.queued.entry(w.peer).or_default().push_back(w),
-            Err(e) => Self::anomaly(ctx, format!("post failed: {e}")),
-        }
-    }
-
-    fn flush(&mut self, ctx: &mut Ctx<'_, AcEvent>) -> bool {
-        let peers: Vec<MemberId> = self.queued.keys().copied().collect();
-        for p in peers {
-            while let Some(w) = self.queued.get_mut(&p).and_then(|q| q.front().copied()) {
-                match self.fabric.post_write(w) {
-                    Ok(()) | Err(PostError::PeerSuspected(_)) => {
-                        self.queued.get_mut(&p).expect("queue").pop_front();
-                    }
-                    Err(PostError::Backpressure(_)) => break,
-                    Err(e) => {
-                        Self::anomaly(ctx, format!("post failed: {e}"));
-                        self.queued.get_mut(&p).expect("queue").pop_front();
-                    }
-                }
-            }
-        }
-        self.queued.retain(|_, q| !q.is_empty());
-        self.queued.is_empty()
-    }
-
-    fn fabric_events(&mut self) {
-        self.events.clear();
-        self.fabric.poll_events(&mut self.events);
-        for e in std::mem::take(&mut self.events) {
-            match e {
-                FabricEvent::Suspected { peer, .. } => {
-                    self.suspected.insert(peer);
-                    // Writes queued for the old link are moot: the engine
-                    // re-pushes what the peer needs after the reconnect.
-                    self.queued.remove(&peer);
-                }
-                FabricEvent::Reconnected { peer, .. } => {
-                    self.suspected.remove(&peer);
-                    self.engine.on_link_reset(peer);
-                }
-                FabricEvent::Completed { .. } | FabricEvent::Failed { .. } => {}
-            }
-        }
-        let suspected: Vec<MemberId> = self.suspected.iter().copied().collect();
-        for peer in suspected {
-            if self.fabric.reconnect(peer).is_ok() {
-                self.suspected.remove(&peer);
-                self.engine.on_link_reset(peer);
-            }
-        }
-        // Drain the Reconnected events the reconnects just produced.
-        self.events.clear();
-        self.fabric.poll_events(&mut self.events);
-        for e in std::mem::take(&mut self.events) {
-            if let FabricEvent::Suspected { peer, .. } = e {
-                self.suspected.insert(peer);
-                self.queued.remove(&peer);
-            }
-        }
-    }
-
     fn client(&mut self, ctx: &mut Ctx<'_, AcEvent>) -> usize {
         let now = ctx.now();
-        if self.engine.role() != Role::Leader || now < self.next_send_ns || now >= self.params.stop_sending_ns
+        if self.driver.engine().role() != Role::Leader
+            || now < self.next_send_ns
+            || now >= self.params.stop_sending_ns
         {
             return 0;
         }
@@ -352,8 +297,9 @@ impl Member {
                 *b = (i as u64 ^ self.sent) as u8;
             }
             payload.truncate(self.params.max_payload);
-            match self.engine.broadcast(&payload) {
+            match self.driver.submit(self.sent, &payload) {
                 Ok(h) => {
+                    self.unsettled.insert(self.sent, h);
                     ctx.record(AcEvent::Broadcast { header: h.encode(), digest: fnv64(&payload) });
                     self.sent += 1;
                     work += 1;
@@ -369,8 +315,9 @@ impl Member {
 impl SimProcess<AcEvent> for Member {
     fn poll(&mut self, ctx: &mut Ctx<'_, AcEvent>) -> usize {
         let now = ctx.now();
-        self.fabric_events();
-        if !self.flush(ctx) {
+        self.driver.on_fabric_events(now, |_| {});
+        self.driver.post_backlog();
+        if !self.driver.can_poll() {
             ctx.wake_at(now + 2_000);
             return 0; // the engine waits until its earlier writes are posted
         }
@@ -387,11 +334,18 @@ impl SimProcess<AcEvent> for Member {
         }
         if self.params.trace && now >= self.next_slow_poll_ns.max(self.next_trace_ns) {
             self.next_trace_ns = now + 500_000;
-            ctx.record(AcEvent::Note { what: self.engine.describe() });
+            ctx.record(AcEvent::Note { what: self.driver.engine().describe() });
         }
         let mut work = self.client(ctx);
-        self.fx.clear();
-        work += self.engine.poll(now, &mut self.fx, &mut self.app);
+        work += self.driver.poll(now, &mut self.app, &mut self.settled);
+        for s in self.settled.drain(..) {
+            // A ticket settles once, with the header it was given (the
+            // driver's contract the runtime's clients rely on).
+            let (Settled::Lost { ticket, header } | Settled::Committed { ticket, header }) = s;
+            if self.unsettled.remove(&ticket) != Some(header) {
+                ctx.record(AcEvent::Anomaly { what: format!("settled an unknown ticket or header: {s:?}") });
+            }
+        }
         for ev in std::mem::take(&mut self.app.log) {
             match ev {
                 AppEvent::Delivered { header, digest } => {
@@ -403,11 +357,12 @@ impl SimProcess<AcEvent> for Member {
                 AppEvent::BadSnapshot(what) => Self::anomaly(ctx, format!("bad snapshot: {what}")),
             }
         }
-        for note in std::mem::take(&mut self.fx.notes) {
+        let engine = self.driver.engine();
+        for note in &self.driver.effects().notes {
             match note {
                 Note::BecameLeader(e) => {
-                    let log = self.engine.log_headers().map(|h| h.encode()).collect();
-                    let floor = self.engine.log_floor().encode();
+                    let log = engine.log_headers().map(|h| h.encode()).collect();
+                    let floor = engine.log_floor().encode();
                     ctx.record(AcEvent::Elected { epoch: e.encode(), log, floor });
                 }
                 Note::BadMessage { sender, what } => {
@@ -420,30 +375,19 @@ impl SimProcess<AcEvent> for Member {
                 }
             }
         }
-        let pushes = std::mem::take(&mut self.fx.pushes);
-        for push in &pushes {
-            let targets: Vec<MemberId> = match push.to {
-                Target::All => self.peers.clone(),
-                Target::Peer(p) => vec![p],
-            };
-            for t in targets {
-                self.post(ctx, Write::new(t, push.offset, push.len));
-            }
-        }
-        self.fx.pushes = pushes;
         {
             let mut s = self.shared.borrow_mut();
-            s.synced[self.me as usize] = self.engine.is_synced();
-            s.leader[self.me as usize] = self.engine.role() == Role::Leader;
-            s.vote_epoch[self.me as usize] = self.engine.vote().e_new;
+            s.synced[self.me as usize] = engine.is_synced();
+            s.leader[self.me as usize] = engine.role() == Role::Leader;
+            s.vote_epoch[self.me as usize] = engine.vote().e_new;
         }
-        if let Some(t) = self.fx.wake_at_ns {
-            ctx.wake_at(t);
+        if self.driver.wake_at_ns() != u64::MAX {
+            ctx.wake_at(self.driver.wake_at_ns());
         }
-        if self.engine.role() == Role::Leader && now < self.params.stop_sending_ns {
+        if engine.role() == Role::Leader && now < self.params.stop_sending_ns {
             ctx.wake_at(self.next_send_ns);
         }
-        work + usize::from(!self.fx.pushes.is_empty())
+        work + usize::from(!self.driver.can_poll())
     }
 }
 

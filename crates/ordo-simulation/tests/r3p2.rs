@@ -1,9 +1,9 @@
 //! Seeded simulation of r3p2 (R2P2 with Raft inside it) serving a replicated
 //! key-value store: fresh seeds every run, pinned seeds, determinism, and
-//! targeted scenarios (see `tests/common/mod.rs` for what a seed draws and
+//! targeted scenarios (see `src/r3p2.rs` for what a seed draws and
 //! what is checked).
 
-mod common;
+use ordo_simulation::r3p2 as common;
 
 use common::{Params, R3Event};
 use ordo_sim::{History, SeedBatch};

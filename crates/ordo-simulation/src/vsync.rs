@@ -2,9 +2,8 @@
 //! multicast with the Spindle optimizations) on `ordo-sim`'s simulated
 //! fabric, failure-free path (one view; no crashes or partitions).
 //!
-//! Built for this crate's tests, and under the `sim` feature for the CLI
-//! (`ordo sim --workload vsync --seed N` replays a seed once the binary
-//! lists [`WORKLOAD`]).
+//! Registered as [`WORKLOAD`]: `ordo sim --workload vsync --seed N` replays
+//! a seed.
 //!
 //! # What one seed draws (all from the seed's scenario stream)
 //! - A group of 2..=5 members and 1..=3 subgroups: members a random subset
@@ -29,12 +28,13 @@
 //!   of the ring (a partial send batch) fires as the run's options say.
 //!
 //! # The process
-//! Each member runs an [`Engine`] over its simulated region, its
+//! Each member is the runtime's own [`VsyncDriver`] (engine, ordered push
+//! backlog, upcall batching) over its simulated fabric endpoint; its
 //! application sends through its [`Sender`]s (payloads a pure function of
-//! `(subgroup, sender, k)`), and posts every [`ordo_vsync::Push`] to
-//! [`Engine::peers`] in order. A post refused with back-pressure stays
-//! queued (per peer, in order, never dropped or reordered) and is retried;
-//! **the engine is not polled again until every queued write is posted**:
+//! `(subgroup, sender, k)`). A post refused with back-pressure stays
+//! queued in the driver's backlog (in order, never dropped or reordered)
+//! and is retried; **the engine is not polled again until every queued
+//! write is posted**:
 //! a ring's counter is set when a batch is planned and a write captures its
 //! bytes when posted, so a counter write posted late could carry a later
 //! batch's counter ahead of that batch's data.
@@ -42,7 +42,7 @@
 //! # Checked (each checker is a pure function of the history)
 //! - **anomalies**: the harness saw nothing unexpected (fabric events, post
 //!   errors other than back-pressure, send errors, bad ring data reported
-//!   in [`Engine::faults`]); `Sent` indices of each
+//!   in [`ordo_vsync::Engine::faults`]); `Sent` indices of each
 //!   sender are 0, 1, 2, ... and only senders of a subgroup send in it.
 //! - **integrity**: every delivered payload was sent with exactly those
 //!   bytes; only members of a subgroup deliver in it, only from its senders;
@@ -80,36 +80,36 @@
 //! blocked forever (its only slot held the declared rounds, reclaimed only
 //! once they were delivered, which waited for its next message). The engine
 //! now reuses a null slot once every member consumed it; the pinned test
-//! `declared_inactivity_then_resume_with_window_1` in `tests/sim.rs` keeps it
+//! `declared_inactivity_then_resume_with_window_1` in `tests/vsync.rs` keeps it
 //! fixed.
 //!
 //! Observation the checks accept (a cost, not a safety issue): the engine
 //! also sends nulls in unordered subgroups, where delivery never waits for
 //! them.
 
-use ordo_fabric::{Fabric, FabricEvent, MemberId, PostError, Write};
+use crate::Workload;
+use ordo_fabric::MemberId;
 use ordo_sim::rng::{SimRng, derive_seed, splitmix64, stream as streams};
-use ordo_sim::workloads::Workload;
 use ordo_sim::{
     Checker, Ctx, FabricConfig, FailureKind, History, RunFailure, RunLimits, RunOptions, RunReport, Scenario,
     SeedsReport, SimConfig, SimFabric, SimProcess, Violation, fnv64, replay_command,
 };
 use ordo_vsync::{
-    Delivered, DeliveryMode, Effects, Engine, GroupConfig, GroupLayout, SendError, Sender, SubgroupConfig,
-    Switches,
+    Delivered, DeliveryMode, GroupConfig, GroupLayout, SendError, Sender, SubgroupConfig, Switches,
+    VsyncDriver,
 };
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// The workload's name (`ordo sim --workload vsync`).
 pub const NAME: &str = "vsync";
 
-/// A registry entry for `ordo-sim`'s CLI.
+/// The registry entry (`ordo sim --workload vsync`).
 pub const WORKLOAD: Workload = Workload {
     name: NAME,
-    summary: "vsync engine (SMC + SST, Spindle switches): total order, FIFO, integrity, null-send bounds; \
-              delayed senders, slow receivers and upcalls, back-pressure",
-    run,
+    summary: "vsync engine (SMC + SST, Spindle switches) through the runtime's VsyncDriver: total order, FIFO, \
+              integrity, null-send bounds; delayed senders, slow receivers and upcalls, back-pressure",
+    run: |seed, opts| crate::from_run_report(run(seed, opts)),
 };
 
 /// Most application messages one sender sends in a subgroup.
@@ -165,9 +165,9 @@ pub enum VsyncEvent {
         /// Null rounds since the last such event.
         rounds: u64,
     },
-    /// A flush stopped at a back-pressured link with `queued` writes left.
+    /// A flush stopped at a back-pressured link with `queued` pushes left.
     Backpressure {
-        /// Writes still queued.
+        /// Pushes still queued.
         queued: u64,
     },
     /// The member reached its finished state (see the liveness checker).
@@ -456,12 +456,8 @@ struct SendState {
 struct Member {
     me: MemberId,
     plan: MemberPlan,
-    engine: Engine,
-    fabric: SimFabric,
-    effects: Effects,
-    /// Writes not yet posted, per peer, in order.
-    queues: Vec<VecDeque<(usize, usize)>>,
-    queued: usize,
+    /// The production driver: engine, push backlog, upcall batching.
+    driver: VsyncDriver<SimFabric>,
     sends: Vec<SendState>,
     busy_until: u64,
     nulls_seen: Vec<u64>,
@@ -471,15 +467,13 @@ struct Member {
     finished: bool,
     got: Vec<VsyncEvent>,
     payload: Vec<u8>,
-    events: Vec<FabricEvent>,
 }
 
 impl Member {
     fn new(ctx: &mut Ctx<'_, VsyncEvent>, params: &Params) -> Member {
         let me = ctx.member();
         let fabric = ctx.fabric().clone();
-        let (engine, handles) =
-            Engine::new(params.group.clone(), me, fabric.region().clone()).expect("a valid group");
+        let (driver, handles) = VsyncDriver::new(fabric, params.group.clone()).expect("a valid group");
         let plan = params.members[me as usize].clone();
         let mut sends = Vec::new();
         for p in &plan.sends {
@@ -498,11 +492,7 @@ impl Member {
         Member {
             me,
             plan,
-            engine,
-            fabric,
-            effects: Effects::default(),
-            queues: (0..params.group.members.len()).map(|_| VecDeque::new()).collect(),
-            queued: 0,
+            driver,
             sends,
             busy_until: 0,
             nulls_seen: vec![0; nsub],
@@ -512,32 +502,14 @@ impl Member {
             finished: false,
             got: Vec::new(),
             payload: Vec::new(),
-            events: Vec::new(),
         }
     }
 
-    /// Posts queued writes in order; stops at a back-pressured peer.
+    /// Posts the driver's backlog in order; records back-pressure.
     fn flush(&mut self, ctx: &mut Ctx<'_, VsyncEvent>) -> usize {
-        let mut posted = 0;
-        let mut blocked = false;
-        for peer in 0..self.queues.len() {
-            while let Some(&(offset, len)) = self.queues[peer].front() {
-                match self.fabric.post_write(Write::new(peer as MemberId, offset, len)) {
-                    Ok(()) => posted += 1,
-                    Err(PostError::Backpressure(_)) => {
-                        blocked = true;
-                        break;
-                    }
-                    Err(e) => {
-                        ctx.record(VsyncEvent::Anomaly { what: format!("posting to m{peer}: {e}") });
-                    }
-                }
-                self.queues[peer].pop_front();
-                self.queued -= 1;
-            }
-        }
-        if blocked {
-            ctx.record(VsyncEvent::Backpressure { queued: self.queued as u64 });
+        let posted = self.driver.post_backlog();
+        if !self.driver.can_poll() {
+            ctx.record(VsyncEvent::Backpressure { queued: self.driver.backlog_len() as u64 });
         }
         posted
     }
@@ -546,9 +518,8 @@ impl Member {
     /// deliveries, then the upcall cost and a possible stall.
     fn predicates(&mut self, ctx: &mut Ctx<'_, VsyncEvent>) -> usize {
         let now = ctx.now();
-        self.effects.clear();
         let got = &mut self.got;
-        let mut work = self.engine.poll(&mut self.effects, &mut |batch: &[Delivered<'_>]| {
+        let mut work = self.driver.poll_engine(&mut |batch: &[Delivered<'_>]| {
             for d in batch {
                 got.push(VsyncEvent::Delivered {
                     subgroup: d.subgroup,
@@ -567,19 +538,14 @@ impl Member {
             }
             ctx.record(e);
         }
-        for p in &self.effects.pushes {
-            for peer in self.engine.peers(p.subgroup) {
-                self.queues[peer as usize].push_back((p.offset, p.len));
-                self.queued += 1;
-            }
-        }
         work += self.flush(ctx);
-        for f in &self.engine.faults()[self.faults_seen..] {
+        let engine = self.driver.engine();
+        for f in &engine.faults()[self.faults_seen..] {
             ctx.record(VsyncEvent::Anomaly { what: format!("ring fault: {f:?}") });
         }
-        self.faults_seen = self.engine.faults().len();
+        self.faults_seen = engine.faults().len();
         for g in 0..self.nulls_seen.len() {
-            let total = self.engine.stats(g).nulls_sent;
+            let total = engine.stats(g).nulls_sent;
             if total > self.nulls_seen[g] {
                 ctx.record(VsyncEvent::NullsSent { subgroup: g, rounds: total - self.nulls_seen[g] });
                 self.nulls_seen[g] = total;
@@ -649,33 +615,33 @@ impl Member {
     fn is_finished(&self) -> bool {
         // Every own slot reclaimed: application slots once delivered
         // everywhere, null slots (declared inactivity) once consumed.
-        self.queued == 0
-            && self.sends.iter().all(|s| s.sent == s.plan.count)
+        self.sends.iter().all(|s| s.sent == s.plan.count)
             && self.delivered == self.expected
-            && self.engine.is_idle()
+            && self.driver.is_idle()
     }
 }
 
 impl SimProcess<VsyncEvent> for Member {
     fn poll(&mut self, ctx: &mut Ctx<'_, VsyncEvent>) -> usize {
         let now = ctx.now();
-        self.fabric.poll_events(&mut self.events);
-        for e in self.events.drain(..) {
-            ctx.record(VsyncEvent::Anomaly { what: format!("fabric event {e:?}") });
+        let mut suspicions = Vec::new();
+        self.driver.on_fabric_events(|peer, cause| suspicions.push(format!("m{peer} suspected: {cause}")));
+        for what in suspicions {
+            ctx.record(VsyncEvent::Anomaly { what: format!("fabric event: {what}") });
         }
         let mut work = 0;
         if now >= self.busy_until {
             work += self.flush(ctx);
             // Never plan again while a planned write is unposted (see the
             // module docs).
-            if self.queued == 0 {
+            if self.driver.can_poll() {
                 work += self.predicates(ctx);
             }
         }
         work += self.send(ctx);
         if self.busy_until > now {
             ctx.wake_at(self.busy_until);
-        } else if self.queued > 0 {
+        } else if !self.driver.can_poll() {
             ctx.wake_at(now + RETRY_NS);
         }
         let done = self.is_finished();

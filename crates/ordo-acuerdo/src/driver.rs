@@ -1,0 +1,250 @@
+//! The Acuerdo member driver: the engine, its fabric endpoint, the ordered
+//! push backlog, link recovery and ticket settlement — everything a member
+//! does except threads, client queues and clocks.
+//!
+//! The runtime's agent (`ordo_runtime::acuerdo::AcuerdoMember`) and the
+//! seeded simulation (the `acuerdo` workload of `ordo-simulation`) both
+//! drive this one type, so the posting order, the back-pressure rule, the
+//! reconnect policy and the commit/loss decision for every ticket that the
+//! simulation checks are the ones that run.
+//!
+//! # Invariants
+//! - The engine is polled only when the backlog is empty (asserted; see
+//!   [`ordo_fabric::backlog`]): a poll's pushes are all posted, in order, to
+//!   each target in order ([`Target::All`] fans out to every peer in sorted
+//!   order), before the engine plans again.
+//! - A suspected peer's held-back writes are dropped, and the peer is
+//!   retried with [`Fabric::reconnect`] every `reconnect_interval_ns`; a
+//!   [`FabricEvent::Reconnected`] (a healed fault or a restarted peer's new
+//!   incarnation) becomes [`Engine::on_link_reset`], which re-sends what the
+//!   new link needs (ring session, row, diff).
+//! - Every ticket accepted by [`AcuerdoDriver::submit`] is settled exactly
+//!   once, in header order: [`Settled::Committed`] when the engine reports
+//!   its header committed, [`Settled::Lost`] when a later header of this
+//!   member committed first or the commit point passed it (the epoch that
+//!   held it ended without it).
+//! - A poll at or after the engine's requested wake time counts as work, so
+//!   a runner that polls on every duty cycle never sleeps through a
+//!   heartbeat it owes.
+
+use crate::config::{Config, ConfigError};
+use crate::engine::{BroadcastError, DeliverySink, Effects, Engine, Push, Target};
+use crate::header::Header;
+use ordo_fabric::backlog::{PushBacklog, PushRange, Targets};
+use ordo_fabric::{Fabric, FabricEvent, MemberId};
+use std::collections::VecDeque;
+
+impl PushRange for Push {
+    fn range(&self) -> (usize, usize) {
+        (self.offset, self.len)
+    }
+}
+
+/// How a ticket ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The message with this header is committed (delivered in order).
+    Committed {
+        /// The caller's ticket.
+        ticket: u64,
+        /// Its place in the total order.
+        header: Header,
+    },
+    /// The message will never commit (its epoch ended without it).
+    Lost {
+        /// The caller's ticket.
+        ticket: u64,
+        /// The header it had been given.
+        header: Header,
+    },
+}
+
+/// One member's engine, fabric endpoint, pushes waiting to be posted,
+/// suspected links and unsettled tickets.
+pub struct AcuerdoDriver<F: Fabric> {
+    engine: Engine,
+    fabric: F,
+    effects: Effects,
+    backlog: PushBacklog<Push>,
+    peers: Vec<MemberId>,
+    /// Accepted tickets not yet settled, in header order.
+    pending: VecDeque<(Header, u64)>,
+    events: Vec<FabricEvent>,
+    /// Suspected peers and when to try reconnecting them next.
+    suspected: Vec<(MemberId, u64)>,
+    reconnect_interval_ns: u64,
+    wake_at_ns: u64,
+    suspicions: u64,
+    reconnections: u64,
+}
+
+impl<F: Fabric> AcuerdoDriver<F> {
+    /// The driver of `cfg.me` over `fabric` (whose region must be zeroed and
+    /// at least [`crate::Layout::region_len`] bytes). A suspected peer is
+    /// retried every `reconnect_interval_ns` (0: on every event poll).
+    pub fn new(fabric: F, cfg: Config, now_ns: u64, reconnect_interval_ns: u64) -> Result<Self, ConfigError> {
+        assert_eq!(fabric.member(), cfg.me, "the fabric endpoint is not cfg.me's");
+        let engine = Engine::new(cfg, fabric.region().clone(), now_ns)?;
+        Ok(AcuerdoDriver {
+            peers: engine.peers(),
+            engine,
+            fabric,
+            effects: Effects::default(),
+            backlog: PushBacklog::new(),
+            pending: VecDeque::new(),
+            events: Vec::new(),
+            suspected: Vec::new(),
+            reconnect_interval_ns,
+            wake_at_ns: now_ns,
+            suspicions: 0,
+            reconnections: 0,
+        })
+    }
+
+    /// Posts the backlog, oldest first, stopping at the first push a peer
+    /// refuses with back-pressure; returns the writes posted.
+    pub fn post_backlog(&mut self) -> usize {
+        let peers = &self.peers;
+        self.backlog.post(&mut self.fabric, |push| match push.to {
+            Target::All => Targets::Many(peers),
+            Target::Peer(p) => Targets::One(p),
+        })
+    }
+
+    /// Whether the engine may run: nothing of its last poll is held back.
+    pub fn can_poll(&self) -> bool {
+        self.backlog.is_empty()
+    }
+
+    /// Proposes `payload` (leader only) and tracks `ticket` until it is
+    /// settled by a later [`poll`](Self::poll).
+    pub fn submit(&mut self, ticket: u64, payload: &[u8]) -> Result<Header, BroadcastError> {
+        let header = self.engine.broadcast(payload)?;
+        debug_assert!(self.pending.back().is_none_or(|(h, _)| *h < header), "headers of one leader grow");
+        self.pending.push_back((header, ticket));
+        Ok(header)
+    }
+
+    /// Proposes `payload` (leader only) without tracking its fate.
+    pub fn broadcast(&mut self, payload: &[u8]) -> Result<Header, BroadcastError> {
+        self.engine.broadcast(payload)
+    }
+
+    /// Runs the engine once: deliveries and state transfer go to `sink`,
+    /// settled tickets to `settled`, its pushes are queued and posted.
+    /// Returns the work done. The poll's notes stay readable in
+    /// [`effects`](Self::effects) until the next poll.
+    ///
+    /// Panics if the backlog is not empty (see the module invariants).
+    pub fn poll(&mut self, now_ns: u64, sink: &mut impl DeliverySink, settled: &mut Vec<Settled>) -> usize {
+        assert!(self.can_poll(), "the engine is polled only once its pushes are all posted");
+        let mut work = usize::from(now_ns >= self.wake_at_ns);
+        self.effects.clear();
+        work += self.engine.poll(now_ns, &mut self.effects, sink);
+        self.wake_at_ns = self.effects.wake_at_ns.unwrap_or(u64::MAX);
+        self.settle(settled);
+        self.backlog.extend(&mut self.effects.pushes);
+        work + self.post_backlog()
+    }
+
+    /// Commit notifications and lost tickets after a poll.
+    fn settle(&mut self, settled: &mut Vec<Settled>) {
+        for &h in &self.effects.committed {
+            while let Some(&(ph, ticket)) = self.pending.front() {
+                if ph > h {
+                    break;
+                }
+                self.pending.pop_front();
+                settled.push(if ph == h {
+                    Settled::Committed { ticket, header: h }
+                } else {
+                    Settled::Lost { ticket, header: ph }
+                });
+            }
+        }
+        let committed = self.engine.committed();
+        while let Some(&(ph, ticket)) = self.pending.front() {
+            if ph > committed {
+                break;
+            }
+            self.pending.pop_front();
+            settled.push(Settled::Lost { ticket, header: ph });
+        }
+        debug_assert!(self.pending.front().is_none_or(|(h, _)| *h > committed));
+    }
+
+    /// Reads the fabric's events (each is shown to `on_event` first):
+    /// suspicions drop the peer's held-back writes and schedule reconnects,
+    /// reconnections reset the engine's link; then tries the reconnects that
+    /// are due. Returns the events that changed something.
+    pub fn on_fabric_events(&mut self, now_ns: u64, mut on_event: impl FnMut(&FabricEvent)) -> usize {
+        let mut work = 0;
+        self.fabric.poll_events(&mut self.events);
+        for e in std::mem::take(&mut self.events) {
+            match e {
+                FabricEvent::Suspected { peer, .. } => {
+                    on_event(&e);
+                    self.suspicions += 1;
+                    self.backlog.forget_peer(peer);
+                    if !self.suspected.iter().any(|s| s.0 == peer) {
+                        self.suspected.push((peer, now_ns.saturating_add(self.reconnect_interval_ns)));
+                    }
+                    work += 1;
+                }
+                FabricEvent::Reconnected { peer, .. } => {
+                    on_event(&e);
+                    self.reconnections += 1;
+                    self.suspected.retain(|s| s.0 != peer);
+                    self.engine.on_link_reset(peer);
+                    work += 1;
+                }
+                FabricEvent::Completed { .. } | FabricEvent::Failed { .. } => {}
+            }
+        }
+        for i in 0..self.suspected.len() {
+            let (peer, at) = self.suspected[i];
+            if now_ns >= at {
+                self.suspected[i].1 = now_ns.saturating_add(self.reconnect_interval_ns.max(1));
+                // Success raises `Reconnected`, handled at the next call.
+                let _ = self.fabric.reconnect(peer);
+            }
+        }
+        work
+    }
+
+    /// What the last poll reported (notes, commits, wake time; its pushes
+    /// are already in the backlog).
+    pub fn effects(&self) -> &Effects {
+        &self.effects
+    }
+
+    /// When the engine wants to be polled again (`u64::MAX`: no timer).
+    pub fn wake_at_ns(&self) -> u64 {
+        self.wake_at_ns
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The fabric endpoint.
+    pub fn fabric(&self) -> &F {
+        &self.fabric
+    }
+
+    /// Peers suspected so far (count) and links reconnected (count).
+    pub fn link_counts(&self) -> (u64, u64) {
+        (self.suspicions, self.reconnections)
+    }
+
+    /// Pushes waiting for the fabric.
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// Tickets accepted and not yet settled.
+    pub fn unsettled(&self) -> usize {
+        self.pending.len()
+    }
+}
