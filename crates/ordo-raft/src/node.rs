@@ -1,5 +1,17 @@
 //! The Raft node: a sans-I/O state machine with an etcd-style `Ready` API.
 //!
+//! # Why one file
+//!
+//! This file is the Raft state machine as one room, as etcd raft's `raft.go`
+//! is: elections, replication, commitment, snapshots and membership change
+//! all read and write the same few fields (term, vote, role, log, commit,
+//! progress), and their pre- and postconditions are easiest to check with
+//! every transition in view. What does not need that shared state lives
+//! beside it: the in-memory log in `log.rs`, a leader's view of one follower
+//! in `progress.rs`, the messages in `message.rs` and their wire format in
+//! `codec.rs`, the durable log in `storage/`, and the replicated state
+//! machine that drives a node in `rsm.rs`.
+//!
 //! # Driving a node
 //!
 //! The node owns no thread, clock, socket, file or entropy. The caller
@@ -383,6 +395,13 @@ impl Node {
         };
         node.recompute_membership();
         node.reset_election_timer();
+        assert_eq!(node.role, Role::Follower, "a node starts as a follower");
+        assert!(node.term >= node.log.last_term(), "recovered: no entry from a term above ours");
+        assert!(node.term >= durable_hard_state.term, "recovered: the term never goes back");
+        assert!(node.log.snapshot_index() <= node.commit, "recovered: the snapshot is committed");
+        assert!(node.commit <= node.log.last_index(), "recovered: commit beyond the log");
+        assert_eq!(node.applied, node.log.snapshot_index(), "recovered: applied is the snapshot");
+        assert_eq!(node.log.persisted, node.log.last_index(), "recovered: the whole log is durable");
         Ok(node)
     }
 
@@ -420,7 +439,9 @@ impl Node {
         self.log.persisted
     }
     pub fn first_index(&self) -> Index {
-        self.log.first_index()
+        let first = self.log.first_index();
+        assert!(first >= 1, "indexes start at 1");
+        first
     }
     pub fn last_index(&self) -> Index {
         self.log.last_index()
@@ -460,7 +481,9 @@ impl Node {
         if id == self.config.id {
             return (self.role == Role::Leader).then_some(self.log.persisted);
         }
-        self.progress.get(&id).map(|p| p.match_index)
+        let match_index = self.progress.get(&id).map(|p| p.match_index);
+        assert!(match_index.is_none_or(|m| m <= self.log.last_index()), "match beyond the leader's log");
+        match_index
     }
     pub fn soft_state(&self) -> SoftState {
         SoftState { role: self.role, leader: self.leader, term: self.term }
@@ -473,6 +496,7 @@ impl Node {
 
     /// One logical clock tick.
     pub fn tick(&mut self) {
+        let term = self.term;
         match self.role {
             Role::Leader => self.tick_leader(),
             _ => {
@@ -480,8 +504,15 @@ impl Node {
                 if self.election_elapsed >= self.randomized_election_ticks && self.is_voter() {
                     self.start_campaign(self.config.pre_vote, false);
                 }
+                assert!(
+                    self.role == Role::Leader
+                        || !self.is_voter()
+                        || self.election_elapsed < self.randomized_election_ticks,
+                    "a voter campaigns when its election timeout expires"
+                );
             }
         }
+        assert!(self.term >= term, "tick: the term never goes back");
     }
 
     /// Starts an election now (with pre-vote if configured), e.g. to
@@ -490,6 +521,7 @@ impl Node {
     pub fn campaign(&mut self) {
         if self.role != Role::Leader && self.is_voter() {
             self.start_campaign(self.config.pre_vote, false);
+            assert_ne!(self.role, Role::Follower, "campaign: our own vote refuses nothing");
         }
     }
 
@@ -506,6 +538,7 @@ impl Node {
             return Err(e.into());
         }
         let (term, from) = (msg.term(), msg.from());
+        let (term_before, vote_before) = (self.term, self.vote);
         if term > self.term {
             match &msg {
                 Message::PreVote { .. } | Message::RequestVote { .. } => {
@@ -555,6 +588,12 @@ impl Node {
             self.stats.stale_term += 1;
             return Ok(());
         }
+        assert!(
+            term == self.term
+                || (term > self.term
+                    && matches!(msg, Message::PreVote { .. } | Message::PreVoteReply { granted: true, .. })),
+            "step: only a pre-vote or its grant is handled in a term other than ours"
+        );
         match msg {
             Message::PreVote { term, from, last_log_index, last_log_term, .. } => {
                 self.on_vote_request(true, term, from, last_log_index, last_log_term);
@@ -594,6 +633,11 @@ impl Node {
                 }
             }
         }
+        assert!(self.term >= term_before, "step: the term never goes back");
+        assert!(
+            self.term != term_before || vote_before.is_none() || self.vote == vote_before,
+            "step: at most one vote per term"
+        );
         self.debug_check();
         Ok(())
     }
@@ -601,7 +645,9 @@ impl Node {
     /// Appends a client command (leader only); returns its index. The entry
     /// is committed once a quorum of voters has it durably.
     pub fn propose(&mut self, data: Vec<u8>) -> Result<Index, ProposeError> {
-        self.check_can_propose(data.len() as u64)?;
+        let len = data.len() as u64;
+        self.check_can_propose(len)?;
+        assert!(len <= self.config.max_entry_bytes, "propose: entry within max_entry_bytes");
         Ok(self.append_and_replicate(EntryKind::Normal, data))
     }
 
@@ -613,6 +659,7 @@ impl Node {
         if self.membership_change_pending() || self.log.term(self.commit) != Some(self.term) {
             return Err(ProposeError::ChangePending);
         }
+        assert!(self.membership_index <= self.commit, "at most one uncommitted membership change");
         let mut next = self.membership.clone();
         match change {
             MembershipChange::AddLearner(id) => {
@@ -623,6 +670,7 @@ impl Node {
                     return Err(ProposeError::InvalidChange("already a member"));
                 }
                 next.learners.insert(id);
+                assert!(next.learners.contains(&id) && !next.voters.contains(&id), "added as a learner");
             }
             MembershipChange::PromoteLearner(id) => {
                 if !next.learners.contains(&id) {
@@ -635,6 +683,7 @@ impl Node {
                 }
                 next.learners.remove(&id);
                 next.voters.insert(id);
+                assert!(next.voters.contains(&id) && !next.learners.contains(&id), "promoted to voter");
             }
             MembershipChange::RemoveServer(id) => {
                 if !next.contains(id) {
@@ -645,11 +694,17 @@ impl Node {
                 if next.voters.is_empty() {
                     return Err(ProposeError::InvalidChange("cannot remove the last voter"));
                 }
+                assert!(!next.contains(id), "removed from the membership");
             }
         }
+        assert!(!next.voters.is_empty(), "a membership keeps at least one voter");
+        assert_ne!(next, self.membership, "a membership change changes the membership");
         let mut data = Vec::new();
         encode_membership(&next, &mut data);
-        Ok(self.append_and_replicate(EntryKind::Membership, data))
+        let index = self.append_and_replicate(EntryKind::Membership, data);
+        assert_eq!(self.membership_index, index, "a membership takes effect when appended");
+        assert!(self.membership_change_pending(), "a new membership is not committed yet");
+        Ok(index)
     }
 
     /// Asks the leader to hand leadership to voter `target` (thesis §3.10):
@@ -667,6 +722,8 @@ impl Node {
         if self.transfer.is_some() {
             self.send_append(target, false);
         }
+        assert_eq!(self.role, Role::Leader, "transfer: still the leader until the target campaigns");
+        assert!(self.transfer.is_none_or(|(t, ticks)| t == target && ticks == 0), "transfer: to target");
         Ok(())
     }
 
@@ -679,10 +736,12 @@ impl Node {
         if self.log.term(index) != Some(term) {
             return;
         }
+        assert!(self.log.persisted < index && index <= self.log.stable, "advance: only handed-out entries");
         self.log.persisted = index;
         if self.role == Role::Leader {
             self.maybe_commit();
         }
+        assert_eq!(self.log.persisted, index, "advance: the durable index moved to index");
         self.debug_check();
     }
 
@@ -698,9 +757,15 @@ impl Node {
         if index > self.applied {
             return Err(CompactError::NotApplied { index, applied: self.applied });
         }
+        assert!(!self.log.pending_snapshot, "compact: no installed snapshot is pending");
+        assert!(index <= self.commit, "compact: only committed entries are compacted");
+        let last_index = self.log.last_index();
         let term = self.log.term(index).expect("applied entries are in the log");
         let meta = SnapshotMeta { index, term, membership: self.membership_at(index) };
         self.log.compact(Snapshot { meta: meta.clone(), data });
+        assert_eq!(self.log.snapshot_index(), index, "compact: the snapshot ends at index");
+        assert_eq!(self.log.last_index(), last_index, "compact: the last index is unchanged");
+        assert_eq!(self.log.term(index), Some(term), "compact: the snapshot keeps index's term");
         self.debug_check();
         Ok(meta)
     }
@@ -709,6 +774,7 @@ impl Node {
 
     /// Whether [`Node::ready`] would return something.
     pub fn has_ready(&self) -> bool {
+        assert!(self.applied <= self.commit, "applied beyond commit");
         self.soft_state() != self.last_soft_state
             || self.hard_state() != self.last_hard_state
             || self.log.pending_snapshot
@@ -719,6 +785,7 @@ impl Node {
 
     /// Takes the accumulated effects (see the module docs).
     pub fn ready(&mut self) -> Ready {
+        assert!(self.applied <= self.commit, "ready: applied beyond commit");
         let mut rd = Ready::default();
         let soft = self.soft_state();
         if soft != self.last_soft_state {
@@ -735,13 +802,35 @@ impl Node {
             rd.snapshot = Some(self.log.snapshot.clone());
             self.applied = self.applied.max(self.log.snapshot_index());
         }
+        assert!(
+            self.applied >= self.log.snapshot_index(),
+            "ready: the application holds everything up to the snapshot"
+        );
+        let persisted = self.log.persisted;
         rd.entries = self.log.take_unstable();
+        assert_eq!(self.log.stable, self.log.last_index(), "ready: every entry has been handed out");
+        assert!(rd.entries.first().is_none_or(|e| e.index > persisted), "ready: durable entries again");
+        assert!(
+            rd.entries.last().is_none_or(|e| e.index == self.log.last_index()),
+            "ready: entries run to the end of the log"
+        );
         rd.messages = std::mem::take(&mut self.messages);
         let applicable = self.commit.min(self.log.persisted);
         if applicable > self.applied {
             rd.committed = self.log.slice(self.applied + 1, applicable, usize::MAX, u64::MAX);
+            assert_eq!(
+                rd.committed.first().map(|e| e.index),
+                Some(self.applied + 1),
+                "ready: committed entries follow the applied index"
+            );
+            assert_eq!(
+                rd.committed.len() as u64,
+                applicable - self.applied,
+                "ready: committed entries are handed out without a gap"
+            );
             self.applied = applicable;
         }
+        assert!(self.applied <= self.commit, "ready: applied beyond commit");
         rd
     }
 
@@ -761,9 +850,15 @@ impl Node {
         self.election_elapsed = 0;
         let min = self.config.election_ticks;
         self.randomized_election_ticks = min + self.rng.below(min);
+        assert!(
+            self.randomized_election_ticks >= min && self.randomized_election_ticks < 2 * min,
+            "election timeout in [election_ticks, 2 * election_ticks)"
+        );
     }
 
     fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        assert!(term >= self.term, "become_follower: the term never goes back");
+        assert_ne!(leader, Some(self.config.id), "become_follower: we are not the leader");
         if term > self.term {
             self.term = term;
             self.vote = None;
@@ -778,9 +873,15 @@ impl Node {
         self.progress.clear();
         self.transfer = None;
         self.reset_election_timer();
+        assert_eq!(self.term, term, "become_follower: in the given term");
+        assert!(self.votes.is_empty() && self.progress.is_empty(), "a follower tallies and tracks nothing");
     }
 
     fn start_campaign(&mut self, pre_vote: bool, transfer: bool) {
+        assert_ne!(self.role, Role::Leader, "a leader does not campaign");
+        assert!(self.is_voter(), "only a voter campaigns");
+        assert!(self.transfer.is_none(), "only a leader transfers leadership");
+        let term_before = self.term;
         self.reset_election_timer();
         self.leader = None;
         self.votes.clear();
@@ -797,6 +898,7 @@ impl Node {
         };
         self.votes.insert(self.config.id, true);
         let (last_log_index, last_log_term) = (self.log.last_index(), self.log.last_term());
+        assert!(last_log_term < campaign_term, "a campaign's term is above every term in our log");
         let me = self.config.id;
         let voters: Vec<NodeId> = self.membership.voters.iter().copied().filter(|&v| v != me).collect();
         for to in voters {
@@ -814,6 +916,11 @@ impl Node {
             });
         }
         self.tally_votes();
+        assert!(
+            self.term == term_before + 1 || (pre_vote && self.term == term_before),
+            "a campaign raises the term by one (a pre-vote: once it wins)"
+        );
+        assert_ne!(self.role, Role::Follower, "a campaign cannot lose on our own vote");
     }
 
     fn on_vote_request(
@@ -824,6 +931,11 @@ impl Node {
         last_log_index: Index,
         last_log_term: Term,
     ) {
+        assert!(
+            if pre { term >= self.term } else { term == self.term },
+            "vote request: term checked by step"
+        );
+        assert_ne!(from, self.config.id, "vote request: not from ourselves");
         let can_vote = if pre {
             term > self.term && !self.in_lease()
         } else {
@@ -836,6 +948,11 @@ impl Node {
             self.send(Message::PreVoteReply { term: reply_term, from: me, to: from, granted });
         } else {
             if granted {
+                assert!(self.vote.is_none_or(|v| v == from), "at most one vote per term");
+                assert!(
+                    matches!(self.role, Role::Follower | Role::PreCandidate),
+                    "a candidate votes for itself"
+                );
                 self.vote = Some(from);
                 self.election_elapsed = 0;
             }
@@ -848,15 +965,21 @@ impl Node {
             self.stats.unexpected += 1;
             return;
         }
+        assert!(matches!(expected, Role::PreCandidate | Role::Candidate), "vote reply: a campaign role");
+        assert_eq!(self.votes.get(&self.config.id), Some(&true), "a campaign counts our own vote");
         self.votes.entry(from).or_insert(granted);
         self.tally_votes();
     }
 
     fn tally_votes(&mut self) {
+        assert!(matches!(self.role, Role::PreCandidate | Role::Candidate), "tally: only while campaigning");
+        assert!(self.leader.is_none(), "tally: no leader known while campaigning");
         let voters = &self.membership.voters;
         let granted = self.votes.iter().filter(|(id, g)| **g && voters.contains(id)).count();
         let refused = self.votes.iter().filter(|(id, g)| !**g && voters.contains(id)).count();
         let quorum = self.membership.quorum();
+        assert!(granted >= 1, "tally: our own vote counts");
+        assert!(granted + refused <= voters.len(), "tally: one answer per voter");
         if granted >= quorum {
             match self.role {
                 Role::PreCandidate => self.start_campaign(false, false),
@@ -871,6 +994,10 @@ impl Node {
     }
 
     fn become_leader(&mut self) {
+        assert_eq!(self.role, Role::Candidate, "only a candidate becomes leader");
+        assert_eq!(self.vote, Some(self.config.id), "a leader voted for itself");
+        assert!(self.is_voter(), "only a voter becomes leader");
+        assert!(self.log.last_term() < self.term, "a new leader's log holds nothing of its term");
         self.role = Role::Leader;
         self.leader = Some(self.config.id);
         self.votes.clear();
@@ -883,9 +1010,13 @@ impl Node {
         self.log.push(Entry { term: self.term, index, kind: EntryKind::Noop, data: Vec::new() });
         self.broadcast_append(true);
         self.maybe_commit();
+        assert_eq!(self.role, Role::Leader, "a new leader is a voter and stays leader");
+        assert_eq!(self.log.last_term(), self.term, "a new leader's log ends in its Noop");
+        assert!(self.commit < index, "the Noop cannot commit before a quorum has it durably");
     }
 
     fn reset_progress(&mut self) {
+        assert_eq!(self.role, Role::Leader, "only a leader tracks progress");
         let next = self.log.last_index() + 1;
         let me = self.config.id;
         let members: Vec<NodeId> = self
@@ -897,14 +1028,18 @@ impl Node {
             .filter(|&id| id != me)
             .collect();
         self.progress.retain(|id, _| members.contains(id));
-        for id in members {
+        for &id in &members {
             self.progress.entry(id).or_insert_with(|| Progress::new(next));
         }
+        assert!(self.progress.len() <= members.len(), "progress only for members");
+        debug_assert!(members.iter().all(|id| self.progress.contains_key(id)), "progress for every member");
+        assert!(!self.progress.contains_key(&me), "no progress for ourselves");
     }
 
     // ----- leader --------------------------------------------------------
 
     fn tick_leader(&mut self) {
+        assert_eq!(self.role, Role::Leader, "tick_leader: a leader");
         self.heartbeat_elapsed += 1;
         self.election_elapsed += 1;
         if self.election_elapsed >= self.config.election_ticks {
@@ -943,9 +1078,22 @@ impl Node {
             self.heartbeat_elapsed = 0;
             self.broadcast_heartbeat();
         }
+        assert!(
+            self.heartbeat_elapsed < self.config.heartbeat_ticks,
+            "a heartbeat is due every heartbeat_ticks"
+        );
+        assert!(
+            self.election_elapsed < self.config.election_ticks,
+            "a leader's quorum round is election_ticks"
+        );
+        assert!(
+            self.transfer.is_none_or(|(_, ticks)| ticks < self.config.election_ticks),
+            "a transfer is abandoned after an election timeout"
+        );
     }
 
     fn quorum_active(&self) -> bool {
+        assert_eq!(self.role, Role::Leader, "check-quorum: a leader");
         let me = self.config.id;
         let active = self
             .membership
@@ -963,6 +1111,7 @@ impl Node {
         if len > self.config.max_entry_bytes {
             return Err(ProposeError::TooLarge { len, max: self.config.max_entry_bytes });
         }
+        assert!(self.commit <= self.log.last_index(), "propose: commit beyond the log");
         if self.log.last_index() - self.commit >= self.config.max_uncommitted_entries {
             return Err(ProposeError::Busy);
         }
@@ -970,16 +1119,23 @@ impl Node {
     }
 
     fn append_and_replicate(&mut self, kind: EntryKind, data: Vec<u8>) -> Index {
+        assert_eq!(self.role, Role::Leader, "only a leader appends proposals");
+        let term = self.term;
         let index = self.log.last_index() + 1;
         let is_membership = kind == EntryKind::Membership;
         self.log.push(Entry { term: self.term, index, kind, data });
         if is_membership {
             self.recompute_membership();
+            assert_eq!(self.membership_index, index, "the appended membership is in force");
             self.reset_progress();
         }
         self.broadcast_append(false);
         // A leader that is no longer a voter can commit without itself.
         self.maybe_commit();
+        assert_eq!(self.term, term, "appending does not change the term");
+        assert_eq!(self.log.last_index(), index, "a leader's log is append-only");
+        assert_eq!(self.log.term(index), Some(term), "a proposal carries the leader's term");
+        assert!(self.commit < index, "an entry cannot commit before a quorum has it durably");
         self.debug_check();
         index
     }
@@ -987,6 +1143,8 @@ impl Node {
     /// `allow_empty`: also send an empty append (carrying the commit index)
     /// to followers that are up to date.
     fn broadcast_append(&mut self, allow_empty: bool) {
+        // Also reached right after a removed leader stepped down (no peers).
+        assert!(self.role == Role::Leader || self.progress.is_empty(), "only a leader replicates");
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for id in peers {
             self.send_append(id, allow_empty);
@@ -994,6 +1152,7 @@ impl Node {
     }
 
     fn broadcast_heartbeat(&mut self) {
+        assert_eq!(self.role, Role::Leader, "only a leader sends heartbeats");
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for id in peers {
             let Some(pr) = self.progress.get_mut(&id) else { continue };
@@ -1009,7 +1168,9 @@ impl Node {
             } else {
                 self.log.snapshot_index()
             };
+            assert!(self.log.term(prev_index).is_some(), "heartbeat: prev_index is in our log");
             let prev_term = self.log.term(prev_index).unwrap_or(0);
+            assert!(prev_term <= self.term, "heartbeat: prev_term from our log");
             pr.commit_sent = pr.commit_sent.max(self.commit);
             self.send(Message::AppendEntries {
                 term: self.term,
@@ -1032,24 +1193,45 @@ impl Node {
         if !pr.can_send(self.config.max_inflight_appends) {
             return;
         }
+        assert_eq!(self.role, Role::Leader, "only a leader tracks progress");
+        assert!(pr.match_index < pr.next_index, "send_append: match_index < next_index");
+        assert!(pr.next_index <= self.log.last_index() + 1, "send_append: next_index beyond the log");
         let prev_index = pr.next_index - 1;
         let Some(prev_term) = self.log.term(prev_index) else {
             // The entries it needs are compacted: send the snapshot.
             let snapshot = self.log.snapshot.clone();
+            assert!(snapshot.meta.index > prev_index, "a snapshot goes only where entries are compacted");
             pr.become_snapshot(snapshot.meta.index);
             self.send(Message::InstallSnapshot { term: self.term, from: self.config.id, to, snapshot });
             return;
         };
+        assert!(prev_term <= self.term, "send_append: prev_term from our log");
         let entries = self.log.slice(
             pr.next_index,
             self.log.last_index(),
             self.config.max_entries_per_append,
             self.config.max_bytes_per_append,
         );
+        assert_eq!(
+            entries.is_empty(),
+            prev_index == self.log.last_index(),
+            "send_append: empty only if caught up"
+        );
+        assert!(entries.len() <= self.config.max_entries_per_append, "send_append: batch within its limit");
+        assert!(entries.first().is_none_or(|e| e.index == prev_index + 1), "append starts at prev_index + 1");
+        debug_assert!(
+            entries.iter().zip(prev_index + 1..).all(|(e, index)| e.index == index),
+            "append entries are contiguous"
+        );
+        debug_assert!(
+            entries.iter().all(|e| prev_term <= e.term && e.term <= self.term),
+            "append entry terms lie in [prev_term, term]"
+        );
         match pr.state {
             ReplicationState::Probe => pr.probe_sent = true,
             ReplicationState::Replicate => match entries.last() {
                 Some(last) => {
+                    assert!(pr.inflight.back().is_none_or(|&b| b < last.index), "in-flight appends ascend");
                     pr.next_index = last.index + 1;
                     pr.inflight.push_back(last.index);
                 }
@@ -1088,6 +1270,7 @@ impl Node {
             return;
         };
         pr.recent_active = true;
+        assert!(pr.match_index <= last_index, "match beyond the leader's log");
         if success {
             let grew = pr.update_match(index);
             match pr.state {
@@ -1103,6 +1286,8 @@ impl Node {
                 }
                 _ => {}
             }
+            assert!(pr.match_index >= index, "append reply: the follower matches through index");
+            assert!(pr.next_index <= last_index + 1, "append reply: next_index beyond the log");
             if grew && self.maybe_commit() {
                 self.broadcast_append(true);
             } else if grew {
@@ -1129,6 +1314,7 @@ impl Node {
         } else {
             hint_index.min(last_index)
         };
+        assert!(probe <= last_index, "append reply: a probe within our log");
         let Some(pr) = self.progress.get_mut(&from) else { return };
         let stale = match pr.state {
             ReplicationState::Replicate => index <= pr.match_index,
@@ -1140,6 +1326,8 @@ impl Node {
         }
         pr.next_index = index.min(probe + 1).max(pr.match_index + 1);
         pr.become_probe();
+        assert!(pr.next_index <= last_index + 1, "append reject: next_index beyond the log");
+        assert_eq!(pr.state, ReplicationState::Probe, "a rejection turns the follower to probe");
         self.send_append(from, true);
     }
 
@@ -1156,6 +1344,8 @@ impl Node {
         let grew = pr.update_match(index);
         pr.next_index = pr.match_index + 1;
         pr.become_probe();
+        assert_eq!(pr.next_index, pr.match_index + 1, "snapshot reply: probe right after the match");
+        assert!(pr.match_index <= self.log.last_index(), "match beyond the leader's log");
         if grew && self.maybe_commit() {
             self.broadcast_append(true);
         } else {
@@ -1168,6 +1358,8 @@ impl Node {
         if t != target || self.progress.get(&target).map(|p| p.match_index) != Some(self.log.last_index()) {
             return;
         }
+        assert_eq!(self.role, Role::Leader, "only a leader transfers leadership");
+        assert_ne!(target, self.config.id, "no transfer to ourselves");
         self.transfer = None;
         self.send(Message::TimeoutNow { term: self.term, from: self.config.id, to: target });
     }
@@ -1197,6 +1389,7 @@ impl Node {
         if candidate <= self.commit || self.log.term(candidate) != Some(self.term) {
             return false;
         }
+        assert!(candidate <= self.log.last_index(), "commit beyond the leader's log");
         self.commit = candidate;
         if self.membership_index <= self.commit && !self.is_voter() {
             // Thesis §4.2.2: a removed leader steps down once its removal
@@ -1210,6 +1403,7 @@ impl Node {
             if let Some((match_index, id)) = best
                 && match_index == self.log.last_index()
             {
+                assert_ne!(id, me, "a removed leader hands over to another voter");
                 self.send(Message::TimeoutNow { term: self.term, from: me, to: id });
             }
             // Let the remaining voters learn the commit before we go.
@@ -1217,6 +1411,12 @@ impl Node {
             let term = self.term;
             self.become_follower(term, None);
         }
+        assert_eq!(self.commit, candidate, "maybe_commit: commit moved to the candidate");
+        assert_eq!(
+            self.log.term(self.commit),
+            Some(self.term),
+            "a leader commits only its own term by counting"
+        );
         true
     }
 
@@ -1235,6 +1435,8 @@ impl Node {
             self.become_follower(term, Some(from));
         }
         self.election_elapsed = 0;
+        assert_eq!(self.role, Role::Follower, "accept_leader: a follower");
+        assert_eq!(self.leader, Some(from), "accept_leader: of this leader");
         true
     }
 
@@ -1246,6 +1448,9 @@ impl Node {
         entries: Vec<Entry>,
         leader_commit: Index,
     ) {
+        assert_eq!(self.role, Role::Follower, "append: accepted as a follower");
+        assert_eq!(self.leader, Some(from), "append: from the accepted leader");
+        let commit_before = self.commit;
         let me = self.config.id;
         let reply = |success: bool, index: Index, hint_index: Index, hint_term: Term, term: Term| {
             Message::AppendReply { term, from: me, to: from, success, index, hint_index, hint_term }
@@ -1264,10 +1469,13 @@ impl Node {
             };
             let hint_index = hint_index.min(prev_index);
             let hint_term = if hint_index == 0 { 0 } else { hint_term };
+            assert!(hint_term <= self.term, "append reject: the hint comes from our log");
             self.send(reply(false, prev_index, hint_index, hint_term, self.term));
             return;
         }
+        assert!(prev_index >= self.log.snapshot_index(), "append: prev_index at or above our snapshot");
         let last_new = prev_index + entries.len() as u64;
+        let last_new_term = entries.last().map_or(prev_term, |e| e.term);
         // Find the first entry we do not already have.
         let mut new_from = entries.len();
         let mut truncated = false;
@@ -1281,6 +1489,7 @@ impl Node {
                         self.stats.unexpected += 1;
                         return;
                     }
+                    assert!(e.index > self.commit, "a follower never truncates committed entries");
                     self.log.truncate_from(e.index);
                     truncated = true;
                     new_from = k;
@@ -1297,15 +1506,20 @@ impl Node {
         if membership_changed || truncated {
             self.recompute_membership();
         }
+        assert_eq!(self.log.term(last_new), Some(last_new_term), "append: our log matches through last_new");
         self.leader_verified = self.leader_verified.max(last_new);
         let commit = leader_commit.min(self.leader_verified).min(self.log.last_index());
         if commit > self.commit {
             self.commit = commit;
         }
+        assert!(self.commit >= commit_before, "append: commit never goes back");
+        assert!(self.commit <= self.log.last_index(), "append: commit beyond the log");
         self.send(reply(true, last_new, 0, 0, self.term));
     }
 
     fn on_install_snapshot(&mut self, from: NodeId, snapshot: Snapshot) {
+        assert_eq!(self.role, Role::Follower, "snapshot: accepted as a follower");
+        assert_eq!(self.leader, Some(from), "snapshot: from the accepted leader");
         let me = self.config.id;
         let index = snapshot.meta.index;
         if index <= self.commit {
@@ -1314,6 +1528,7 @@ impl Node {
         }
         if self.log.term(index) == Some(snapshot.meta.term) {
             // We already have the snapshot's last entry: its prefix matches.
+            assert!(index <= self.log.last_index(), "snapshot: its last entry is in our log");
             self.leader_verified = self.leader_verified.max(index);
             self.commit = index;
         } else {
@@ -1321,7 +1536,11 @@ impl Node {
             self.commit = index;
             self.leader_verified = self.leader_verified.max(index);
             self.recompute_membership();
+            assert!(self.log.pending_snapshot, "snapshot: the next Ready hands it out");
+            assert_eq!(self.log.last_index(), index, "snapshot: the log ends at the snapshot");
+            assert_eq!(self.membership_index, index, "snapshot: its membership is in force");
         }
+        assert_eq!(self.commit, index, "snapshot: everything it covers is committed");
         self.send(Message::SnapshotReply { term: self.term, from: me, to: from, index });
     }
 
@@ -1329,6 +1548,8 @@ impl Node {
 
     /// The membership in force at `index` (<= last index).
     fn membership_at(&self, index: Index) -> Membership {
+        assert!(index <= self.log.last_index(), "membership_at: index beyond the log");
+        assert!(index >= self.log.snapshot_index(), "membership_at: index inside the snapshot");
         for e in self.log.entries().iter().rev() {
             if e.index <= index && e.kind == EntryKind::Membership {
                 return decode_membership(&e.data, &self.limits).unwrap_or_else(|_| self.base_membership());
@@ -1359,11 +1580,17 @@ impl Node {
         };
         self.membership = membership;
         self.membership_index = index;
+        assert!(
+            self.log.snapshot_index() <= index && index <= self.log.last_index(),
+            "the membership in force comes from the snapshot or the log"
+        );
     }
 
     // ----- helpers -------------------------------------------------------
 
     fn send(&mut self, msg: Message) {
+        assert_eq!(msg.from(), self.config.id, "an outgoing message is from us");
+        assert_ne!(msg.to(), self.config.id, "an outgoing message is not to us");
         self.messages.push(msg);
     }
 
@@ -1376,10 +1603,37 @@ impl Node {
         assert!(self.log.persisted <= self.log.stable && self.log.stable <= self.log.last_index());
         assert!(self.applied <= self.commit, "applied beyond commit");
         assert!(self.membership_index <= self.log.last_index());
+        assert!(self.log.snapshot_index() <= self.commit, "snapshot beyond commit");
+        assert!(self.log.last_term() <= self.term, "an entry from a term above ours");
+        assert!(
+            self.applied >= self.log.snapshot_index() || self.log.pending_snapshot,
+            "applied behind the snapshot"
+        );
+        assert_eq!(
+            self.role == Role::Leader,
+            self.leader == Some(self.config.id),
+            "we lead iff we are the leader"
+        );
+        assert!(self.progress.is_empty() || self.role == Role::Leader, "progress only at a leader");
+        assert!(self.transfer.is_none() || self.role == Role::Leader, "a transfer only at a leader");
+        assert!(
+            self.votes.is_empty() || matches!(self.role, Role::PreCandidate | Role::Candidate),
+            "votes only while campaigning"
+        );
+        if self.role == Role::Candidate {
+            assert_eq!(self.vote, Some(self.config.id), "a candidate voted for itself");
+        }
         if self.role == Role::Leader {
             assert_eq!(self.leader, Some(self.config.id));
             assert_eq!(self.vote, Some(self.config.id));
             assert!(!self.progress.contains_key(&self.config.id));
+            assert_eq!(self.log.last_term(), self.term, "a leader's log ends in its own term");
+            debug_assert!(
+                self.progress
+                    .values()
+                    .all(|p| p.match_index < p.next_index && p.next_index <= self.log.last_index() + 1),
+                "match_index < next_index <= last_index + 1"
+            );
         }
     }
 }

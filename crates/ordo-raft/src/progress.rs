@@ -44,7 +44,7 @@ pub(crate) struct Progress {
 
 impl Progress {
     pub(crate) fn new(next_index: Index) -> Progress {
-        Progress {
+        let pr = Progress {
             match_index: 0,
             next_index: next_index.max(1),
             state: ReplicationState::Probe,
@@ -54,7 +54,9 @@ impl Progress {
             snapshot_ticks: 0,
             commit_sent: 0,
             lag_retry: true,
-        }
+        };
+        assert!(pr.match_index < pr.next_index, "progress: match_index < next_index");
+        pr
     }
 
     pub(crate) fn become_probe(&mut self) {
@@ -62,20 +64,25 @@ impl Progress {
         self.probe_sent = false;
         self.inflight.clear();
         self.next_index = self.next_index.max(self.match_index + 1);
+        assert!(self.match_index < self.next_index, "probe: match_index < next_index");
     }
 
     pub(crate) fn become_replicate(&mut self) {
+        assert_eq!(self.state, ReplicationState::Probe, "replicate is entered from probe only");
         self.state = ReplicationState::Replicate;
         self.probe_sent = false;
         self.inflight.clear();
         self.next_index = self.match_index + 1;
+        assert!(self.match_index < self.next_index, "replicate: match_index < next_index");
     }
 
     pub(crate) fn become_snapshot(&mut self, index: Index) {
+        assert!(index > self.match_index, "a snapshot is sent only to a follower behind it");
         self.state = ReplicationState::Snapshot { index };
         self.probe_sent = false;
         self.inflight.clear();
         self.snapshot_ticks = 0;
+        assert!(self.match_index < self.next_index, "snapshot: match_index < next_index");
     }
 
     /// Records that the follower matches through `index`; whether it grew.
@@ -88,11 +95,23 @@ impl Progress {
         while self.inflight.front().is_some_and(|&last| last <= index) {
             self.inflight.pop_front();
         }
+        assert!(self.match_index >= index && self.next_index > index, "update_match: covers index");
+        assert!(self.match_index < self.next_index, "update_match: match_index < next_index");
+        assert!(
+            self.inflight.front().is_none_or(|&first| first > self.match_index),
+            "update_match: acknowledged appends leave the in-flight window"
+        );
         grew
     }
 
     /// Whether another append may be sent now.
     pub(crate) fn can_send(&self, max_inflight: usize) -> bool {
+        assert!(!self.probe_sent || self.state == ReplicationState::Probe, "probe_sent only in probe");
+        assert!(
+            self.inflight.is_empty() || self.state == ReplicationState::Replicate,
+            "appends are in flight only in replicate"
+        );
+        assert!(self.inflight.len() <= max_inflight, "in-flight window overrun");
         match self.state {
             ReplicationState::Probe => !self.probe_sent,
             ReplicationState::Replicate => self.inflight.len() < max_inflight,

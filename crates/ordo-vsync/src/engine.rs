@@ -137,6 +137,7 @@ impl Sender {
         if self.wedged.load(Ordering::Acquire) {
             return Err(SendError::Wedged);
         }
+        assert_eq!(self.max_payload, self.producer.max_payload(), "a handle's limit is its ring's slot size");
         let mut slot = self.producer.try_acquire().ok_or(SendError::WouldBlock)?;
         build(&mut slot.payload()[..len]);
         slot.commit(len, 0);
@@ -324,6 +325,33 @@ impl Engine {
         let without_me = |list: &[MemberId]| list.iter().copied().filter(|m| *m != me).collect::<Vec<_>>();
         engine.peer_lists = engine.cfg.subgroups.iter().map(|s| without_me(&s.members)).collect();
         engine.peer_lists.push(without_me(&engine.cfg.members));
+        assert_eq!(senders.len(), engine.subgroups.len(), "one send handle (or None) per subgroup");
+        assert_eq!(engine.peer_lists.len(), engine.subgroups.len() + 1, "peers per subgroup, then the group");
+        assert!(engine.peer_lists.iter().all(|l| !l.contains(&me)), "a member is not its own peer");
+        for (g, s) in engine.subgroups.iter().enumerate() {
+            let n = s.senders.len();
+            assert!(
+                n > 0
+                    && s.n_senders == n as u64
+                    && s.receivers.len() == n
+                    && s.rounds.len() == n
+                    && s.pending.len() == n
+                    && s.poisoned.len() == n,
+                "per-sender state for every sender of subgroup {g}"
+            );
+            assert!(s.my_rank.is_none_or(|r| r < n), "own rank within the senders of subgroup {g}");
+            assert_eq!(s.send.is_some(), s.my_rank.is_some(), "a send path iff a sender (senders ⊆ members)");
+            assert_eq!(s.producer.is_some(), s.send.is_some(), "a producer iff a send path");
+            assert!(
+                !s.member_rows.is_empty() && s.member_rows.is_sorted(),
+                "member rows non-empty and sorted"
+            );
+            assert_eq!(
+                s.member_rows.binary_search(&engine.sst.my_row()).is_ok(),
+                engine.mine.contains(&g),
+                "own row among the member rows iff this member belongs to subgroup {g}"
+            );
+        }
         Ok((engine, senders))
     }
 
@@ -350,6 +378,7 @@ impl Engine {
 
     /// The peers a push of `subgroup` goes to, without allocating.
     pub fn peers_of(&self, subgroup: Option<usize>) -> &[MemberId] {
+        assert!(subgroup.is_none_or(|g| g < self.cfg.subgroups.len()), "subgroup {subgroup:?} out of range");
         &self.peer_lists[subgroup.unwrap_or(self.cfg.subgroups.len())]
     }
 
@@ -400,6 +429,7 @@ impl Engine {
     pub fn poll(&mut self, effects: &mut Effects, sink: &mut impl DeliverySink) -> usize {
         let switches = self.cfg.switches;
         let wedged = self.wedged.load(Ordering::Acquire);
+        let first_push = effects.pushes.len();
         let mut work = 0;
         if wedged && !self.wedge_pushed {
             self.sst.set_flag(self.layout.wedged);
@@ -422,13 +452,22 @@ impl Engine {
             }
             work += self.reclaim(g);
         }
+        assert!(!wedged || self.wedge_pushed, "a wedged member has pushed its wedged flag");
+        debug_assert!(
+            effects.pushes[first_push..].iter().all(|p| p.len > 0
+                && p.offset + p.len <= self.layout.region_len
+                && p.subgroup.is_none_or(|g| self.mine.contains(&g))),
+            "pushes are non-empty ranges of the region, of this member's subgroups"
+        );
         work
     }
 
     fn push_block(&mut self, g: usize, effects: &mut Effects) {
         let (offset, len) = self.sst.range(self.layout.subgroups[g].block());
+        assert!(len > 0 && offset + len <= self.layout.sst_len, "a block push lies inside the SST");
         effects.pushes.push(Push { subgroup: Some(g), offset, len });
         let s = &mut self.subgroups[g];
+        assert!(!s.member_rows.is_empty(), "a subgroup this member pushes in has members");
         s.stats.pushes += 1;
         s.stats.writes += (s.member_rows.len() - 1) as u64;
     }
@@ -436,12 +475,26 @@ impl Engine {
     /// Send predicate: push every ready contiguous slot (one per push with
     /// send batching off), data then counter.
     fn send(&mut self, g: usize, switches: Switches, effects: &mut Effects) -> usize {
+        assert!(!self.wedged.load(Ordering::Relaxed), "no sends once wedged");
         let peers = (self.subgroups[g].member_rows.len() - 1) as u64;
         let s = &mut self.subgroups[g];
         let Some(sp) = s.send.as_mut() else { return 0 };
+        assert!(s.my_rank.is_some(), "only a sender has a send path");
         let limit = if switches.send_batching { u64::MAX } else { 1 };
         let Some(plan) = sp.plan(limit) else { return 0 };
+        assert!((1..=limit).contains(&plan.messages()), "a push carries 1..=limit messages");
+        assert_eq!(plan.end, sp.published(), "a plan publishes up to its end");
+        assert!(
+            s.producer.as_ref().is_some_and(|p| sp.published() <= p.reserved()),
+            "only reserved messages are published"
+        );
+        let ring = self.layout.ring(g, s.my_rank.unwrap_or_default());
+        let ring_end = ring + self.layout.rings[g].ring_len();
         for (offset, len) in plan.writes() {
+            assert!(
+                len > 0 && ring <= offset && offset + len <= ring_end,
+                "a send push lies in this sender's ring"
+            );
             effects.pushes.push(Push { subgroup: Some(g), offset, len });
             s.stats.pushes += 1;
             s.stats.writes += peers;
@@ -465,12 +518,18 @@ impl Engine {
         let one = !switches.receive_batching || ordo_fault::fault!("vsync.receive.one_message");
         let limit = if one { 1 } else { u64::MAX };
         let cols = self.layout.subgroups[g];
+        let window = self.layout.rings[g].window;
         let region = &self.region;
         let mut got = 0u64;
         let mut batch = std::mem::take(&mut self.scratch);
         debug_assert!(batch.is_empty());
         let s = &mut self.subgroups[g];
         let n = s.n_senders;
+        assert_eq!(n as usize, s.receivers.len(), "one receiver per sender");
+        debug_assert!(
+            s.member_rows.binary_search(&self.sst.my_row()).is_ok(),
+            "receives only in subgroups this member belongs to"
+        );
         for j in 0..n as usize {
             if got >= limit {
                 break;
@@ -501,10 +560,17 @@ impl Engine {
                 let entry = Entry { round_start: s.rounds[j], rounds, payload };
                 s.rounds[j] += rounds;
                 if Some(j) == s.my_rank {
+                    assert!(
+                        s.own_slots.back().is_none_or(|&(i, _, _)| i + 1 == meta.index),
+                        "own slots are recorded in index order"
+                    );
                     if rounds > 0 {
-                        s.own_last_seq = ((entry.round_start + rounds - 1) * n + j as u64) as i64;
+                        let last_seq = ((entry.round_start + rounds - 1) * n + j as u64) as i64;
+                        assert!(last_seq > s.own_last_seq, "own last seq only grows");
+                        s.own_last_seq = last_seq;
                     }
                     s.own_slots.push_back((meta.index, s.own_last_seq, payload.is_none()));
+                    assert!(s.own_slots.len() <= window, "at most a window of own slots awaits reuse");
                     match payload {
                         Some((_, len)) => {
                             s.stats.messages_sent += 1;
@@ -555,6 +621,7 @@ impl Engine {
             self.sst.set_counter_at(cols.received_from, j, s.receivers[j].consumed() as i64);
             got += found;
         }
+        assert!(got <= limit, "a receive takes at most its limit");
         if got == 0 {
             self.scratch = batch;
             return 0;
@@ -563,9 +630,12 @@ impl Engine {
         if s.ordered {
             // received_num: one before the first seq not yet received.
             let next_missing = (0..n as usize).map(|j| s.rounds[j] * n + j as u64).min().expect("senders");
+            assert!(batch.is_empty(), "ordered subgroups deliver only in the delivery predicate");
+            assert!(s.delivered_num < next_missing as i64, "delivered_num ≤ received_num");
             self.sst.set_counter(cols.received_num, next_missing as i64 - 1);
         } else if !batch.is_empty() {
             let s = &mut self.subgroups[g];
+            assert!(batch.len() as u64 <= got, "at most one delivery per message received");
             s.stats.messages_delivered += batch.len() as u64;
             s.stats.bytes_delivered += batch.iter().map(|d| d.payload.len() as u64).sum::<u64>();
             s.stats.delivery_batches.record(batch.len() as u64);
@@ -581,8 +651,10 @@ impl Engine {
     /// null-sends on), and any declared inactivity (always: it is an explicit
     /// application request), as one slot carrying a count.
     fn send_nulls(&mut self, g: usize, null_sends: bool) -> usize {
+        assert!(!self.wedged.load(Ordering::Relaxed), "no null-sends once wedged");
         let s = &mut self.subgroups[g];
         let Some(producer) = s.producer.as_ref() else { return 0 };
+        assert!(s.my_rank.is_some(), "only a sender has a producer");
         if !s.ordered {
             // Unordered delivery never waits for rounds: nulls and declared
             // inactivity mean nothing there.
@@ -606,11 +678,21 @@ impl Engine {
         };
         // Rounds before this slot: every earlier slot is an application
         // message (1 round) or one of our null slots (extra_rounds).
-        let before = slot.index() as i64 + s.extra_rounds;
+        let index = slot.index();
+        let before = index as i64 + s.extra_rounds;
+        assert!(before >= 0, "rounds sent before a slot are never negative");
+        assert!(
+            declared > 0 || (null_sends && s.null_target > 0),
+            "null rounds only answer a received message ahead of this sender, or a declaration"
+        );
         let count = (target - before).max(0) as u64 + declared;
         assert!(count < u64::from(NULL_COUNT_MASK), "null count {count} overflows a slot");
         slot.commit(0, NULL_FLAG | count as u32);
         s.extra_rounds += count as i64 - 1;
+        assert!(
+            index as i64 + 1 + s.extra_rounds >= target,
+            "a null slot brings this sender up to its target"
+        );
         1
     }
 
@@ -624,6 +706,7 @@ impl Engine {
         effects: &mut Effects,
         sink: &mut impl DeliverySink,
     ) -> usize {
+        assert!(!self.wedged.load(Ordering::Relaxed), "no deliveries once wedged");
         let cols = self.layout.subgroups[g];
         let stable = {
             let s = &self.subgroups[g];
@@ -631,9 +714,13 @@ impl Engine {
         };
         let region = &self.region;
         let s = &mut self.subgroups[g];
+        assert!(s.ordered, "only ordered subgroups run the delivery predicate");
         if stable <= s.delivered_num {
             return 0;
         }
+        let received = self.sst.counter(self.sst.my_row(), cols.received_num);
+        assert!(stable <= received, "stable ≤ this member's own received_num");
+        assert!(s.delivered_num <= received, "delivered_num ≤ received_num");
         let one = !switches.delivery_batching || ordo_fault::fault!("vsync.deliver.one_seq");
         let limit = if one { 1 } else { i64::MAX };
         let n = s.n_senders;
@@ -662,6 +749,9 @@ impl Engine {
             seq += 1;
             seqs += 1;
         }
+        assert!((1..=limit).contains(&seqs), "a delivery covers 1..=limit seqs");
+        assert!(seq - 1 <= stable, "only seqs every member received are delivered");
+        assert!(batch.len() as i64 <= seqs, "at most one message per delivered seq");
         s.stats.delivery_batches.record(seqs as u64);
         if !batch.is_empty() {
             s.stats.messages_delivered += batch.len() as u64;
@@ -682,8 +772,10 @@ impl Engine {
     /// by every member (unordered) become reusable.
     fn reclaim(&mut self, g: usize) -> usize {
         let cols = self.layout.subgroups[g];
+        let window = self.layout.rings[g].window;
         let s = &mut self.subgroups[g];
         let (Some(sp), Some(rank)) = (s.send.as_ref(), s.my_rank) else { return 0 };
+        assert!(rank < s.receivers.len(), "own rank within the subgroup's senders");
         // Slots every member has consumed (read from the ring).
         let min_consumed = s
             .member_rows
@@ -691,6 +783,10 @@ impl Engine {
             .map(|r| self.sst.counter_at(*r, cols.received_from, rank).max(0) as u64)
             .min()
             .expect("members");
+        assert!(
+            min_consumed <= s.receivers[rank].consumed(),
+            "min consumed ≤ this member's own consumed count"
+        );
         let upto = if s.ordered {
             let min_delivered = s
                 .member_rows
@@ -698,6 +794,7 @@ impl Engine {
                 .map(|r| self.sst.counter(*r, cols.delivered_num))
                 .min()
                 .expect("members");
+            assert!(min_delivered <= s.delivered_num, "min delivered_num ≤ this member's own delivered_num");
             let mut upto = sp.reclaimable();
             // An application slot is reusable once delivered everywhere; a
             // null slot once consumed everywhere (its rounds live on in
@@ -719,8 +816,14 @@ impl Engine {
             }
             min_consumed.min(sp.published())
         };
+        assert!(upto <= sp.published(), "only published slots become reusable");
+        assert!(s.own_slots.len() <= window, "at most a window of own slots awaits reuse");
         if upto > sp.reclaimable() {
             sp.set_reclaimable(upto);
+            assert!(
+                s.own_slots.front().is_none_or(|&(i, _, _)| i >= sp.reclaimable()),
+                "a slot is declared reusable only once it left own_slots"
+            );
             return 1;
         }
         0

@@ -1,0 +1,219 @@
+//! Broadcasting (acuerdo §3.2, Fig. 4) and the rings that carry it.
+//!
+//! ```text
+//! 38 On: Broadcast payload pyld per client request
+//! 39 Pre: Role == LEADER
+//! 40 msghdr hdr = <E_new, ++Count>;
+//! 41 outgoing_buff.send_to_all(new message<hdr,pyld>);
+//! ```
+//! Line 40 is [`Engine::broadcast`] (the leader also appends the message to
+//! its own log and accepts it, §3.2: "including itself"). Line 41 is
+//! [`Engine::send`]: where the paper has one outgoing buffer, ordo has one
+//! ring per ordered pair ([`OutLink`]), so a slow or dead follower blocks
+//! only its own ring and the leader's log holds what it has not received;
+//! [`pump`] fills a ring from that follower's stream (a diff first, then
+//! the epoch's messages), [`Engine::reclaim`] is the per-receiver reuse rule.
+//!
+//! # Invariants
+//! - Headers of one epoch are `<E_cur, 1>, <E_cur, 2>, ...` without gaps,
+//!   and at most `max_outstanding` of them are uncommitted.
+//! - A stream sends log entries in header order, each once per ring
+//!   session; the stream of a live follower never points below the log
+//!   floor (see [`super::gc`]).
+//! - At most one ring counter write (`plan()`) per ring per poll, and none
+//!   in the poll that reset the ring (`quiet`).
+//! - A slot is reclaimed only up to what the receiver acknowledged in the
+//!   current session, and never beyond what was published.
+
+use super::snapshots::begin_snapshot_diff;
+use super::wire::{KIND_DIFF_END, KIND_DIFF_ENTRY, KIND_NORMAL, KIND_SNAP_CHUNK};
+use super::{BroadcastError, DeliverySink, Effects, Engine, OutLink, Push, Role, Snap, Stream, Target};
+use crate::config::WIRE_HEADER_LEN;
+use crate::header::{Epoch, Header};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+impl Engine {
+    /// Client request (Fig. 4): at the leader, assigns the next header of
+    /// the epoch, appends the message to the log and returns the header (the
+    /// ticket [`Effects::committed`] reports once it is committed).
+    pub fn broadcast(&mut self, payload: &[u8]) -> Result<Header, BroadcastError> {
+        if payload.len() > self.cfg.max_payload {
+            return Err(BroadcastError::TooLarge { len: payload.len(), max: self.cfg.max_payload });
+        }
+        match self.role {
+            Role::Leader => {}
+            Role::Follower => return Err(BroadcastError::NotLeader { leader: Some(self.e_cur.leader) }),
+            Role::Electing => return Err(BroadcastError::NotLeader { leader: None }),
+        }
+        let done = if self.committed.epoch == self.e_cur { self.committed.count } else { 0 };
+        if self.count - done >= self.cfg.max_outstanding {
+            return Err(BroadcastError::WouldBlock);
+        }
+        assert_eq!(self.e_cur.leader, self.me, "a leader leads its own epoch");
+        self.count += 1;
+        let h = self.e_cur.header(self.count);
+        assert!(h > self.accepted, "a new header is above everything the leader accepted");
+        let mut body = self.pool.pop().unwrap_or_default();
+        body.extend_from_slice(payload);
+        self.log.insert(h, body);
+        self.set_accepted(h);
+        assert_eq!(self.accepted, h, "the leader accepts its own message (§3.2)");
+        debug_assert!(self.count - done <= self.cfg.max_outstanding, "the outstanding window holds");
+        Ok(h)
+    }
+
+    pub(super) fn send(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+        let mut work = 0;
+        // One snapshot per poll, shared by every diff that needs one.
+        let mut taken: Option<Arc<[u8]>> = None;
+        // Links are used in place (no move per poll); the log is read only.
+        let (log, committed, accepted, e_cur) = (&self.log, self.committed, self.accepted, self.e_cur);
+        let chunk = self.cfg.max_payload;
+        assert!(chunk > 0, "max_payload is validated positive");
+        for link in self.out.iter_mut().flatten() {
+            if !link.quiet {
+                // State transfer (beyond the paper): see `snapshots`.
+                begin_snapshot_diff(link, &mut taken, sink, committed, accepted, fx);
+            }
+            if !link.quiet {
+                work += pump(log, e_cur, accepted, chunk, link);
+                if let Some(plan) = link.send.plan(u64::MAX) {
+                    for (offset, len) in plan.writes() {
+                        fx.pushes.push(Push { to: Target::Peer(link.peer), offset, len });
+                    }
+                    work += 1;
+                }
+            }
+        }
+        work
+    }
+
+    /// The reuse rule: a slot of the ring to `r` is free once `r`
+    /// consumed its message in the same session (per receiver, so a dead
+    /// follower blocks only its own ring; the leader's log holds what it
+    /// has not received).
+    pub(super) fn reclaim(&mut self) {
+        for row in 0..self.out.len() {
+            let Some(link) = self.out[row].as_ref() else { continue };
+            if link.quiet || link.reset_pending {
+                continue;
+            }
+            let ack = self.load(row, self.layout.columns.ring_ack, self.my_row);
+            if (ack >> 32) as u32 == link.session {
+                let consumed = (ack & 0xFFFF_FFFF).min(link.send.published());
+                if consumed > link.send.reclaimable() {
+                    link.send.set_reclaimable(consumed);
+                }
+                assert!(link.send.reclaimable() <= link.send.published(), "reclaim only what was published");
+            }
+        }
+    }
+}
+
+/// Fills free slots of `link`'s ring from its stream (the leader's `log`,
+/// epoch `e_cur`, whose last broadcast header is `accepted`).
+pub(super) fn pump(
+    log: &BTreeMap<Header, Vec<u8>>,
+    e_cur: Epoch,
+    accepted: Header,
+    chunk: usize,
+    link: &mut OutLink,
+) -> usize {
+    /// Where a message's body comes from.
+    enum Body {
+        Empty,
+        Log(Header),
+        Snap(usize, usize),
+    }
+    let mut work = 0;
+    loop {
+        let (wire_words, body, next_stream) = match link.stream {
+            Stream::Idle | Stream::Diff { snap: Snap::Pending, .. } => return work,
+            Stream::Diff { serial, epoch, upto, after, sent, base, snap } => {
+                let snap_len = link.snapshot.as_ref().map_or(0, |b| b.len());
+                let chunks_total = snap_len.div_ceil(chunk).max(1) as u32;
+                match snap {
+                    Snap::Sending { chunks } if chunks < chunks_total => {
+                        let from = chunks as usize * chunk;
+                        let to = (from + chunk).min(snap_len);
+                        let w0 = KIND_SNAP_CHUNK | (u64::from(serial) << 8);
+                        let next = Stream::Diff {
+                            serial,
+                            epoch,
+                            base,
+                            upto,
+                            after,
+                            sent,
+                            snap: Snap::Sending { chunks: chunks + 1 },
+                        };
+                        ([w0, base.encode(), from as u64, snap_len as u64], Body::Snap(from, to), next)
+                    }
+                    _ => match log.range((Bound::Excluded(after), Bound::Included(upto))).next() {
+                        Some((h, _)) => {
+                            let next =
+                                Stream::Diff { serial, epoch, base, upto, after: *h, sent: sent + 1, snap };
+                            (
+                                [KIND_DIFF_ENTRY | (u64::from(serial) << 8), h.encode(), 0, 0],
+                                Body::Log(*h),
+                                next,
+                            )
+                        }
+                        None => {
+                            let w0 = KIND_DIFF_END | (u64::from(serial) << 8) | (u64::from(sent) << 32);
+                            let after = if upto.epoch == epoch { upto } else { epoch.header(0) };
+                            (
+                                [w0, epoch.header(0).encode(), base.encode(), upto.encode()],
+                                Body::Empty,
+                                Stream::Normal { after },
+                            )
+                        }
+                    },
+                }
+            }
+            // Nothing broadcast after `after` (the common case).
+            Stream::Normal { after } if after >= accepted => return work,
+            Stream::Normal { after } => {
+                let next = log.range((Bound::Excluded(after), Bound::Unbounded)).next();
+                match next {
+                    Some((h, _)) if h.epoch == e_cur => {
+                        ([KIND_NORMAL, h.encode(), 0, 0], Body::Log(*h), Stream::Normal { after: *h })
+                    }
+                    _ => return work,
+                }
+            }
+        };
+        let Some(mut slot) = link.producer.try_acquire() else { return work };
+        let buf = slot.payload();
+        for (i, w) in wire_words.iter().enumerate() {
+            buf[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        let body: &[u8] = match body {
+            Body::Empty => &[],
+            Body::Log(h) => log[&h].as_slice(),
+            Body::Snap(from, to) => &link.snapshot.as_ref().expect("a snapshot is being sent")[from..to],
+        };
+        assert!(WIRE_HEADER_LEN + body.len() <= buf.len(), "a message fits its slot (max_payload)");
+        buf[WIRE_HEADER_LEN..WIRE_HEADER_LEN + body.len()].copy_from_slice(body);
+        slot.commit(WIRE_HEADER_LEN + body.len(), link.session);
+        work += 1;
+        if matches!(next_stream, Stream::Normal { .. }) {
+            link.snapshot = None;
+        }
+        debug_assert!(
+            stream_after(next_stream) >= stream_after(link.stream),
+            "a stream only moves forward: {:?} -> {next_stream:?}",
+            link.stream
+        );
+        link.stream = next_stream;
+    }
+}
+
+/// How far a stream got in the log (for the forward-only check).
+fn stream_after(stream: Stream) -> Header {
+    match stream {
+        Stream::Idle => Header::NONE,
+        Stream::Diff { after, .. } | Stream::Normal { after } => after,
+    }
+}

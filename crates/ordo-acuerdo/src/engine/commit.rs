@@ -1,0 +1,110 @@
+//! Committing (acuerdo §3.2, Fig. 6).
+//!
+//! ```text
+//! 72 if ((Role == LEADER && majority_k (Accept_SST[k] ≥ Next && Accept_SST[k].e == E_cur))
+//! 75  || (Role == FOLLOWER && Commit_SST[E_cur.ldr] ≥ Next && Commit_SST[E_cur.ldr].e == E_cur)) {
+//! 79     if (∃ M ∈ Log: M.hdr == Next && Next.cnt ≠ 0) { deliver(M); Committed = Next; }   // normal commit
+//! 83     elif (Next.cnt == 0) {                                                             // diff commit
+//! 84         d = {(h, m) ∈ Log | Committed < h < Next};
+//! 85         while (d ≠ ∅) { n = d[d.minKey()]; deliver(n); Committed = n.hdr; d.remove(d.minKey()); }
+//!        }
+//! 90     Next.cnt++;
+//! }
+//! 93 On: Periodically: Commit_SST[Self] = Committed; Commit_SST.push_mine();
+//! ```
+//! [`Engine::commit`] is lines 72-90; line 93 is the periodic row push
+//! (`commit_push_interval_ns`, [`super::rows`]): commits travel off the
+//! critical path.
+//!
+//! # Invariants
+//! - Messages are delivered once each, in header order: every delivered
+//!   header is above `Committed`, which then becomes it.
+//! - A leader's threshold is the quorum-th largest Accept of `E_cur` (its
+//!   own included); a follower's is its leader's Commit column of `E_cur`.
+//! - `Committed < Next` after every step.
+
+use super::{DeliverySink, Effects, Engine, Role};
+use crate::header::Header;
+use std::ops::Bound;
+
+impl Engine {
+    pub(super) fn commit(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+        let c = self.layout.columns;
+        let threshold = match self.role {
+            Role::Leader => {
+                // The quorum-th largest Accept of the current epoch (line 74).
+                // (No allocation: this runs on every poll.)
+                let mut acks = [Header::NONE; crate::config::MAX_MEMBERS];
+                let mut k = 0;
+                for r in 0..self.members.len() {
+                    let h = if r == self.my_row { self.accepted } else { self.row_header(r, c.accept) };
+                    if h.epoch == self.e_cur {
+                        acks[k] = h;
+                        k += 1;
+                    }
+                }
+                if k < self.quorum {
+                    return 0;
+                }
+                let acks = &mut acks[..k];
+                acks.sort_unstable_by(|a, b| b.cmp(a));
+                let threshold = acks[self.quorum - 1];
+                assert_eq!(threshold.epoch, self.e_cur, "the threshold is of the current epoch (line 74)");
+                assert!(threshold <= self.accepted, "no member accepted beyond the leader's log");
+                threshold
+            }
+            Role::Follower => {
+                let Some(r) = self.row_of(self.e_cur.leader) else { return 0 };
+                let h = self.row_header(r, c.commit);
+                if h.epoch != self.e_cur {
+                    return 0;
+                }
+                h
+            }
+            Role::Electing => return 0,
+        };
+        let mut work = 0;
+        while self.next <= threshold {
+            if self.next.count == 0 {
+                // Diff commit (line 83): everything before it, in order.
+                let upto = self.next;
+                let from = self.committed;
+                assert!(from < upto, "a diff commit moves Committed forward");
+                let batch: Vec<Header> =
+                    self.log.range((Bound::Excluded(from), Bound::Excluded(upto))).map(|(h, _)| *h).collect();
+                for h in batch {
+                    self.deliver(h, fx, sink);
+                }
+                self.committed = upto;
+            } else if self.log.contains_key(&self.next) {
+                let h = self.next;
+                self.deliver(h, fx, sink);
+                self.committed = h;
+            } else {
+                break; // not received yet; the ring brings it
+            }
+            self.next = self.next.succ();
+            work += 1;
+        }
+        assert!(self.committed < self.next, "Committed < Next after committing");
+        if work > 0 {
+            // Commit pushes are periodic, off the critical path (Fig. 6):
+            // the row goes out at most every `commit_push_interval_ns`
+            // (or with anything else that pushes it).
+            self.store(c.commit, 0, self.committed.encode());
+            self.commit_dirty = true;
+        }
+        work
+    }
+
+    pub(super) fn deliver(&mut self, h: Header, fx: &mut Effects, sink: &mut impl DeliverySink) {
+        assert!(h > self.committed, "delivering {h:?} at or below Committed {:?}", self.committed);
+        assert!(h.count > 0, "a diff marker (count 0) is committed, never delivered");
+        let body = self.log.get(&h).expect("delivered entry is in the log");
+        sink.deliver(h, body);
+        self.delivered += 1;
+        if h.epoch.leader == self.me {
+            fx.committed.push(h);
+        }
+    }
+}

@@ -1,0 +1,777 @@
+//! The Acuerdo engine: one per member; [`Engine::poll`] runs the accepting,
+//! committing, election and broadcasting predicates of Figs. 4-7 over the
+//! local region and emits the writes the caller must post.
+//!
+//! # Invariants (asserted after every poll; a violation is a bug and panics)
+//! - `E_cur ≤ E_new`; a leader has `E_cur == E_new` led by itself.
+//! - `E_new`, `Accepted`, `Committed`, `Next` and the own vote never go back
+//!   within an incarnation (so every own SST column is monotonic).
+//! - `Committed < Next`, and every header at or below `Committed` was
+//!   delivered exactly once, in header order, by this incarnation, or is
+//!   covered by the last application snapshot it restored (whose header
+//!   became `Committed` then; the log floor is at least that header).
+//! - The log holds no entry at or below the log floor, and the floor never
+//!   exceeds `Committed`; a leader's ring stream to a live member never
+//!   needs an entry below the floor (GC stops at it).
+//! - At most one `plan()` (one ring counter write) per outgoing ring per
+//!   poll, and none in the poll that resets a ring: a write captures its
+//!   bytes when the caller posts it, after the poll, so a second counter
+//!   update in the same poll could overtake the data it covers.
+//!
+//! # Where each figure lives
+//! | module | the paper | what |
+//! |---|---|---|
+//! | [`broadcast`](self::broadcast) | Fig. 4 | client requests, the leader's ring streams, the reuse rule |
+//! | [`accept`](self::accept) | Fig. 5 | accepting ring messages and diffs |
+//! | [`commit`](self::commit) | Fig. 6 | the commit threshold and in-order delivery |
+//! | [`election`](self::election) | Fig. 7 | roles and the fixed-point election |
+//! | [`rows`](self::rows) | §3.1 | SST words, heartbeats, row pushes |
+//! | beyond the paper | — | [`sessions`](self::sessions) (ring sessions over reconnects), [`diffs`](self::diffs) (diff streams, requests, restarted members), [`snapshots`](self::snapshots) (state transfer), [`gc`](self::gc) (log garbage collection), [`abdication`](self::abdication), [`wire`](self::wire) (ring message format) |
+//!
+//! [`Engine::poll`] below runs them in the order the paper's predicate
+//! thread does, and checks the invariants after every poll.
+
+mod abdication;
+mod accept;
+mod broadcast;
+mod commit;
+mod diffs;
+mod election;
+mod gc;
+mod rows;
+mod sessions;
+mod snapshots;
+mod wire;
+
+use crate::config::{Config, ConfigError, Layout};
+use crate::header::{Epoch, Header, Vote};
+use ordo_fabric::{MemberId, Region};
+use ordo_ring::{MessageMeta, RingReceiver, SendPath, SlotProducer};
+use ordo_sst::Sst;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use wire::Wire;
+
+/// A member's role in its current epoch (Fig. 1, line 17).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Looking for (or catching up to) a leader.
+    Electing,
+    /// The sole proposer of its epoch.
+    Leader,
+    /// Accepts and commits the leader's messages.
+    Follower,
+}
+
+/// Who a [`Push`] goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Every other member.
+    All,
+    /// One member.
+    Peer(MemberId),
+}
+
+/// A write the caller must post: `len` bytes at `offset` of the local
+/// region to the same offset of the target's region. Post the pushes of one
+/// poll in order, to each target in order, and post them all before the
+/// next poll (retry back-pressure; never drop or reorder).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Push {
+    /// Destination(s).
+    pub to: Target,
+    /// Region offset.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// Something the engine did that an operator or a checker may want to know.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Note {
+    /// This member cast a vote (for itself or another candidate).
+    Voted(Vote),
+    /// This member won the election of `epoch` (Fig. 7, line 117).
+    BecameLeader(Epoch),
+    /// This member accepted the diff of `epoch` and follows its leader.
+    JoinedEpoch(Epoch),
+    /// The leader saw a bigger promised epoch and started a new election.
+    Abdicated(Epoch),
+    /// A diff was not accepted.
+    DiffRejected {
+        /// The diff's epoch.
+        epoch: Epoch,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A restarted member learnt its epoch floor and asked for a full diff.
+    RequestedDiff(u64),
+    /// This member restored an application snapshot (state transfer) that
+    /// covers every message up to `header`, from its leader's diff.
+    Restored {
+        /// The last header the snapshot covers (now `Committed`).
+        header: Header,
+        /// Bytes of the snapshot.
+        bytes: usize,
+    },
+    /// The leader took an application snapshot at `header` for a diff to
+    /// `to`, who needs entries the log no longer holds.
+    SnapshotSent {
+        /// The receiver.
+        to: MemberId,
+        /// The last header the snapshot covers (the leader's `Committed`).
+        header: Header,
+        /// Bytes of the snapshot.
+        bytes: usize,
+    },
+    /// A peer's ring held a message the engine could not parse.
+    BadMessage {
+        /// The sender.
+        sender: MemberId,
+        /// What was wrong.
+        what: String,
+    },
+}
+
+/// What one [`Engine::poll`] asks of the caller and reports.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Writes to post, in order.
+    pub pushes: Vec<Push>,
+    /// Headers of messages proposed by this member id that were committed
+    /// (delivered) in this poll: the commit notification of the tickets
+    /// [`Engine::broadcast`] returned.
+    pub committed: Vec<Header>,
+    /// What happened (elections, diffs).
+    pub notes: Vec<Note>,
+    /// Poll again no later than this (the next heartbeat, or the next
+    /// periodic push of a changed Commit column).
+    pub wake_at_ns: Option<u64>,
+}
+
+impl Effects {
+    /// Clears for reuse (keeps the allocations).
+    pub fn clear(&mut self) {
+        self.pushes.clear();
+        self.committed.clear();
+        self.notes.clear();
+        self.wake_at_ns = None;
+    }
+}
+
+/// The application: receives committed messages, one by one, in the total
+/// order, and (for state transfer) snapshots and restores the state they
+/// built.
+///
+/// State transfer (crate docs, "State transfer"): once log garbage
+/// collection dropped entries a member still needs (it restarted, or it was
+/// suspected while the others moved on), the leader calls
+/// [`snapshot`](Self::snapshot) and sends its bytes, followed by the log
+/// suffix; the member calls [`restore`](Self::restore) instead of
+/// delivering the messages the snapshot covers. The defaults keep no state
+/// (an empty snapshot, a restore that does nothing): right for an
+/// application that only needs the messages delivered after it (re)joined.
+pub trait DeliverySink {
+    /// `payload` of the message `header` is committed.
+    fn deliver(&mut self, header: Header, payload: &[u8]);
+
+    /// The application state after every message delivered so far (the
+    /// engine calls it inside [`Engine::poll`], so that is exactly the
+    /// prefix up to [`Engine::committed`]). Any size: it travels in chunks
+    /// of `max_payload` bytes.
+    fn snapshot(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Replace the application state by `state`, a [`snapshot`](Self::snapshot)
+    /// taken at the leader after it delivered every message up to `header`.
+    /// Deliveries continue after `header`.
+    fn restore(&mut self, header: Header, state: &[u8]) {
+        let _ = (header, state);
+    }
+}
+
+impl<F: FnMut(Header, &[u8])> DeliverySink for F {
+    fn deliver(&mut self, header: Header, payload: &[u8]) {
+        self(header, payload)
+    }
+}
+
+/// Why [`Engine::broadcast`] did not take a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BroadcastError {
+    /// Only the leader broadcasts; `leader` is the one to redirect to, if
+    /// this member follows one.
+    #[error("not the leader (redirect to {leader:?})")]
+    NotLeader {
+        /// The current leader as far as this member knows.
+        leader: Option<MemberId>,
+    },
+    /// `max_outstanding` messages are not committed yet; retry later.
+    #[error("too many outstanding messages (back-pressure)")]
+    WouldBlock,
+    /// The payload is larger than `max_payload`.
+    #[error("payload of {len} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// Requested length.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+}
+
+/// The application snapshot that opens a diff (state transfer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Snap {
+    /// A plain diff: the follower's Commit header is still in the log.
+    No,
+    /// The follower needs entries below the log floor: take a snapshot at
+    /// the next send (where the application is at hand), then fix
+    /// `base = after =` the snapshot's header and `upto`.
+    Pending,
+    /// `chunks` chunks of the link's snapshot are in the ring.
+    Sending { chunks: u32 },
+}
+
+/// What a leader still has to send to one follower over its ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    /// Nothing (not leader, or waiting for the follower's diff request).
+    Idle,
+    /// A diff: its snapshot chunks (if any), the log entries in
+    /// `(base, upto]`, then its end marker.
+    Diff { serial: u32, epoch: Epoch, base: Header, upto: Header, after: Header, sent: u32, snap: Snap },
+    /// Normal messages of the epoch after `after`.
+    Normal { after: Header },
+}
+
+struct OutLink {
+    peer: MemberId,
+    session: u32,
+    generation: u32,
+    producer: SlotProducer,
+    send: SendPath,
+    /// Start a new session at the next poll.
+    reset_pending: bool,
+    /// The session started in this poll: plan nothing yet.
+    quiet: bool,
+    stream: Stream,
+    served_request: u64,
+    next_serial: u32,
+    /// The snapshot a [`Snap::Sending`] diff is sending.
+    snapshot: Option<Arc<[u8]>>,
+}
+
+struct InLink {
+    session: u32,
+    rx: RingReceiver,
+    staging: Vec<(Header, Vec<u8>)>,
+    staging_serial: Option<u32>,
+    /// A snapshot being received: the diff serial it belongs to, its
+    /// header, its announced length, its bytes so far, and whether every
+    /// chunk arrived in order.
+    snap_serial: Option<u32>,
+    snap_header: Header,
+    snap_total: u64,
+    snap: Vec<u8>,
+    snap_ok: bool,
+}
+
+impl InLink {
+    fn clear_staging(&mut self) {
+        self.staging.clear();
+        self.staging_serial = None;
+        self.snap_serial = None;
+        self.snap = Vec::new();
+    }
+}
+
+/// One member's Acuerdo engine. See the crate docs.
+pub struct Engine {
+    cfg: Config,
+    layout: Layout,
+    region: Region,
+    sst: Sst,
+    members: Vec<MemberId>,
+    me: MemberId,
+    my_row: usize,
+    quorum: usize,
+    now_ns: u64,
+
+    role: Role,
+    e_cur: Epoch,
+    e_new: Epoch,
+    accepted: Header,
+    committed: Header,
+    next: Header,
+    count: u32,
+    log: BTreeMap<Header, Vec<u8>>,
+    /// The largest header garbage collection dropped from the log (every
+    /// member committed it); `Header::NONE` while the log is whole.
+    log_floor: Header,
+    my_vote: Vote,
+
+    synced: bool,
+    floor_ready: bool,
+    request_seq: u64,
+
+    out: Vec<Option<OutLink>>,
+    inc: Vec<Option<InLink>>,
+    last_hb: Vec<u64>,
+    hb_changed_ns: Vec<u64>,
+    votes: Vec<Vote>,
+    stall: Option<(Vote, u64)>,
+    heartbeat: u64,
+    next_hb_ns: u64,
+    dirty_all: bool,
+    dirty_to: Vec<bool>,
+    /// The Commit column changed and is not pushed yet.
+    commit_dirty: bool,
+    next_commit_push_ns: u64,
+    metas: Vec<MessageMeta>,
+    /// Parsed ring messages of one scan (reused).
+    msgs: Vec<Result<Wire, String>>,
+    /// Spare message bodies (cleared), so the log allocates no buffer per
+    /// message once warm.
+    pool: Vec<Vec<u8>>,
+    delivered: u64,
+}
+
+impl Engine {
+    /// The engine of `cfg.me` over `region` (at least
+    /// [`Layout::region_len`] bytes, zeroed at this incarnation's start),
+    /// started at `now_ns`.
+    pub fn new(cfg: Config, region: Region, now_ns: u64) -> Result<Engine, ConfigError> {
+        cfg.validate()?;
+        let layout = Layout::new(&cfg);
+        if region.len() < layout.region_len {
+            return Err(ConfigError::RegionTooSmall { have: region.len(), need: layout.region_len });
+        }
+        let members = cfg.sorted_members();
+        let sst = Sst::new(region.clone(), 0, layout.sst.clone(), &members, cfg.me)
+            .map_err(|e| ConfigError::Members(e.to_string()))?;
+        let my_row = sst.my_row();
+        let n = members.len();
+        let out = (0..n)
+            .map(|r| {
+                (r != my_row).then(|| {
+                    let (producer, send) =
+                        ordo_ring::sender(region.clone(), layout.ring_offset(my_row, r), layout.ring);
+                    OutLink {
+                        peer: members[r],
+                        session: 0,
+                        generation: 0,
+                        producer,
+                        send,
+                        reset_pending: true,
+                        quiet: false,
+                        stream: Stream::Idle,
+                        served_request: 0,
+                        next_serial: 0,
+                        snapshot: None,
+                    }
+                })
+            })
+            .collect();
+        let inc = (0..n)
+            .map(|s| {
+                (s != my_row).then(|| InLink {
+                    session: 0,
+                    rx: RingReceiver::new(region.clone(), layout.ring_offset(s, my_row), layout.ring),
+                    staging: Vec::new(),
+                    staging_serial: None,
+                    snap_serial: None,
+                    snap_header: Header::NONE,
+                    snap_total: 0,
+                    snap: Vec::new(),
+                    snap_ok: false,
+                })
+            })
+            .collect();
+        let synced = cfg.incarnation == 1;
+        let mut engine = Engine {
+            quorum: cfg.quorum(),
+            me: cfg.me,
+            members,
+            my_row,
+            now_ns,
+            cfg,
+            layout,
+            region,
+            sst,
+            role: Role::Electing,
+            e_cur: Epoch::NONE,
+            e_new: Epoch::NONE,
+            accepted: Header::NONE,
+            committed: Header::NONE,
+            next: Header::NONE.succ(),
+            count: 0,
+            log: BTreeMap::new(),
+            log_floor: Header::NONE,
+            my_vote: Vote::NONE,
+            synced,
+            floor_ready: synced,
+            request_seq: 0,
+            out,
+            inc,
+            last_hb: vec![0; n],
+            hb_changed_ns: vec![now_ns; n],
+            votes: vec![Vote::NONE; n],
+            stall: None,
+            heartbeat: 0,
+            next_hb_ns: now_ns,
+            dirty_all: true,
+            dirty_to: vec![false; n],
+            commit_dirty: false,
+            next_commit_push_ns: now_ns,
+            metas: Vec::new(),
+            msgs: Vec::new(),
+            pool: Vec::new(),
+            delivered: 0,
+        };
+        engine.write_status();
+        assert_eq!(engine.members[engine.my_row], engine.me, "my row is mine");
+        assert!(2 * engine.quorum > engine.members.len(), "a quorum is a majority");
+        assert!(
+            engine.out[engine.my_row].is_none() && engine.inc[engine.my_row].is_none(),
+            "no ring to myself"
+        );
+        Ok(engine)
+    }
+
+    // ------------------------------------------------------------------
+    // Accessors
+    // ------------------------------------------------------------------
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    /// The region layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// This member.
+    pub fn member(&self) -> MemberId {
+        self.me
+    }
+    /// The other members, sorted.
+    pub fn peers(&self) -> Vec<MemberId> {
+        self.members.iter().copied().filter(|m| *m != self.me).collect()
+    }
+    /// The current role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+    /// `E_cur`, the epoch this member is in.
+    pub fn epoch(&self) -> Epoch {
+        self.e_cur
+    }
+    /// `E_new`, the epoch this member has promised to join.
+    pub fn e_new(&self) -> Epoch {
+        self.e_new
+    }
+    /// The leader this member follows (or itself), if any.
+    pub fn leader(&self) -> Option<MemberId> {
+        match self.role {
+            Role::Leader | Role::Follower => Some(self.e_cur.leader),
+            Role::Electing => None,
+        }
+    }
+    /// `Accepted`: the last accepted header.
+    pub fn accepted(&self) -> Header {
+        self.accepted
+    }
+    /// `Committed`: the last committed header.
+    pub fn committed(&self) -> Header {
+        self.committed
+    }
+    /// This member's current vote.
+    pub fn vote(&self) -> Vote {
+        self.my_vote
+    }
+    /// Whether this member holds a leader's log (false for a restarted
+    /// member until it accepted a diff).
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+    /// Messages delivered by this incarnation.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+    /// The headers in the log, in order.
+    pub fn log_headers(&self) -> impl Iterator<Item = Header> + '_ {
+        self.log.keys().copied()
+    }
+    /// Number of log entries (bounded under load with
+    /// [`Config::log_gc`]; with it off, the log grows without bound).
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+    /// The largest header log garbage collection dropped (every member had
+    /// committed it), or [`Header::NONE`] while the log is whole. A diff
+    /// from this member never reaches back below it.
+    pub fn log_floor(&self) -> Header {
+        self.log_floor
+    }
+    /// Whether some outgoing ring has messages not yet pushed or a session
+    /// reset pending (for tests and drivers).
+    pub fn has_pending_sends(&self) -> bool {
+        self.out.iter().flatten().any(|l| l.send.ready() > 0 || l.reset_pending)
+    }
+    /// A one-line summary of the engine's state and its rings, for logs
+    /// and failing simulation runs.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "m{} {:?} e_cur {:?} e_new {:?} acc {:?} com {:?} next {:?} synced {} log {} floor {:?} |",
+            self.me,
+            self.role,
+            self.e_cur,
+            self.e_new,
+            self.accepted,
+            self.committed,
+            self.next,
+            self.synced,
+            self.log.len(),
+            self.log_floor
+        );
+        for l in self.out.iter().flatten() {
+            s += &format!(
+                " out->{} s{:x} pub {} recl {} {:?};",
+                l.peer,
+                l.session,
+                l.send.published(),
+                l.send.reclaimable(),
+                l.stream
+            );
+        }
+        for (row, l) in self.inc.iter().enumerate() {
+            if let Some(l) = l {
+                s += &format!(
+                    " in<-{} s{:x} cons {} pub {};",
+                    self.members[row],
+                    l.session,
+                    l.rx.consumed(),
+                    l.rx.published()
+                );
+            }
+        }
+        s
+    }
+
+    // ------------------------------------------------------------------
+    // Inputs
+    // ------------------------------------------------------------------
+
+    /// The fabric reconnected the link to `peer` (after a suspicion): writes
+    /// posted before may be missing there, or `peer` may be a new
+    /// incarnation with a zeroed region. The engine starts a new ring
+    /// session to it (and, as leader, a fresh diff) and re-pushes its row.
+    pub fn on_link_reset(&mut self, peer: MemberId) {
+        assert_ne!(peer, self.me, "no link to myself");
+        if let Some(row) = self.row_of(peer)
+            && let Some(link) = self.out[row].as_mut()
+        {
+            link.reset_pending = true;
+        }
+    }
+
+    /// Runs every predicate once at time `now_ns`; appends the writes to post
+    /// to `fx` and hands committed messages to `sink`. Returns the amount of
+    /// work done (0 = idle until something changes or `fx.wake_at_ns`).
+    pub fn poll(&mut self, now_ns: u64, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+        self.now_ns = self.now_ns.max(now_ns);
+        assert!(fx.pushes.is_empty() || fx.pushes.iter().all(|p| p.len > 0), "effects start clean or valid");
+        let before = (self.e_new, self.accepted, self.committed, self.my_vote);
+        let mut work = self.reset_links(fx);
+        self.observe_heartbeats();
+        if !self.floor_ready {
+            work += self.learn_floor(fx);
+        }
+        if self.floor_ready {
+            work += self.receive(fx, sink);
+        }
+        work += self.roles(fx);
+        work += self.commit(fx, sink);
+        self.collect_garbage();
+        if self.role == Role::Leader {
+            self.serve_requests();
+        }
+        // The row goes out before ring data: a follower that finds a new
+        // leader's diff must already see that leader's row (its leader bit).
+        self.heartbeat();
+        self.flush_row(fx);
+        // Reclaim first, so slots an ack just freed are refilled at once.
+        self.reclaim();
+        work += self.send(fx, sink);
+        fx.wake_at_ns = Some(if self.commit_dirty {
+            self.next_hb_ns.min(self.next_commit_push_ns)
+        } else {
+            self.next_hb_ns
+        });
+        self.check_invariants(before);
+        work
+    }
+
+    fn check_invariants(&self, before: (Epoch, Header, Header, Vote)) {
+        assert!(self.e_cur <= self.e_new, "E_cur {:?} > E_new {:?}", self.e_cur, self.e_new);
+        assert!(self.e_new >= before.0, "E_new went back");
+        assert!(self.accepted >= before.1, "Accepted went back");
+        assert!(self.committed >= before.2, "Committed went back");
+        assert!(self.my_vote >= before.3, "vote went back");
+        assert!(self.committed < self.next, "Committed {:?} ≥ Next {:?}", self.committed, self.next);
+        assert!(self.log_floor <= self.committed, "log floor {:?} above Committed", self.log_floor);
+        assert!(
+            self.log.first_key_value().is_none_or(|(h, _)| *h > self.log_floor),
+            "an entry at or below the log floor {:?} is kept",
+            self.log_floor
+        );
+        if self.role == Role::Leader {
+            assert!(self.e_cur == self.e_new && self.e_cur.leader == self.me, "leader of a foreign epoch");
+        }
+        if self.role != Role::Electing {
+            assert!(self.synced, "a member that is not synced has a role");
+        }
+        if self.role == Role::Follower {
+            assert!(self.e_cur.leader != self.me, "a follower follows someone else");
+        }
+        assert!(self.committed <= self.accepted || !self.synced, "nothing committed that was not accepted");
+        if self.role != Role::Leader {
+            assert!(
+                self.out.iter().flatten().all(|l| l.stream == Stream::Idle),
+                "only a leader streams to its followers"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gc::GC_BATCH;
+    use super::wire::KIND_NORMAL;
+    use super::*;
+
+    fn engine(me: MemberId) -> Engine {
+        let cfg = Config::new(vec![0, 1, 2], me);
+        let region = Region::new_heap(Layout::new(&cfg).region_len);
+        Engine::new(cfg, region, 0).expect("valid")
+    }
+
+    /// The first poll starts a ring session per peer (zero the receiver's
+    /// counter, then the row carrying the new session number), votes, and
+    /// pushes the row (vote, heartbeat) to everyone; no ring data yet.
+    #[test]
+    fn first_poll_effects() {
+        let mut e = engine(1);
+        let mut fx = Effects::default();
+        let work = e.poll(0, &mut fx, &mut |_: Header, _: &[u8]| panic!("nothing to deliver"));
+        assert!(work > 0);
+        let l = e.layout().clone();
+        let row = Push { to: Target::All, offset: l.sst.row_stride(), len: l.row_used };
+        let expected = vec![
+            Push { to: Target::Peer(0), offset: l.ring_offset(1, 0), len: 8 },
+            Push { to: Target::Peer(0), ..row },
+            Push { to: Target::Peer(2), offset: l.ring_offset(1, 2), len: 8 },
+            Push { to: Target::Peer(2), ..row },
+            row,
+        ];
+        assert_eq!(fx.pushes, expected);
+        assert_eq!(fx.notes, vec![Note::Voted(Vote { e_new: Epoch::new(0, 1), acpt: Header::NONE })]);
+        assert_eq!(fx.wake_at_ns, Some(e.config().heartbeat_interval_ns));
+        assert_eq!(e.broadcast(b"x"), Err(BroadcastError::NotLeader { leader: None }));
+    }
+
+    /// A failure-free group driven in lockstep (every push lands before the
+    /// next poll) under endless load, with log garbage collection on: every
+    /// member delivers every message in order and no log grows beyond the
+    /// outstanding window plus a small constant.
+    #[test]
+    fn log_gc_bounds_the_log_under_endless_load() {
+        const MESSAGES: u64 = 100_000;
+        let members: Vec<MemberId> = vec![0, 1, 2];
+        let mut engines: Vec<Engine> = members
+            .iter()
+            .map(|&me| {
+                let mut cfg = Config::new(members.clone(), me);
+                cfg.log_gc = true;
+                // Commit columns pushed at once: the bound below holds no
+                // allowance for messages committed within a push interval.
+                cfg.commit_push_interval_ns = 0;
+                let region = Region::new_heap(Layout::new(&cfg).region_len);
+                Engine::new(cfg, region, 0).expect("valid")
+            })
+            .collect();
+        let bound = engines[0].config().max_outstanding as usize + engines[0].config().window + GC_BATCH + 8;
+        let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); members.len()];
+        let (mut sent, mut max_log, mut now) = (0u64, 0usize, 0u64);
+        let mut fx = Effects::default();
+        let mut buf = Vec::new();
+        while delivered.iter().any(|d| (d.len() as u64) < MESSAGES) {
+            now += 1_000;
+            assert!(
+                now < 10_000_000_000,
+                "stuck: {:?}",
+                engines.iter().map(Engine::describe).collect::<Vec<_>>()
+            );
+            for i in 0..engines.len() {
+                if engines[i].role() == Role::Leader {
+                    while sent < MESSAGES {
+                        match engines[i].broadcast(&sent.to_le_bytes()) {
+                            Ok(_) => sent += 1,
+                            Err(BroadcastError::WouldBlock) => break,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                fx.clear();
+                let sink = &mut delivered[i];
+                engines[i].poll(now, &mut fx, &mut |h: Header, p: &[u8]| {
+                    sink.push((h, u64::from_le_bytes(p.try_into().expect("8 bytes"))))
+                });
+                for push in &fx.pushes {
+                    buf.resize(push.len, 0);
+                    engines[i].region.read_bytes(push.offset, &mut buf);
+                    for (j, e) in engines.iter().enumerate() {
+                        let hit = match push.to {
+                            Target::All => j != i,
+                            Target::Peer(m) => e.member() == m,
+                        };
+                        if hit {
+                            e.region.write_bytes(push.offset, &buf);
+                        }
+                    }
+                }
+                max_log = max_log.max(engines[i].log_len());
+            }
+        }
+        assert!(max_log <= bound, "a log reached {max_log} entries (bound {bound})");
+        for d in &delivered {
+            assert_eq!(d.len() as u64, MESSAGES);
+            assert!(d.iter().map(|(_, v)| *v).eq(0..MESSAGES), "delivered out of order");
+            assert!(d.windows(2).all(|w| w[0].0 < w[1].0), "headers not increasing");
+        }
+        assert!(engines.iter().all(|e| e.log_floor() > Header::NONE));
+    }
+
+    #[test]
+    fn bad_ring_messages_are_errors_not_panics() {
+        let pool = &mut Vec::new();
+        assert!(parse(&[0; 3], pool).is_err());
+        assert!(parse(&[9; 40], pool).is_err());
+        let mut ok = vec![0u8; 40];
+        ok[0] = KIND_NORMAL as u8;
+        assert!(matches!(parse(&ok, pool), Ok(Wire::Normal { .. })));
+    }
+
+    #[test]
+    fn bad_configs_are_rejected() {
+        let region = Region::new_heap(1 << 20);
+        assert!(Engine::new(Config::new(vec![0, 1], 0), region.clone(), 0).is_err());
+        assert!(Engine::new(Config::new(vec![0, 1, 1], 0), region.clone(), 0).is_err());
+        assert!(Engine::new(Config::new(vec![0, 1, 2], 7), region.clone(), 0).is_err());
+        assert!(Engine::new(Config::new(vec![0, 1, 300], 0), region, 0).is_err());
+        let cfg = Config::new(vec![0, 1, 2], 0);
+        let small = Region::new_heap(64);
+        assert!(matches!(Engine::new(cfg, small, 0), Err(ConfigError::RegionTooSmall { .. })));
+    }
+}
