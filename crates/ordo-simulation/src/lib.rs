@@ -25,6 +25,7 @@
 
 pub mod acuerdo;
 pub mod r3p2;
+pub mod scenario;
 pub mod vsync;
 
 use ordo_sim::{RunOptions, RunReport, SeedBatch};

@@ -648,7 +648,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::gc::GC_BATCH;
-    use super::wire::KIND_NORMAL;
+    use super::wire::{KIND_NORMAL, parse};
     use super::*;
 
     fn engine(me: MemberId) -> Engine {

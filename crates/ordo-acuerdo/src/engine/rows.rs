@@ -123,7 +123,10 @@ impl Engine {
                 self.hb_changed_ns[row] = self.now_ns;
             }
         }
-        debug_assert!(self.hb_changed_ns.iter().all(|t| *t <= self.now_ns), "liveness times are not in the future");
+        debug_assert!(
+            self.hb_changed_ns.iter().all(|t| *t <= self.now_ns),
+            "liveness times are not in the future"
+        );
     }
 
     pub(super) fn heartbeat(&mut self) {
