@@ -152,23 +152,12 @@ enum Bench {
     /// --out.
     Spindle(SpindleArgs),
     /// The Acuerdo paper's experiments (acuerdo §4: Fig. 8 latency vs
-    /// throughput against vsync, Table 1 election duration); `--help` lists
-    /// its flags.
-    #[command(disable_help_flag = true)]
-    Acuerdo {
-        /// `--quick`, `--json`, `--figures fig8,table1`, `--out DIR`, ...
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// throughput against vsync, Table 1 election duration).
+    Acuerdo(ordo_bench::acuerdo_bench::BenchArgs),
     /// The r3p2 thesis' experiments (Figs. 5.1-5.2: p99 latency vs
     /// throughput over loopback UDP, replicated vs unreplicated, worker vs
-    /// network thread, 1/3/5 members); `--help` lists its flags.
-    #[command(disable_help_flag = true)]
-    R3p2 {
-        /// `--quick`, `--json`, `--figures fig5.1,fig5.2`, `--fsync`, `--out DIR`, ...
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// network thread, 1/3/5 members).
+    R3p2(ordo_bench::r3p2_bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -270,8 +259,8 @@ fn main() -> ExitCode {
         Command::R3p2(cmd) => r3p2::main(cmd),
         Command::FabricPeer(args) => fabric_peer(args),
         Command::AcuerdoPeer { args } => ordo_bench::acuerdo_peer_main(&args),
-        Command::Bench(Bench::Acuerdo { args }) => ordo_bench::bench_acuerdo_main(&args),
-        Command::Bench(Bench::R3p2 { args }) => ordo_bench::bench_r3p2_main(&args),
+        Command::Bench(Bench::Acuerdo(args)) => ordo_bench::experiment::run(&args, args.json),
+        Command::Bench(Bench::R3p2(args)) => ordo_bench::experiment::run(&args, args.json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -283,7 +272,7 @@ fn main() -> ExitCode {
 }
 
 fn bench_fabric(args: FabricArgs) -> Result<(), String> {
-    use ordo_bench::fabric::{self, Backend, FabricBenchOptions};
+    use ordo_bench::fabric::{Backend, FabricBenchOptions};
     let exe = std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}"))?;
     let backends = args
         .backend
@@ -294,43 +283,17 @@ fn bench_fabric(args: FabricArgs) -> Result<(), String> {
         })
         .collect();
     let opts = FabricBenchOptions { exe, backends, quick: args.quick };
-    let json = args.json;
-    let report = fabric::run(&opts, |line| {
-        if !json {
-            eprintln!("  {line}");
-        }
-    })?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
-    } else {
-        fabric::print_table(&report);
-    }
-    Ok(())
+    ordo_bench::experiment::run(&opts, args.json)
 }
 
 fn bench_spindle(args: SpindleArgs) -> Result<(), String> {
-    use ordo_bench::spindle::{self, SpindleOptions};
-    let opts = SpindleOptions {
+    let opts = ordo_bench::spindle::SpindleOptions {
         quick: args.quick,
         figures: args.figures,
         max_members: args.max_members,
         out_dir: args.out,
     };
-    let json = args.json;
-    let report = spindle::run(&opts, |line| {
-        if !json {
-            eprintln!("  {line}");
-        }
-    })?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
-    } else {
-        spindle::print_table(&report);
-    }
-    match report.failures.len() {
-        0 => Ok(()),
-        n => Err(format!("{n} experiment point(s) failed (see above)")),
-    }
+    ordo_bench::experiment::run(&opts, args.json)
 }
 
 fn fabric_peer(args: PeerArgs) -> Result<(), String> {

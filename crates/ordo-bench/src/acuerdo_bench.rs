@@ -32,10 +32,10 @@
 //! go to `--out` (default `bench-results/acuerdo`).
 
 use crate::demo::monotonic_ns;
+use crate::experiment::{Csv, write};
 use crate::machine::MachineInfo;
 use crate::plot::{Panel, Series, write_png};
 use crate::spindle::{Pattern, Plan, Point, run_point};
-use clap::Parser;
 use hdrhistogram::Histogram;
 use ordo_acuerdo::{Config, Note, Role};
 use ordo_fabric::MemberId;
@@ -44,14 +44,13 @@ use ordo_runtime::acuerdo::{AcuerdoClient, AcuerdoMember, ClientEvent, MemberOpt
 use ordo_runtime::{Agent, IdleStrategy, Runner, RunnerOptions, ThreadingMode};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Arguments of `ordo bench acuerdo`.
-#[derive(Parser, Debug, Clone)]
-#[command(name = "ordo bench acuerdo", about = "Acuerdo paper Fig. 8 and Table 1, beside vsync")]
+#[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Reduced run (under two minutes).
     #[arg(long)]
@@ -140,13 +139,6 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// Where the files went.
     pub out_dir: String,
-}
-
-/// Entry point of `ordo bench acuerdo` (`args` without program/subcommand).
-pub fn main(args: &[String]) -> Result<(), String> {
-    let Some(args) = crate::parse_bench_args::<BenchArgs>("ordo bench acuerdo", args)? else { return Ok(()) };
-    let report = run(&args, |line| eprintln!("{line}"))?;
-    crate::print_report(&report, args.json, print_table)
 }
 
 // ---------------------------------------------------------------------------
@@ -649,7 +641,6 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     };
     let max_exp = args.max_window_exp.unwrap_or(if args.quick { 7 } else { 10 });
     let windows: Vec<u64> = (0..=max_exp).map(|e| 1u64 << e).collect();
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let mut rows = Vec::new();
     if want("fig8") {
         for members in [3u32, 7] {
@@ -660,7 +651,6 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
                 rows.extend(vsync_curve(members, size, Pattern::All, &windows, &timing, &mut progress)?);
             }
         }
-        write_fig8(args, &rows)?;
     }
     if want("table1") {
         let elections = args.elections.unwrap_or(if args.quick { 4 } else { 12 });
@@ -671,42 +661,45 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         }
         rows.extend(t1);
     }
-    let csv = rows_csv(&rows);
-    let path = args.out.join("acuerdo.csv");
-    std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Report { machine, quick: args.quick, rows, out_dir: args.out.display().to_string() })
-}
-
-fn opt<T: ToString>(v: Option<T>) -> String {
-    v.map_or(String::new(), |v| v.to_string())
 }
 
 /// The rows as CSV (header included).
 pub fn rows_csv(rows: &[Row]) -> String {
-    let mut s = String::from(
-        "figure,engine,members,size_bytes,window,throughput_msgs_per_s,throughput_mb_per_s,latency_ns_p50,latency_ns_p99,election_ns_mean,recovery_ns_mean,elections\n",
-    );
+    let mut csv = Csv::new(&[
+        "figure",
+        "engine",
+        "members",
+        "size_bytes",
+        "window",
+        "throughput_msgs_per_s",
+        "throughput_mb_per_s",
+        "latency_ns_p50",
+        "latency_ns_p99",
+        "election_ns_mean",
+        "recovery_ns_mean",
+        "elections",
+    ]);
     for r in rows {
-        s += &format!(
-            "{},{},{},{},{},{:.1},{:.3},{},{},{},{},{}\n",
-            r.figure,
-            r.engine,
-            r.members,
-            r.size_bytes,
-            r.window,
-            r.throughput_msgs_per_s,
-            r.throughput_mb_per_s,
-            opt(r.latency_ns_p50),
-            opt(r.latency_ns_p99),
-            opt(r.election_ns_mean.map(|v| format!("{v:.0}"))),
-            opt(r.recovery_ns_mean.map(|v| format!("{v:.0}"))),
-            opt(r.elections)
-        );
+        csv.row([
+            r.figure.clone(),
+            r.engine.clone(),
+            r.members.to_string(),
+            r.size_bytes.to_string(),
+            r.window.to_string(),
+            format!("{:.1}", r.throughput_msgs_per_s),
+            format!("{:.3}", r.throughput_mb_per_s),
+            Csv::opt(r.latency_ns_p50),
+            Csv::opt(r.latency_ns_p99),
+            Csv::opt(r.election_ns_mean.map(|v| format!("{v:.0}"))),
+            Csv::opt(r.recovery_ns_mean.map(|v| format!("{v:.0}"))),
+            Csv::opt(r.elections),
+        ]);
     }
-    s
+    csv.text().to_string()
 }
 
-fn write_fig8(args: &BenchArgs, rows: &[Row]) -> Result<(), String> {
+fn write_fig8(dir: &Path, rows: &[Row]) -> Result<(), String> {
     let mut panels = Vec::new();
     for members in [3u32, 7] {
         for size in [10usize, 1000] {
@@ -738,7 +731,7 @@ fn write_fig8(args: &BenchArgs, rows: &[Row]) -> Result<(), String> {
             });
         }
     }
-    let path = args.out.join("fig8.png");
+    let path = dir.join("fig8.png");
     write_png(&path, "Acuerdo Fig. 8: latency vs throughput (window 2^0..2^N)", &panels, 2)
 }
 
@@ -772,11 +765,39 @@ pub fn print_table(report: &Report) {
             println!(
                 "{:>8} {:>10} {:>16} {:>22}",
                 r.members,
-                opt(r.elections),
+                Csv::opt(r.elections),
                 r.election_ns_mean.map_or("-".into(), |v| format!("{:.3}", v / 1e6)),
                 r.recovery_ns_mean.map_or("-".into(), |v| format!("{:.3}", v / 1e6))
             );
         }
     }
     println!("files: {}", report.out_dir);
+}
+
+impl crate::experiment::Experiment for BenchArgs {
+    type Report = Report;
+
+    fn name(&self) -> &'static str {
+        "acuerdo"
+    }
+
+    fn measure(&self, progress: &mut dyn FnMut(&str)) -> Result<Report, String> {
+        run(self, progress)
+    }
+
+    fn out_dir(&self) -> Option<&Path> {
+        Some(&self.out)
+    }
+
+    fn write_files(&self, report: &Report, dir: &Path) -> Result<(), String> {
+        write(&dir.join("acuerdo.csv"), &rows_csv(&report.rows))?;
+        if report.rows.iter().any(|r| r.figure == "fig8") {
+            write_fig8(dir, &report.rows)?;
+        }
+        Ok(())
+    }
+
+    fn print_table(&self, report: &Report) {
+        print_table(report)
+    }
 }

@@ -508,3 +508,19 @@ pub fn print_table(report: &FabricReport) {
         );
     }
 }
+
+impl crate::experiment::Experiment for FabricBenchOptions {
+    type Report = FabricReport;
+
+    fn name(&self) -> &'static str {
+        "fabric"
+    }
+
+    fn measure(&self, progress: &mut dyn FnMut(&str)) -> Result<FabricReport, String> {
+        run(self, progress)
+    }
+
+    fn print_table(&self, report: &FabricReport) {
+        print_table(report)
+    }
+}

@@ -14,6 +14,8 @@
 //!   tests) spawn as the remote member.
 //! - [`spindle`]: `ordo bench spindle` — the Spindle paper's experiments
 //!   (spindle §IV) on the vsync engine, baseline and optimized side by side.
+//! - [`experiment`]: the one shape of every benchmark (plan → points → rows
+//!   → CSV/JSON/PNG files → tables), which the CLI runs.
 //! - [`plot`]: PNG line charts for the figures.
 //! - [`machine`]: what every result records about the machine.
 //!
@@ -29,6 +31,7 @@
 pub mod acuerdo_bench;
 pub mod acuerdo_peer;
 pub mod demo;
+pub mod experiment;
 pub mod fabric;
 pub mod machine;
 pub mod peer;
@@ -41,45 +44,4 @@ pub mod spindle;
 /// without the program and subcommand names); see [`acuerdo_peer`].
 pub fn acuerdo_peer_main(args: &[String]) -> Result<(), String> {
     acuerdo_peer::main(args)
-}
-
-/// Entry point of `ordo bench acuerdo` (`args` without the program and
-/// subcommand names); see [`acuerdo_bench`].
-pub fn bench_acuerdo_main(args: &[String]) -> Result<(), String> {
-    acuerdo_bench::main(args)
-}
-
-/// Entry point of `ordo bench r3p2` (`args` without the program and
-/// subcommand names); see [`r3p2_bench`].
-pub fn bench_r3p2_main(args: &[String]) -> Result<(), String> {
-    r3p2_bench::main(args)
-}
-
-/// Parses a benchmark's own flags (`args` without program and subcommand,
-/// `command` names it in messages). `Ok(None)`: `--help` was printed.
-pub(crate) fn parse_bench_args<T: clap::Parser>(command: &str, args: &[String]) -> Result<Option<T>, String> {
-    use std::io::Write as _;
-    let argv = std::iter::once(command.to_string()).chain(args.iter().cloned());
-    match T::try_parse_from(argv) {
-        Ok(a) => Ok(Some(a)),
-        Err(e) if !e.use_stderr() => {
-            let _ = write!(std::io::stdout(), "{e}");
-            Ok(None)
-        }
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Prints a benchmark's report: as JSON with `--json`, else as its tables.
-pub(crate) fn print_report<R: serde::Serialize>(
-    report: &R,
-    json: bool,
-    table: impl FnOnce(&R),
-) -> Result<(), String> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(report).map_err(|e| e.to_string())?);
-    } else {
-        table(report);
-    }
-    Ok(())
 }

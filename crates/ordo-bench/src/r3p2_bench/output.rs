@@ -1,0 +1,245 @@
+//! The r3p2 benchmark's outputs: CSV files (every point, the summaries),
+//! the PNG plots of Figs. 5.1-5.2, and the tables printed on screen.
+
+#![allow(unused_imports)]
+
+use super::*;
+use crate::machine::MachineInfo;
+use crate::plot::{Panel, Series, write_png};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use ordo_r2p2::{CallError, Client, ClientConfig, Policy};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub(super) fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub(super) fn opt(v: Option<f64>, decimals: usize) -> String {
+    v.map_or(String::new(), |v| format!("{v:.decimals$}"))
+}
+
+pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
+    let mut csv = String::from(
+        "figure,series,policy,members,handler_us,mode,fsync,offered_rps,arrival_rps,sent_rps,achieved_rps,requests,errors,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,keeps_up,refined,server_cpu_percent,client_cpu_percent,udp_rcvbuf_drops,loadavg_1m\n",
+    );
+    for r in &report.rows {
+        csv += &format!(
+            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{},{},{},{},{:.0},{:.0},{},{:.2}\n",
+            r.figure,
+            r.series,
+            r.policy,
+            r.members,
+            r.handler_us,
+            r.mode,
+            r.fsync,
+            r.offered_rps,
+            r.arrival_rps,
+            r.sent_rps,
+            r.achieved_rps,
+            r.requests,
+            r.errors,
+            r.latency_ns_p50,
+            r.latency_ns_p90,
+            r.latency_ns_p99,
+            r.latency_ns_p999,
+            r.keeps_up,
+            r.refined,
+            r.server_cpu_percent,
+            r.client_cpu_percent,
+            r.udp_rcvbuf_drops,
+            r.loadavg_1m
+        );
+    }
+    write(&out.join("r3p2.csv"), &csv)?;
+    let mut s = String::from(
+        "figure,series,policy,members,handler_us,mode,fsync,peak_rps,max_sustained_rps,slo_us,at_slo_rps,light_latency_ns_p50,light_latency_ns_p99\n",
+    );
+    for c in &report.configs {
+        for (slo, at) in &c.at_slo_rps {
+            s += &format!(
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                c.figure,
+                c.series,
+                c.config.policy,
+                c.config.members,
+                c.config.handler_us,
+                c.config.mode,
+                c.config.fsync,
+                opt(c.peak_rps, 0),
+                opt(c.max_sustained_rps, 0),
+                slo,
+                opt(*at, 0),
+                c.light_latency_ns_p50.map_or(String::new(), |v| v.to_string()),
+                c.light_latency_ns_p99.map_or(String::new(), |v| v.to_string()),
+            );
+        }
+    }
+    write(&out.join("summary.csv"), &s)?;
+    write(&out.join("r3p2.json"), &serde_json::to_string_pretty(report).map_err(|e| e.to_string())?)?;
+    let series_of = |figure: &str, pick: &dyn Fn(&Row) -> bool| {
+        let mut labels: Vec<(String, u64)> = Vec::new();
+        for r in report.rows.iter().filter(|r| r.figure == figure && pick(r)) {
+            if !labels.contains(&(r.series.clone(), r.handler_us)) {
+                labels.push((r.series.clone(), r.handler_us));
+            }
+        }
+        labels
+            .into_iter()
+            .map(|(label, handler)| {
+                let points = report
+                    .rows
+                    .iter()
+                    .filter(|r| r.figure == figure && r.series == label && r.handler_us == handler)
+                    .map(|r| (r.achieved_rps / 1e3, r.latency_ns_p99 as f64 / 1e3))
+                    .collect();
+                let color = if label.starts_with("unrepl") {
+                    0
+                } else if label.contains("fsync") {
+                    2
+                } else if label.starts_with("repl1") {
+                    3
+                } else if label.starts_with("repl5") {
+                    4
+                } else {
+                    1
+                };
+                Series { dashed: label.contains("network"), color: Some(color), label, points }
+            })
+            .collect::<Vec<_>>()
+    };
+    if report.rows.iter().any(|r| r.figure == "fig5.1") {
+        let panels: Vec<Panel> = [1u64, 10]
+            .iter()
+            .map(|&h| Panel {
+                title: format!("{h} µs handler"),
+                x_label: "achieved throughput (k requests/s)".into(),
+                y_label: "p99 latency (µs)".into(),
+                log_y: true,
+                series: series_of("fig5.1", &|r: &Row| r.handler_us == h),
+            })
+            .collect();
+        write_png(
+            &out.join("fig5_1.png"),
+            "r3p2 Fig. 5.1: unreplicated vs replicated (3), worker vs network thread (dashed)",
+            &panels,
+            2,
+        )?;
+    }
+    if report.rows.iter().any(|r| r.figure == "fig5.2") {
+        let h = report.rows.iter().find(|r| r.figure == "fig5.2").map_or(0, |r| r.handler_us);
+        let panels = vec![Panel {
+            title: format!("replicated, {h} µs handler, worker thread"),
+            x_label: "achieved throughput (k requests/s)".into(),
+            y_label: "p99 latency (µs)".into(),
+            log_y: true,
+            series: series_of("fig5.2", &|_| true),
+        }];
+        write_png(&out.join("fig5_2.png"), "r3p2 Fig. 5.2: 1, 3, 5 members", &panels, 1)?;
+    }
+    Ok(())
+}
+
+/// Prints the report as tables.
+pub fn print_table(report: &Report) {
+    println!("ordo bench r3p2 — {}", report.machine.summary());
+    println!(
+        "{:<7} {:<22} {:>4} {:>10} {:>10} {:>10} {:>9} {:>10} {:>7} {:>5} {:>8} {:>8} {:>8} {:>5}",
+        "figure",
+        "series",
+        "µs",
+        "offered/s",
+        "sent/s",
+        "achieved/s",
+        "p50 µs",
+        "p99 µs",
+        "errors",
+        "ok",
+        "srv cpu%",
+        "cli cpu%",
+        "udp drop",
+        "load"
+    );
+    for r in &report.rows {
+        println!(
+            "{:<7} {:<22} {:>4} {:>10.0} {:>10.0} {:>10.0} {:>9.1} {:>10.1} {:>7} {:>5} {:>8.0} {:>8.0} {:>8} {:>5.1}",
+            r.figure,
+            r.series,
+            r.handler_us,
+            r.offered_rps,
+            r.sent_rps,
+            r.achieved_rps,
+            r.latency_ns_p50 as f64 / 1e3,
+            r.latency_ns_p99 as f64 / 1e3,
+            r.errors,
+            if r.keeps_up { "yes" } else { "no" },
+            r.server_cpu_percent,
+            r.client_cpu_percent,
+            r.udp_rcvbuf_drops,
+            r.loadavg_1m
+        );
+    }
+    let k = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}k", v / 1e3));
+    println!(
+        "\nPer configuration (peak: highest achieved rate that keeps up with p99 ≤ {} µs; at SLO: p99 ≤ SLO)",
+        report.peak_p99_us
+    );
+    for c in &report.configs {
+        let slos: Vec<String> = c.at_slo_rps.iter().map(|(s, v)| format!("@{s}µs {}", k(*v))).collect();
+        println!(
+            "  {:<7} {:<22} {:>3} µs  peak {:>8}  max sustained {:>8}  {}  light-load p99 {} µs",
+            c.figure,
+            c.series,
+            c.config.handler_us,
+            k(c.peak_rps),
+            k(c.max_sustained_rps),
+            slos.join("  "),
+            c.light_latency_ns_p99.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3))
+        );
+    }
+    let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:+.1}"));
+    if !report.replication_cost.is_empty() {
+        println!(
+            "\nReplicated (3) vs unreplicated (thesis, DPDK: ~13 % peak loss, +10-13 µs p99 at equal load)"
+        );
+        for c in &report.replication_cost {
+            println!(
+                "  {:>2} µs {:<8} peak {} -> {} ({} loss); max sustained {} -> {} ({} loss); p99 overhead {} µs at {} offered/s, {} µs at {} offered/s (p50 {} µs)",
+                c.handler_us,
+                c.mode,
+                k(c.unreplicated_peak_rps),
+                k(c.replicated_peak_rps),
+                c.peak_loss_percent.map_or("-".into(), |v| format!("{v:.1} %")),
+                k(c.unreplicated_max_sustained_rps),
+                k(c.replicated_max_sustained_rps),
+                c.max_sustained_loss_percent.map_or("-".into(), |v| format!("{v:.1} %")),
+                us(c.light_p99_overhead_us),
+                opt(c.light_offered_rps, 0),
+                us(c.moderate_p99_overhead_us),
+                opt(c.moderate_offered_rps, 0),
+                us(c.moderate_p50_overhead_us),
+            );
+        }
+    }
+    if !report.worker_gain.is_empty() {
+        println!("\nWorker thread vs network thread, throughput at a p99 SLO (thesis: 2x at 200 µs)");
+        for g in &report.worker_gain {
+            println!(
+                "  SLO {:>5} µs {:>2} µs {:<16} workers {:>8} network {:>8} ratio {}",
+                g.slo_us,
+                g.handler_us,
+                g.policy,
+                k(g.workers_rps),
+                k(g.network_rps),
+                g.ratio.map_or("-".into(), |v| format!("{v:.2}x"))
+            );
+        }
+    }
+    println!("\nwall time {:.0} s; files: {}", report.wall_s, report.out_dir);
+}
