@@ -1,5 +1,7 @@
-//! The `acuerdo` simulation workload: 2f+1 engines on `ordo-sim`'s
-//! simulated fabric under crashes (the leader too, and members during
+//! The `acuerdo` simulation workload: 2f+1 members, each the runtime's own
+//! [`AcuerdoDriver`] (engine, ordered push backlog, reconnect schedule,
+//! ticket settlement — checked here: every ticket settles once, with the
+//! header it was given), on `ordo-sim`'s simulated fabric under crashes (the leader too, and members during
 //! elections and diff transfers), restarts with empty state, partitions,
 //! slow members and random delays; then everything heals and liveness is
 //! required. Checkers judge the recorded history.

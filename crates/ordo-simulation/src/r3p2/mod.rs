@@ -4,18 +4,15 @@
 //! partitions, crashes and restarts that lose unsynced writes.
 //!
 //! # What a seed runs
-//! - `servers` (3 or 5) sim members, each a [`SimProcess`] owning a
-//!   [`RaftReplication<SimDisk>`] and a [`KvState`], driven the way the real
-//!   server's network loop drives its hook (`server.rs`, `NetworkLoop`):
-//!   datagrams are decoded (`header::decode`) and reassembled
-//!   ([`Reassembler`]); REPLICATED_ROUTE requests go to `on_request`, RAFT
-//!   messages to `on_peer_message` (peer index = member id); `tick` at the
-//!   tick interval, `flush` once per poll (the loop's turn); the actions run
-//!   in order: `SendToPeer` is split into RAFT datagrams, `Apply` applies to
-//!   the KV state inline and reports the answer to `on_response` (and sends
-//!   it when `respond`), `Snapshot`/`Restore` serialize/replace the KV state,
-//!   `Respond`/`Redirect`/`Refuse` answer the client with R2P2 headers that
-//!   carry the leader hint.
+//! - `servers` (3 or 5) sim members, each a [`SimProcess`] running the
+//!   UDP server's own sans-I/O [`ServerCore`] (decode, reassembly, routing,
+//!   the replication hook's actions, encoding, counters) with the
+//!   production [`RaftReplication<SimDisk>`] hook and the production
+//!   [`KvState`] behind the [`Handler`] interface, run inline
+//!   ([`InlineExecutor`], the server's network-thread mode); the process
+//!   feeds it the simulated socket's datagrams, ticks and the end of each
+//!   turn exactly as the mio network loop does (`server.rs`). Redirects
+//!   carry the leader's address, every answer the leader hint.
 //! - `clients` further members (never crashed; partitions do reach them),
 //!   each with one operation outstanding, retried with the same
 //!   `(client id, request id)` after a timeout, at the next server, following

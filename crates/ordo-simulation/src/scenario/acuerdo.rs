@@ -20,7 +20,7 @@
 //! - `accept-seen at=A of=B` — the Accept entry of B in A's SST
 //! - `status` — role, epoch, Accepted, Committed and delivered payloads
 
-use super::{Args, ScriptFabric, ScriptNet, arg, args_list, groups, member_arg};
+use super::{Args, ScriptFabric, ScriptNet, arg, args_list, groups, member_arg, status_lines};
 use ordo_acuerdo::{AcuerdoDriver, Config, DeliverySink, Header, Layout, Note, Role, Settled};
 use ordo_fabric::MemberId;
 use std::cell::RefCell;
@@ -73,21 +73,7 @@ impl AcuerdoCluster {
                 let t: u64 = arg(args, "t", 0)?;
                 Ok(self.poll(id, t * US))
             }
-            "deliver" => {
-                let net = self.net()?;
-                let mut net = net.borrow_mut();
-                let from: Vec<MemberId> = args_list(args, "from")?;
-                let to: Vec<MemberId> = args_list(args, "to")?;
-                if from.is_empty() && to.is_empty() {
-                    net.deliver_all();
-                }
-                for &src in &from {
-                    for &dst in &to {
-                        net.deliver(src, dst);
-                    }
-                }
-                Ok(String::new())
-            }
+            "deliver" => self.net()?.borrow_mut().deliver_command(args),
             "settle" => {
                 let t: u64 = arg(args, "t", 0)?;
                 let rounds: usize = arg(args, "rounds", 4)?;
@@ -258,13 +244,9 @@ impl AcuerdoCluster {
     }
 
     fn status(&self) -> String {
-        let mut out = String::new();
-        for (id, m) in &self.members {
-            let Some(driver) = &m.driver else {
-                let _ = writeln!(out, "{id}: down");
-                continue;
-            };
-            let e = driver.engine();
+        let members = self.members.iter().map(|(id, m)| (u64::from(*id), m.driver.is_some().then_some(m)));
+        status_lines(members, |m| {
+            let e = m.driver.as_ref().expect("a live member").engine();
             let role = match e.role() {
                 Role::Leader => "leader",
                 Role::Follower => "follower",
@@ -272,15 +254,13 @@ impl AcuerdoCluster {
             };
             let delivered: Vec<String> =
                 m.app.delivered.iter().map(|(_, p)| String::from_utf8_lossy(p).into_owned()).collect();
-            let _ = writeln!(
-                out,
-                "{id}: {role} epoch={:?} accepted={:?} committed={:?} delivered=[{}]",
+            format!(
+                "{role} epoch={:?} accepted={:?} committed={:?} delivered=[{}]",
                 e.epoch(),
                 e.accepted(),
                 e.committed(),
                 delivered.join(" ")
-            );
-        }
-        out
+            )
+        })
     }
 }

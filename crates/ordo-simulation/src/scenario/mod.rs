@@ -64,6 +64,22 @@ pub fn member_arg(args: &Args, command: &str) -> Result<u64, String> {
     }
 }
 
+/// One status line per member, in id order: `id: down`, or `id: ` and what
+/// `line` says of its live driver.
+pub fn status_lines<'a, D: 'a>(
+    members: impl IntoIterator<Item = (u64, Option<&'a D>)>,
+    line: impl Fn(&D) -> String,
+) -> String {
+    let mut out = String::new();
+    for (id, driver) in members {
+        match driver {
+            Some(d) => out += &format!("{id}: {}\n", line(d)),
+            None => out += &format!("{id}: down\n"),
+        }
+    }
+    out
+}
+
 /// Groups of a `partition` command's input: one group per line.
 pub fn groups(input: &str) -> Result<Vec<Vec<u64>>, String> {
     input
@@ -132,6 +148,22 @@ impl ScriptNet {
             }
         }
         n
+    }
+
+    /// The `deliver [from=S to=(D,...)]` command: the writes queued on those
+    /// links land (every link's without arguments).
+    pub fn deliver_command(&mut self, args: &Args) -> Result<String, String> {
+        let from: Vec<MemberId> = args_list(args, "from")?;
+        let to: Vec<MemberId> = args_list(args, "to")?;
+        if from.is_empty() && to.is_empty() {
+            self.deliver_all();
+        }
+        for &src in &from {
+            for &dst in &to {
+                self.deliver(src, dst);
+            }
+        }
+        Ok(String::new())
     }
 
     /// Lets every queued write land; returns how many.

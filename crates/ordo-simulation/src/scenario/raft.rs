@@ -49,25 +49,18 @@ pub struct RaftCluster {
     cut: BTreeSet<(u64, u64)>,
 }
 
+/// The application's snapshot: one `index data` line per applied entry
+/// (script data is one word).
 fn encode_app(app: &[(Index, Vec<u8>)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, d) in app {
-        out.extend_from_slice(&i.to_le_bytes());
-        out.extend_from_slice(&(d.len() as u32).to_le_bytes());
-        out.extend_from_slice(d);
-    }
-    out
+    app.iter().map(|(i, d)| format!("{i} {}\n", String::from_utf8_lossy(d))).collect::<String>().into_bytes()
 }
 
-fn decode_app(mut b: &[u8]) -> Vec<(Index, Vec<u8>)> {
-    let mut out = Vec::new();
-    while b.len() >= 12 {
-        let i = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-        let n = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")) as usize;
-        out.push((i, b[12..12 + n].to_vec()));
-        b = &b[12 + n..];
-    }
-    out
+fn decode_app(b: &[u8]) -> Vec<(Index, Vec<u8>)> {
+    String::from_utf8_lossy(b)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(i, d)| Some((i.parse().ok()?, d.as_bytes().to_vec())))
+        .collect()
 }
 
 impl RaftCluster {

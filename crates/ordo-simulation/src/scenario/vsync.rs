@@ -14,7 +14,7 @@
 //! - `crash ID` — ID dies; the others suspect it (and wedge: one view)
 //! - `status` — per member: delivered_num, nulls sent, wedged, idle
 
-use super::{Args, ScriptFabric, ScriptNet, arg, args_list, member_arg};
+use super::{Args, ScriptFabric, ScriptNet, arg, args_list, member_arg, status_lines};
 use ordo_fabric::MemberId;
 use ordo_vsync::{
     Delivered, DeliveryMode, GroupConfig, GroupLayout, Sender, SubgroupConfig, Switches, VsyncDriver,
@@ -74,21 +74,7 @@ impl VsyncCluster {
                 let id = member_arg(args, "poll")? as MemberId;
                 Ok(self.poll(id))
             }
-            "deliver" => {
-                let net = self.net()?;
-                let mut net = net.borrow_mut();
-                let from: Vec<MemberId> = args_list(args, "from")?;
-                let to: Vec<MemberId> = args_list(args, "to")?;
-                if from.is_empty() && to.is_empty() {
-                    net.deliver_all();
-                }
-                for &src in &from {
-                    for &dst in &to {
-                        net.deliver(src, dst);
-                    }
-                }
-                Ok(String::new())
-            }
+            "deliver" => self.net()?.borrow_mut().deliver_command(args),
             "crash" => {
                 let id = member_arg(args, "crash")? as MemberId;
                 self.net()?.borrow_mut().crash(id);
@@ -173,22 +159,16 @@ impl VsyncCluster {
     }
 
     fn status(&self) -> String {
-        let mut out = String::new();
-        for (id, m) in &self.members {
-            let Some(driver) = &m.driver else {
-                let _ = writeln!(out, "{id}: down");
-                continue;
-            };
+        let members = self.members.iter().map(|(id, m)| (u64::from(*id), m.driver.as_ref()));
+        status_lines(members, |driver| {
             let e = driver.engine();
-            let _ = writeln!(
-                out,
-                "{id}: delivered_num={} nulls_sent={} wedged={} idle={}",
+            format!(
+                "delivered_num={} nulls_sent={} wedged={} idle={}",
                 e.delivered_num(0),
                 e.stats(0).nulls_sent,
                 e.is_wedged(),
                 driver.is_idle()
-            );
-        }
-        out
+            )
+        })
     }
 }
