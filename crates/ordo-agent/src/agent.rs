@@ -33,6 +33,19 @@ pub trait Agent {
     /// runner stops (not after a panic: the agent's state is then unknown).
     fn on_close(&mut self) {}
 
+    /// Parks the thread until this agent's own source of work has some, or
+    /// `timeout` passes, for an agent that waits on something a doorbell
+    /// cannot ring (a socket's readiness): `Some(woken)`. `None` (the
+    /// default): the runner parks on [`doorbell`](Agent::doorbell). Used only
+    /// when the agent runs alone on its thread. The agent owns the no-lost-
+    /// wake-up protocol of its source (announce, re-check, wait), and must
+    /// return within `timeout`; a runner's stop does not interrupt it (the
+    /// agent's owner wakes it, or the timeout bounds the wait).
+    fn park_until_work(&mut self, timeout: std::time::Duration) -> Option<bool> {
+        let _ = timeout;
+        None
+    }
+
     /// The bell that incoming work rings, which an idle runner parks on.
     /// `None` means no one rings for this agent; the runner then parks with a
     /// bounded timeout on a private bell (only [`Runner::stop`](crate::Runner::stop)
@@ -52,6 +65,9 @@ impl<A: Agent + ?Sized> Agent for Box<A> {
     }
     fn on_close(&mut self) {
         (**self).on_close()
+    }
+    fn park_until_work(&mut self, timeout: std::time::Duration) -> Option<bool> {
+        (**self).park_until_work(timeout)
     }
     fn doorbell(&self) -> Option<Doorbell> {
         (**self).doorbell()

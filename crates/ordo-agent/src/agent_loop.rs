@@ -17,6 +17,10 @@
 //! it) or its data is seen by the re-check, so no wake-up is lost. `stop`
 //! works the same way: set the flag, then ring.
 //!
+//! An agent that runs alone on its thread and waits on something no bell
+//! rings (the R2P2 network thread's socket) parks itself instead
+//! ([`Agent::park_until_work`]), with its own announce / re-check / wait.
+//!
 //! # Which bell (shared mode)
 //! - Every agent names the **same** bell ([`Doorbell::ptr_eq`]): park on it;
 //!   a ring for any agent wakes the thread.
@@ -276,6 +280,22 @@ impl<A: Agent, C: Clock> AgentLoop<A, C> {
     /// The doorbell protocol: prepare, re-check (stop flag, then a duty
     /// cycle), park or cancel.
     fn park(&mut self, timeout: Duration) -> Step {
+        if self.agents.len() == 1 {
+            if self.stop.load(Ordering::SeqCst) {
+                return Step::Stopped;
+            }
+            // An agent with its own waiting (a socket): it announces,
+            // re-checks and waits itself.
+            if let Some(woken) = self.agents[0].park_until_work(timeout) {
+                self.stats.parks += 1;
+                if woken {
+                    self.stats.wakeups += 1;
+                } else {
+                    self.stats.park_timeouts += 1;
+                }
+                return Step::Parked { timeout, woken };
+            }
+        }
         let bell = self.park_bell.bell().clone();
         let token = bell.prepare_park();
         if self.stop.load(Ordering::SeqCst) {

@@ -185,7 +185,7 @@ impl Responder<'_> {
     /// the worker's SPSC response queue (waiting, yielding, while it is
     /// full); on the network thread it queues the datagrams directly.
     /// Answers to REPLICATED_ROUTE requests are first shown to the hook
-    /// ([`Replication::on_response`]); a follower's (`respond: false`) is
+    /// ([`Replication::on_response`](crate::Replication::on_response)); a follower's (`respond: false`) is
     /// then dropped and counted.
     pub fn send_response(&mut self, handle: ResponseHandle, response: Vec<u8>) {
         self.push(Outgoing::response(&handle, response));

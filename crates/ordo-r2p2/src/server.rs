@@ -5,13 +5,16 @@
 //! actions and encoding live in the core.
 //!
 //! # Threads and queues (r3p2 §4.5)
-//! - The **network thread** owns the UDP socket, the [`Reassembler`], the
+//! Both kinds of thread are `ordo-agent` agents run by a `Runner`, with the
+//! duty cycles and idle strategies every ordo agent has.
+//! - The **network thread** owns the UDP socket, the [`Reassembler`](crate::Reassembler), the
 //!   replication hook and all sending. It polls the nonblocking socket in a
 //!   duty cycle; when a cycle finds nothing it follows the configured
 //!   [`IdleStrategy`], and *parking* is a blocking `mio` poll on the socket
-//!   with the park timeout (a datagram, a worker's answer or shutdown wakes
-//!   it at once).
-//! - In [`HandlerMode::Workers`]`(n)` handlers run on `n` worker threads, each
+//!   with the park timeout (`Agent::park_until_work`: a datagram, a
+//!   worker's answer or shutdown wakes it at once).
+//! - In [`HandlerMode::Workers`]`(n)` handlers run on `n` worker agents
+//!   (parked on their doorbell when idle), each
 //!   fed by its own SPSC request queue (network → worker) and answering
 //!   through its own SPSC response queue (worker → network); the network
 //!   thread splits answers into datagrams and sends them. In
@@ -39,14 +42,15 @@ use crate::replication::Replication;
 use crate::stats::{Counters, Stats};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
-use ordo_agent::{IdleAction, IdleStrategy, Idler};
+use ordo_agent::{Agent, IdleStrategy, Runner, RunnerOptions, ThreadingMode};
+use ordo_fabric::Doorbell;
 use rtrb::{Consumer, Producer, PushError, RingBuffer};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
-use std::thread::{self, JoinHandle, Thread};
-use std::time::{Duration, Instant};
+use std::thread;
+use std::time::Duration;
 
 const SOCKET: Token = Token(0);
 const WAKE: Token = Token(1);
@@ -69,7 +73,7 @@ pub struct ServerConfig {
     pub handler_mode: HandlerMode,
     /// Idle strategy of the network thread.
     pub idle: IdleStrategy,
-    /// Idle strategy of worker threads (parking = `thread::park_timeout`).
+    /// Idle strategy of worker threads (parking on the worker's doorbell).
     pub worker_idle: IdleStrategy,
     /// Payload bytes per datagram when sending.
     pub mtu_payload: usize,
@@ -148,18 +152,15 @@ impl NetWake {
 struct WorkerLink {
     requests: Producer<Job>,
     responses: Consumer<Outgoing>,
-    parked: Arc<AtomicBool>,
-    thread: Thread,
+    /// The worker agent's doorbell (its runner parks on it).
+    bell: Doorbell,
 }
 
 impl WorkerLink {
-    /// Called after pushing a job; pairs with the worker's fence (see
-    /// [`NetWake::notify`]).
+    /// Called after pushing a job: wakes the worker if it is parked (the
+    /// doorbell's protocol loses no wake-up).
     fn notify(&self) {
-        fence(Ordering::SeqCst);
-        if self.parked.load(Ordering::SeqCst) {
-            self.thread.unpark();
-        }
+        self.bell.ring();
     }
 }
 
@@ -170,8 +171,8 @@ pub struct Server {
     wake: Arc<NetWake>,
     counters: Arc<Counters>,
     remote: RemoteResponder,
-    network: Option<JoinHandle<()>>,
-    workers: Vec<JoinHandle<()>>,
+    network: Option<Runner<NetworkLoop>>,
+    workers: Option<Runner<Worker>>,
 }
 
 impl Server {
@@ -226,32 +227,22 @@ impl Server {
         };
 
         let mut links = Vec::new();
-        let mut workers = Vec::new();
+        let mut worker_agents = Vec::new();
         if let HandlerMode::Workers(n) = config.handler_mode {
-            for index in 0..n {
+            for _ in 0..n {
                 let (request_tx, request_rx) = RingBuffer::<Job>::new(config.queue_depth);
                 let (response_tx, response_rx) = RingBuffer::<Outgoing>::new(config.queue_depth);
-                let parked = Arc::new(AtomicBool::new(false));
-                let worker = Worker {
+                let bell = Doorbell::new_local();
+                worker_agents.push(Worker {
                     requests: request_rx,
                     responses: response_tx,
-                    parked: parked.clone(),
+                    bell: bell.clone(),
                     handler: handler.clone(),
-                    idle: config.worker_idle,
                     stop: stop.clone(),
                     wake: wake.clone(),
                     remote: remote.clone(),
-                };
-                let join = thread::Builder::new()
-                    .name(format!("r2p2-worker-{index}"))
-                    .spawn(move || worker.run())?;
-                links.push(WorkerLink {
-                    requests: request_tx,
-                    responses: response_rx,
-                    parked,
-                    thread: join.thread().clone(),
                 });
-                workers.push(join);
+                links.push(WorkerLink { requests: request_tx, responses: response_rx, bell });
             }
         }
         let executor = if links.is_empty() {
@@ -259,28 +250,34 @@ impl Server {
         } else {
             Handlers::Pool(WorkerPool { links, next_worker: 0, remote: remote.clone() })
         };
-
+        let runner_error = |e: ordo_agent::RunnerError| io::Error::other(e.to_string());
+        let workers = if worker_agents.is_empty() {
+            None
+        } else {
+            let mut options = RunnerOptions::new(ThreadingMode::Dedicated, config.worker_idle);
+            options.thread_name_prefix = "r2p2".into();
+            Some(Runner::start(worker_agents, &options).map_err(runner_error)?)
+        };
         let network = NetworkLoop {
-            idle: config.idle,
             recv_batch: config.recv_batch,
             core,
             executor,
             net: UdpTransport { socket },
             poll,
+            events: Events::with_capacity(8),
             recv_buf: vec![0u8; MAX_DATAGRAM + 1],
             stop: stop.clone(),
             wake: wake.clone(),
-            started: Instant::now(),
+            now_ns: 0,
         };
-        let network = match thread::Builder::new().name("r2p2-net".into()).spawn(move || network.run()) {
-            Ok(join) => join,
+        let mut options = RunnerOptions::new(ThreadingMode::Dedicated, config.idle);
+        options.thread_name_prefix = "r2p2".into();
+        let network = match Runner::start(vec![network], &options) {
+            Ok(runner) => runner,
             Err(e) => {
                 stop.store(true, Ordering::SeqCst);
-                for worker in workers {
-                    worker.thread().unpark();
-                    let _ = worker.join();
-                }
-                return Err(e);
+                drop(workers);
+                return Err(runner_error(e));
             }
         };
         Ok(Server { local_addr, stop, wake, counters, remote, network: Some(network), workers })
@@ -308,24 +305,25 @@ impl Server {
 
     fn stop_and_join(&mut self, propagate: bool) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.wake.waker.wake();
         let mut panic = None;
-        if let Some(network) = self.network.take()
-            && let Err(p) = network.join()
-        {
-            panic = Some(p);
-        }
-        for worker in self.workers.drain(..) {
-            worker.thread().unpark();
-            if let Err(p) = worker.join() {
-                panic = panic.or(Some(p));
+        if let Some(network) = self.network.take() {
+            network.stop();
+            // The network agent parks in `poll`, which no doorbell rings.
+            let _ = self.wake.waker.wake();
+            if let Err(p) = network.try_join() {
+                panic = Some(p);
             }
         }
-        if let Some(p) = panic
-            && propagate
-            && !thread::panicking()
+        if let Some(workers) = self.workers.take()
+            && let Err(p) = workers.try_join()
         {
-            std::panic::resume_unwind(p);
+            panic = panic.or(Some(p));
+        }
+        if let Some(p) = panic {
+            if propagate && !thread::panicking() {
+                p.resume();
+            }
+            tracing::error!("{p}");
         }
     }
 }
@@ -336,51 +334,44 @@ impl Drop for Server {
     }
 }
 
+/// A worker thread's agent: runs the jobs the network thread queues for
+/// it, answering through its SPSC response queue.
 struct Worker {
     requests: Consumer<Job>,
     responses: Producer<Outgoing>,
-    parked: Arc<AtomicBool>,
+    bell: Doorbell,
     handler: Arc<dyn Handler>,
-    idle: IdleStrategy,
     stop: Arc<AtomicBool>,
     wake: Arc<NetWake>,
     remote: RemoteResponder,
 }
 
-impl Worker {
-    fn run(mut self) {
-        let mut idler = Idler::new(self.idle);
-        loop {
-            match self.requests.pop() {
-                Ok(job) => {
-                    idler.reset();
-                    let wake = &self.wake;
-                    let notify = || wake.notify();
-                    let mut responder = Responder {
-                        sink: Sink::Worker { queue: &mut self.responses, notify: &notify, stop: &self.stop },
-                        remote: &self.remote,
-                    };
-                    job.run(&*self.handler, &mut responder);
-                }
-                Err(_) => {
-                    if self.stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    match idler.idle(0) {
-                        Some(IdleAction::Park(timeout)) => {
-                            self.parked.store(true, Ordering::SeqCst);
-                            fence(Ordering::SeqCst);
-                            if self.requests.is_empty() && !self.stop.load(Ordering::SeqCst) {
-                                thread::park_timeout(timeout);
-                            }
-                            self.parked.store(false, Ordering::SeqCst);
-                        }
-                        Some(action) => action.spin_or_yield(),
-                        None => {}
-                    }
-                }
-            }
+/// Jobs a worker runs per duty cycle before its runner looks around.
+const WORKER_BATCH: usize = 64;
+
+impl Agent for Worker {
+    fn name(&self) -> &str {
+        "worker"
+    }
+
+    fn do_work(&mut self, _now_ns: u64) -> usize {
+        let mut work = 0;
+        while work < WORKER_BATCH {
+            let Ok(job) = self.requests.pop() else { break };
+            let wake = &self.wake;
+            let notify = || wake.notify();
+            let mut responder = Responder {
+                sink: Sink::Worker { queue: &mut self.responses, notify: &notify, stop: &self.stop },
+                remote: &self.remote,
+            };
+            job.run(&*self.handler, &mut responder);
+            work += 1;
         }
+        work
+    }
+
+    fn doorbell(&self) -> Option<Doorbell> {
+        Some(self.bell.clone())
     }
 }
 
@@ -481,58 +472,22 @@ impl Transport for UdpTransport {
     }
 }
 
-/// The network thread: the socket, the poll and the idle strategy around
-/// the core.
+/// The network thread's agent: the socket and its poll around the core.
 struct NetworkLoop {
-    idle: IdleStrategy,
     recv_batch: usize,
     core: ServerCore,
     executor: Handlers,
     net: UdpTransport,
     poll: Poll,
+    events: Events,
     recv_buf: Vec<u8>,
     stop: Arc<AtomicBool>,
     wake: Arc<NetWake>,
-    started: Instant,
+    /// The time of the last duty cycle (for the park's tick deadline).
+    now_ns: u64,
 }
 
 impl NetworkLoop {
-    fn now_ns(&self) -> u64 {
-        self.started.elapsed().as_nanos() as u64
-    }
-
-    fn run(mut self) {
-        let mut idler = Idler::new(self.idle);
-        let mut events = Events::with_capacity(8);
-        while !self.stop.load(Ordering::SeqCst) {
-            let now_ns = self.now_ns();
-            let mut work = self.receive(now_ns);
-            work += self.core.on_timers(now_ns, &mut self.executor, &mut self.net);
-            work += self.core.end_turn(now_ns, &mut self.executor, &mut self.net);
-            match idler.idle(work) {
-                None => {}
-                Some(IdleAction::Park(timeout)) => {
-                    let now_ns = self.now_ns();
-                    let until_tick = Duration::from_nanos(self.core.next_tick_ns().saturating_sub(now_ns));
-                    let timeout = timeout.min(until_tick).max(IdleStrategy::MIN_PARK);
-                    self.wake.parked.store(true, Ordering::SeqCst);
-                    fence(Ordering::SeqCst);
-                    if !self.executor.answers_pending() && !self.stop.load(Ordering::SeqCst) {
-                        // Readiness is edge-triggered: we only get here after a
-                        // receive that hit WouldBlock, so no datagram is missed.
-                        if let Err(e) = self.poll.poll(&mut events, Some(timeout))
-                            && e.kind() != io::ErrorKind::Interrupted
-                        {
-                            tracing::warn!(error = %e, "r2p2 poll failed");
-                        }
-                    }
-                    self.wake.parked.store(false, Ordering::SeqCst);
-                }
-                Some(action) => action.spin_or_yield(),
-            }
-        }
-    }
-
     /// Reads up to `recv_batch` datagrams and hands each to the core.
     fn receive(&mut self, now_ns: u64) -> usize {
         let mut work = 0;
@@ -552,6 +507,46 @@ impl NetworkLoop {
                 self.core.on_datagram(now_ns, from, &self.recv_buf[..len], &mut self.executor, &mut self.net);
         }
         work
+    }
+}
+
+impl Agent for NetworkLoop {
+    fn name(&self) -> &str {
+        "net"
+    }
+
+    /// One turn: receive a batch, the timers when due, the end of the turn.
+    fn do_work(&mut self, now_ns: u64) -> usize {
+        self.now_ns = now_ns;
+        let mut work = self.receive(now_ns);
+        work += self.core.on_timers(now_ns, &mut self.executor, &mut self.net);
+        work + self.core.end_turn(now_ns, &mut self.executor, &mut self.net)
+    }
+
+    /// Parks in a blocking `mio` poll on the socket, at most until the next
+    /// tick: a datagram, a worker's answer ([`NetWake`]) or shutdown wakes
+    /// it at once.
+    fn park_until_work(&mut self, timeout: Duration) -> Option<bool> {
+        let until_tick = Duration::from_nanos(self.core.next_tick_ns().saturating_sub(self.now_ns));
+        let timeout = timeout.min(until_tick).max(IdleStrategy::MIN_PARK);
+        self.wake.parked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let mut woken = false;
+        if !self.executor.answers_pending() && !self.stop.load(Ordering::SeqCst) {
+            // Readiness is edge-triggered: we only get here after a receive
+            // that hit WouldBlock, so no datagram is missed.
+            match self.poll.poll(&mut self.events, Some(timeout)) {
+                Ok(()) => woken = !self.events.is_empty(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => tracing::warn!(error = %e, "r2p2 poll failed"),
+            }
+        }
+        self.wake.parked.store(false, Ordering::SeqCst);
+        Some(woken)
+    }
+
+    fn doorbell(&self) -> Option<Doorbell> {
+        None
     }
 }
 

@@ -24,7 +24,7 @@
 //!   until a busy-until time) and a *slow delivery upcall* (after a batch of
 //!   n messages the member is busy for n × d simulated ns, spindle §III-D).
 //! - The fabric: delays, delay spikes, and sometimes a tiny in-flight limit
-//!   per link, so posts meet [`PostError::Backpressure`]; the `fault!` point
+//!   per link, so posts meet [`ordo_fabric::PostError::Backpressure`]; the `fault!` point
 //!   of the ring (a partial send batch) fires as the run's options say.
 //!
 //! # The process
