@@ -3,9 +3,9 @@
 //! memory; when it reads again, posting resumes and every frame arrives in
 //! order. (Its own binary: it measures the process's live heap.)
 
-#[path = "common/alloc.rs"]
-mod alloc;
 mod common;
+
+use common::alloc;
 
 #[global_allocator]
 static ALLOC: alloc::CountingAlloc = alloc::CountingAlloc;

@@ -4,9 +4,9 @@
 //! of the bad frame. Also: handshake mismatches, partial frames, the wire
 //! format itself, and the signaled-write timeout.
 
-#[path = "common/alloc.rs"]
-mod alloc;
 mod common;
+
+use common::alloc;
 
 #[global_allocator]
 static ALLOC: alloc::CountingAlloc = alloc::CountingAlloc;

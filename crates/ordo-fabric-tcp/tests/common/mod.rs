@@ -1,6 +1,9 @@
 //! Helpers shared by the tcp fabric's integration tests.
 #![allow(dead_code)]
 
+/// The counting allocator (the tests that measure the heap install it).
+pub mod alloc;
+
 use ordo_fabric::{Fabric, FabricEvent, MemberId};
 use ordo_fabric_tcp::frame::{HELLO_FRAME_LEN, Hello, PROTOCOL_VERSION, cluster_hash};
 use ordo_fabric_tcp::{TcpFabric, TcpOptions};
