@@ -194,6 +194,9 @@ impl<F: Fabric> AcuerdoDriver<F> {
                 FabricEvent::Reconnected { peer, .. } => {
                     on_event(&e);
                     self.reconnections += 1;
+                    // Writes planned for the old link and still held back
+                    // must not reach the new one (the reset re-sends).
+                    self.backlog.forget_peer(peer);
                     self.suspected.retain(|s| s.0 != peer);
                     self.engine.on_link_reset(peer);
                     work += 1;

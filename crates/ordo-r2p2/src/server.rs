@@ -172,7 +172,7 @@ pub struct Server {
     counters: Arc<Counters>,
     remote: RemoteResponder,
     network: Option<Runner<NetworkLoop>>,
-    workers: Option<Runner<Worker>>,
+    workers: Vec<Runner<Worker>>,
 }
 
 impl Server {
@@ -251,13 +251,15 @@ impl Server {
             Handlers::Pool(WorkerPool { links, next_worker: 0, remote: remote.clone() })
         };
         let runner_error = |e: ordo_agent::RunnerError| io::Error::other(e.to_string());
-        let workers = if worker_agents.is_empty() {
-            None
-        } else {
-            let mut options = RunnerOptions::new(ThreadingMode::Dedicated, config.worker_idle);
-            options.thread_name_prefix = "r2p2".into();
-            Some(Runner::start(worker_agents, &options).map_err(runner_error)?)
-        };
+        // One runner per worker: a handler that panics stops its own worker
+        // (its queue then fills and requests to it are dropped and counted),
+        // not the others.
+        let mut options = RunnerOptions::new(ThreadingMode::Dedicated, config.worker_idle);
+        options.thread_name_prefix = "r2p2".into();
+        let mut workers = Vec::with_capacity(worker_agents.len());
+        for worker in worker_agents {
+            workers.push(Runner::start(vec![worker], &options).map_err(runner_error)?);
+        }
         let network = NetworkLoop {
             recv_batch: config.recv_batch,
             core,
@@ -314,10 +316,10 @@ impl Server {
                 panic = Some(p);
             }
         }
-        if let Some(workers) = self.workers.take()
-            && let Err(p) = workers.try_join()
-        {
-            panic = panic.or(Some(p));
+        for worker in self.workers.drain(..) {
+            if let Err(p) = worker.try_join() {
+                panic = panic.or(Some(p));
+            }
         }
         if let Some(p) = panic {
             if propagate && !thread::panicking() {

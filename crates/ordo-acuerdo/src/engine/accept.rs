@@ -113,7 +113,11 @@ impl Engine {
     fn on_diff(&mut self, sender: MemberId, diff: Diff, fx: &mut Effects, sink: &mut impl DeliverySink) {
         let Diff { epoch, base, upto, entries, staged, snapshot } = diff;
         let reject = |fx: &mut Effects, reason| fx.notes.push(Note::DiffRejected { epoch, reason });
-        if sender != epoch.leader || staged.len() != entries as usize {
+        // A peer's diff is input: entries must be messages (count > 0) of
+        // epochs up to the diff's, each once, in order.
+        let well_formed = staged.iter().all(|(h, _)| h.count > 0 && h.epoch <= epoch)
+            && staged.windows(2).all(|w| w[0].0 < w[1].0);
+        if sender != epoch.leader || staged.len() != entries as usize || !well_formed {
             return reject(fx, "malformed");
         }
         if self.e_new > epoch {
