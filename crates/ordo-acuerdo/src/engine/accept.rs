@@ -110,7 +110,13 @@ impl Engine {
     /// Fig. 5, lines 54-66: diff acceptance and transition into broadcast;
     /// with a snapshot (state transfer), the application state replaces
     /// the committed prefix up to `base`.
-    fn on_diff(&mut self, sender: MemberId, diff: Diff, fx: &mut Effects, sink: &mut impl DeliverySink) {
+    pub(super) fn on_diff(
+        &mut self,
+        sender: MemberId,
+        diff: Diff,
+        fx: &mut Effects,
+        sink: &mut impl DeliverySink,
+    ) {
         let Diff { epoch, base, upto, entries, staged, snapshot } = diff;
         let reject = |fx: &mut Effects, reason| fx.notes.push(Note::DiffRejected { epoch, reason });
         // A peer's diff is input: entries must be messages (count > 0) of

@@ -657,6 +657,41 @@ mod tests {
         Engine::new(cfg, region, 0).expect("valid")
     }
 
+    /// A leader's diff is peer input: one whose entries are not messages of
+    /// epochs up to its own, in order, is rejected and changes nothing; the
+    /// same diff well formed is joined.
+    #[test]
+    fn a_malformed_diff_is_rejected_and_changes_nothing() {
+        let mut e = engine(1);
+        let epoch = Epoch::new(0, 0);
+        let diff = |staged: Vec<(Header, Vec<u8>)>| diffs::Diff {
+            epoch,
+            base: Header::NONE,
+            upto: epoch.header(1),
+            entries: staged.len() as u32,
+            staged,
+            snapshot: None,
+        };
+        let no_delivery = &mut |_: Header, _: &[u8]| panic!("nothing is delivered by a diff's acceptance");
+        for bad in [
+            vec![(epoch.header(0), b"x".to_vec())],
+            vec![(Epoch::new(1, 2).header(1), b"x".to_vec())],
+            vec![(epoch.header(1), b"x".to_vec()), (epoch.header(1), b"y".to_vec())],
+        ] {
+            let mut fx = Effects::default();
+            e.on_diff(0, diff(bad), &mut fx, no_delivery);
+            assert_eq!(fx.notes, vec![Note::DiffRejected { epoch, reason: "malformed" }]);
+            assert_eq!(
+                (e.role(), e.accepted(), e.e_new(), e.log_len()),
+                (Role::Electing, Header::NONE, Epoch::NONE, 0)
+            );
+        }
+        let mut fx = Effects::default();
+        e.on_diff(0, diff(vec![(epoch.header(1), b"x".to_vec())]), &mut fx, no_delivery);
+        assert_eq!(fx.notes, vec![Note::JoinedEpoch(epoch)]);
+        assert_eq!((e.role(), e.accepted(), e.log_len()), (Role::Follower, epoch.header(1), 1));
+    }
+
     /// The first poll starts a ring session per peer (zero the receiver's
     /// counter, then the row carrying the new session number), votes, and
     /// pushes the row (vote, heartbeat) to everyone; no ring data yet.
