@@ -416,6 +416,44 @@ mod tests {
         assert_eq!(lp.stats().parks_cancelled, 1);
     }
 
+    /// An agent that waits on its own source (a socket) parks itself.
+    struct SelfParking {
+        parks: Vec<Duration>,
+        wake_on: usize,
+    }
+
+    impl Agent for SelfParking {
+        fn name(&self) -> &str {
+            "self-parking"
+        }
+        fn do_work(&mut self, _now_ns: u64) -> usize {
+            0
+        }
+        fn park_until_work(&mut self, timeout: Duration) -> Option<bool> {
+            self.parks.push(timeout);
+            Some(self.parks.len() == self.wake_on)
+        }
+        fn doorbell(&self) -> Option<Doorbell> {
+            None
+        }
+    }
+
+    #[test]
+    fn an_agent_alone_on_its_thread_parks_itself_and_a_stop_comes_first() {
+        let agent = SelfParking { parks: Vec::new(), wake_on: 2 };
+        let mut lp = AgentLoop::new(vec![agent], strategy(0, 0, 100, 200), MonotonicClock::new());
+        // The agent's own park, with the strategy's backoff; no doorbell park.
+        assert_eq!(lp.step(), Step::Parked { timeout: Duration::from_micros(100), woken: false });
+        assert_eq!(lp.step(), Step::Parked { timeout: Duration::from_micros(200), woken: true });
+        assert_eq!(lp.agents()[0].parks, vec![Duration::from_micros(100), Duration::from_micros(200)]);
+        let stats = lp.stats();
+        assert_eq!((stats.parks, stats.wakeups, stats.park_timeouts, stats.parks_cancelled), (2, 1, 1, 0));
+        // A stop is checked before the agent is asked to park.
+        lp.request_stop();
+        assert_eq!(lp.step(), Step::Stopped);
+        assert_eq!(lp.agents()[0].parks.len(), 2);
+    }
+
     #[test]
     fn a_set_stop_flag_prevents_parking() {
         let agent = Scripted::new(&[], None);
