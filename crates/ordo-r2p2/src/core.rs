@@ -279,40 +279,13 @@ impl<R: Replication> ServerCore<R> {
             }
             (MessageType::Request, Policy::ReplicatedRoute) => {
                 Counters::bump(&self.counters.requests);
-                match self.hook.as_mut() {
-                    Some(hook) => {
-                        Counters::bump(&self.counters.requests_replicated);
-                        hook.on_request(
-                            ReplicatedRequest { client, payload: message.payload },
-                            now_ns,
-                            &mut self.hook_out,
-                        );
-                        self.execute_hook_actions(exec, net);
-                    }
-                    None => self.outgoing.push(Outgoing::error(
-                        client,
-                        Policy::ReplicatedRoute,
-                        ErrorCode::NotReplicated,
-                        "REPLICATED_ROUTE refused: this server has no replication hook",
-                    )),
-                }
+                let request = ReplicatedRequest { client, payload: message.payload };
+                self.hand_to_hook(request, Policy::ReplicatedRoute, false, now_ns, exec, net);
             }
-            (MessageType::Admin, _) => match self.hook.as_mut() {
-                Some(hook) => {
-                    hook.on_admin(
-                        ReplicatedRequest { client, payload: message.payload },
-                        now_ns,
-                        &mut self.hook_out,
-                    );
-                    self.execute_hook_actions(exec, net);
-                }
-                None => self.outgoing.push(Outgoing::error(
-                    client,
-                    message.policy,
-                    ErrorCode::NotReplicated,
-                    "admin command refused: this server has no replication hook",
-                )),
-            },
+            (MessageType::Admin, policy) => {
+                let request = ReplicatedRequest { client, payload: message.payload };
+                self.hand_to_hook(request, policy, true, now_ns, exec, net);
+            }
             (MessageType::Raft, _) => {
                 let Some(hook) = self.hook.as_mut() else {
                     Counters::bump(&self.counters.drop_unexpected_type);
@@ -328,6 +301,36 @@ impl<R: Replication> ServerCore<R> {
             }
             _ => Counters::bump(&self.counters.drop_unexpected_type),
         }
+    }
+
+    /// Hands a REPLICATED_ROUTE request (or, `admin`, an admin command) to
+    /// the hook and executes what it asks; without a hook the client gets
+    /// ERROR `NotReplicated`.
+    fn hand_to_hook(
+        &mut self,
+        request: ReplicatedRequest,
+        policy: Policy,
+        admin: bool,
+        now_ns: u64,
+        exec: &mut impl Executor,
+        net: &mut impl Transport,
+    ) {
+        let Some(hook) = self.hook.as_mut() else {
+            let reason = if admin {
+                "admin command refused: this server has no replication hook"
+            } else {
+                "REPLICATED_ROUTE refused: this server has no replication hook"
+            };
+            self.outgoing.push(Outgoing::error(request.client, policy, ErrorCode::NotReplicated, reason));
+            return;
+        };
+        if admin {
+            hook.on_admin(request, now_ns, &mut self.hook_out);
+        } else {
+            Counters::bump(&self.counters.requests_replicated);
+            hook.on_request(request, now_ns, &mut self.hook_out);
+        }
+        self.execute_hook_actions(exec, net);
     }
 
     /// Executes the hook's actions in order; returns how many.

@@ -84,7 +84,8 @@ fn describe(report: &RunReport) -> String {
 }
 
 fn from_run_report(result: Result<RunReport, ordo_sim::RunFailure>) -> Result<SeedReport, String> {
-    let report = result.map_err(|f| f.to_string())?;
+    // The replay line is added once, by whoever runs the seed in a batch.
+    let report = result.map_err(|f| format!("seed {}: {}", f.seed, f.message))?;
     Ok(SeedReport {
         workload: report.workload.clone(),
         seed: report.seed,
@@ -135,6 +136,34 @@ pub fn run_batch(workload: &Workload, batch: &SeedBatch, threads: usize, opts: &
         (workload.run)(seed, opts)
             .map_err(|e| format!("{e} (replay: ordo sim --workload {} --seed {seed})", workload.name))
     })
+}
+
+/// The body of every workload's fresh-seed test: a batch from the
+/// environment (`ORDO_SIM_SEEDS`, default `default_count`;
+/// `ORDO_SIM_BASE_SEED`, default fresh) through the registry, with default
+/// options. Panics with the failures, each with its replay line.
+pub fn assert_fresh_seeds(name: &str, default_count: u64) {
+    let workload = lookup(name).unwrap_or_else(|e| panic!("{e}"));
+    let batch = SeedBatch::from_env(default_count);
+    let failures = run_batch(workload, &batch, 2, &RunOptions::default());
+    assert!(
+        failures.is_empty(),
+        "{} of {} seeds failed; first: {}",
+        failures.len(),
+        batch.count,
+        failures[0]
+    );
+}
+
+/// The body of every workload's pinned-seed test: each seed that ever
+/// failed, through the registry, with default options.
+pub fn assert_pinned_seeds(name: &str, seeds: &[u64]) {
+    let workload = lookup(name).unwrap_or_else(|e| panic!("{e}"));
+    for &seed in seeds {
+        if let Err(e) = (workload.run)(seed, &RunOptions::default()) {
+            panic!("pinned seed failed: {e} (replay: ordo sim --workload {name} --seed {seed})");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -21,8 +21,7 @@ const PINNED: &[u64] = &[0, 1, 2, 42, 1006, 1008, 1052, 1098, 779_912, 904_066, 
 
 #[test]
 fn fresh_seeds() {
-    let failures = SeedBatch::from_env(500).run(common::NAME, 2, common::run);
-    assert!(failures.is_empty(), "{} failing seeds; first: {}", failures.len(), failures[0]);
+    ordo_simulation::assert_fresh_seeds(common::NAME, 500);
 }
 
 #[test]
@@ -64,11 +63,7 @@ fn trace_seed() {
 
 #[test]
 fn pinned_seeds() {
-    for seed in PINNED {
-        if let Err(e) = common::run(*seed) {
-            panic!("pinned seed failed: {e}");
-        }
-    }
+    ordo_simulation::assert_pinned_seeds(common::NAME, PINNED);
 }
 
 #[test]

@@ -18,17 +18,12 @@ const PINNED: &[u64] = &[0, 1, 2, 7, 42, 111, 148, 155, 164, 0xDEAD_BEEF];
 
 #[test]
 fn fresh_seeds() {
-    let failures = SeedBatch::from_env(500).run(common::NAME, 2, common::run);
-    assert!(failures.is_empty(), "{} failing seeds; first: {}", failures.len(), failures[0]);
+    ordo_simulation::assert_fresh_seeds(common::NAME, 500);
 }
 
 #[test]
 fn pinned_seeds() {
-    for seed in PINNED {
-        if let Err(e) = common::run(*seed) {
-            panic!("pinned seed failed: {e}");
-        }
-    }
+    ordo_simulation::assert_pinned_seeds(common::NAME, PINNED);
 }
 
 #[test]

@@ -6,41 +6,13 @@
 use ordo_simulation::vsync as sim;
 
 use ordo_fabric::MemberId;
-use ordo_sim::{Checker, History, RunOptions, SeedBatch, simulate};
+use ordo_sim::{Checker, History, RunOptions, simulate};
 use ordo_vsync::{DeliveryMode, GroupConfig, SubgroupConfig, Switches};
 use sim::VsyncEvent;
-use std::time::Instant;
 
 #[test]
 fn fresh_seeds() {
-    let batch = SeedBatch::from_env(2000);
-    eprintln!(
-        "{}: {} seeds from base {} (replay this batch with ORDO_SIM_BASE_SEED={} ORDO_SIM_SEEDS={})",
-        sim::NAME,
-        batch.count,
-        batch.base,
-        batch.base,
-        batch.count
-    );
-    let start = Instant::now();
-    let report = sim::run_seeds(batch.seeds(), &RunOptions::default());
-    eprintln!(
-        "{}: {} runs, {} passed, {} fault points fired, {:.1} simulated ms, {} steps, in {:?}",
-        sim::NAME,
-        report.runs,
-        report.passed,
-        report.fault_points_fired,
-        report.sim_time_ns as f64 / 1e6,
-        report.steps,
-        start.elapsed()
-    );
-    assert!(
-        report.failures.is_empty(),
-        "{} failing seeds (base {}); first: {}",
-        report.failures.len(),
-        batch.base,
-        report.failures[0]
-    );
+    ordo_simulation::assert_fresh_seeds(sim::NAME, 2000);
 }
 
 /// Seeds that must keep passing (add every seed that ever failed, with a
@@ -49,12 +21,7 @@ const PINNED: &[u64] = &[0, 1, 2, 3, 42, 12345, 0xDEAD_BEEF];
 
 #[test]
 fn pinned_seeds() {
-    let opts = RunOptions::default();
-    for seed in PINNED {
-        if let Err(f) = sim::run(*seed, &opts) {
-            panic!("pinned seed failed: {f}");
-        }
-    }
+    ordo_simulation::assert_pinned_seeds(sim::NAME, PINNED);
 }
 
 #[test]

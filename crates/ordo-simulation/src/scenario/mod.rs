@@ -172,11 +172,6 @@ impl ScriptNet {
         links.into_iter().map(|(s, d)| self.deliver(s, d)).sum()
     }
 
-    /// Writes waiting on the link `src → dst`.
-    pub fn queued(&self, src: MemberId, dst: MemberId) -> usize {
-        self.queues.get(&(src, dst)).map_or(0, VecDeque::len)
-    }
-
     /// The links with writes waiting, one line each (`src->dst: n writes`).
     pub fn describe_queues(&self) -> String {
         let mut out = String::new();
@@ -235,16 +230,6 @@ impl ScriptNet {
         let inc = self.incarnation.entry(m).or_insert(1);
         *inc += 1;
         *inc
-    }
-
-    /// Whether `m` is down.
-    pub fn is_down(&self, m: MemberId) -> bool {
-        self.down.contains(&m)
-    }
-
-    /// `m`'s region.
-    pub fn region(&self, m: MemberId) -> Region {
-        self.regions[&m].clone()
     }
 }
 

@@ -92,7 +92,7 @@ use ordo_fabric::MemberId;
 use ordo_sim::rng::{SimRng, derive_seed, splitmix64, stream as streams};
 use ordo_sim::{
     Checker, Ctx, FabricConfig, FailureKind, History, RunFailure, RunLimits, RunOptions, RunReport, Scenario,
-    SeedsReport, SimConfig, SimFabric, SimProcess, Violation, fnv64, replay_command,
+    SimConfig, SimFabric, SimProcess, Violation, fnv64, replay_command,
 };
 use ordo_vsync::{
     Delivered, DeliveryMode, GroupConfig, GroupLayout, SendError, Sender, SubgroupConfig, Switches,
@@ -433,12 +433,6 @@ pub fn run(seed: u64, opts: &RunOptions) -> Result<RunReport, RunFailure> {
         eprintln!("{f}");
     }
     result
-}
-
-/// Runs every seed (all of them, even after a failure) and collects the
-/// failures, like [`ordo_sim::run_seeds`] for registered workloads.
-pub fn run_seeds(seeds: impl IntoIterator<Item = u64>, opts: &RunOptions) -> SeedsReport {
-    ordo_sim::run_seeds_with(NAME, seeds, opts, run)
 }
 
 // ---------------------------------------------------------------------------
