@@ -178,6 +178,26 @@ impl<F: Fabric> AcuerdoDriver<F> {
     /// reconnections reset the engine's link; then tries the reconnects that
     /// are due. Returns the events that changed something.
     pub fn on_fabric_events(&mut self, now_ns: u64, mut on_event: impl FnMut(&FabricEvent)) -> usize {
+        let mut work = self.handle_events(now_ns, &mut on_event);
+        let mut reconnected = false;
+        for i in 0..self.suspected.len() {
+            let (peer, at) = self.suspected[i];
+            if now_ns >= at {
+                self.suspected[i].1 = now_ns.saturating_add(self.reconnect_interval_ns.max(1));
+                reconnected |= self.fabric.reconnect(peer).is_ok();
+            }
+        }
+        if reconnected {
+            // The link is up from now on: its `Reconnected` must become a
+            // link reset before the engine runs again, or the next poll
+            // would go on with the old ring session over the new link,
+            // where writes posted before the failure may be missing.
+            work += self.handle_events(now_ns, &mut on_event);
+        }
+        work
+    }
+
+    fn handle_events(&mut self, now_ns: u64, on_event: &mut impl FnMut(&FabricEvent)) -> usize {
         let mut work = 0;
         self.fabric.poll_events(&mut self.events);
         for e in std::mem::take(&mut self.events) {
@@ -202,14 +222,6 @@ impl<F: Fabric> AcuerdoDriver<F> {
                     work += 1;
                 }
                 FabricEvent::Completed { .. } | FabricEvent::Failed { .. } => {}
-            }
-        }
-        for i in 0..self.suspected.len() {
-            let (peer, at) = self.suspected[i];
-            if now_ns >= at {
-                self.suspected[i].1 = now_ns.saturating_add(self.reconnect_interval_ns.max(1));
-                // Success raises `Reconnected`, handled at the next call.
-                let _ = self.fabric.reconnect(peer);
             }
         }
         work
