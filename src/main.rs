@@ -187,15 +187,17 @@ struct FabricArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Backends to measure.
+    /// Backends to measure (`tcp-nosecret`: tcp without the cluster
+    /// secret, to show what authentication costs).
     #[arg(long, value_delimiter = ',', default_value = "shm,tcp")]
     backend: Vec<BackendArg>,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum BackendArg {
     Shm,
     Tcp,
+    TcpNosecret,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -280,6 +282,7 @@ fn bench_fabric(args: FabricArgs) -> Result<(), String> {
         .map(|b| match b {
             BackendArg::Shm => Backend::Shm,
             BackendArg::Tcp => Backend::Tcp,
+            BackendArg::TcpNosecret => Backend::TcpNoSecret,
         })
         .collect();
     let opts = FabricBenchOptions { exe, backends, quick: args.quick };
@@ -307,7 +310,7 @@ fn fabric_peer(args: PeerArgs) -> Result<(), String> {
     }
     let backend = match args.backend {
         BackendArg::Shm => PeerBackend::Shm { cluster: args.cluster },
-        BackendArg::Tcp => PeerBackend::Tcp {
+        BackendArg::Tcp | BackendArg::TcpNosecret => PeerBackend::Tcp {
             cluster: args.cluster,
             coordinator: args.tcp_peer.ok_or("--tcp-peer is required for the tcp backend")?,
         },

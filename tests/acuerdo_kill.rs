@@ -52,8 +52,11 @@ fn spawn(backend: &str) -> Peers {
     std::fs::create_dir_all(&dir).unwrap();
     let cluster = format!("ak-{backend}-{}", std::process::id());
     let mut peers = Peers { children: Vec::new(), dir, cluster };
+    // The tcp members authenticate every link with this secret.
+    let secret = ordo_runtime::Secret::generate();
     for id in 0..3 {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ordo"));
+        cmd.env(ordo_runtime::SECRET_ENV, secret.env_value().unwrap());
         cmd.args([
             "acuerdo-peer",
             "--backend",

@@ -90,11 +90,24 @@ impl Secret {
         Self::checked(bytes.to_vec(), SecretSource::Env("<bytes>".into()))
     }
 
-    /// 32 fresh random bytes from the operating system.
+    /// A fresh secret: 32 random bytes from the operating system, written
+    /// as 64 hex characters (so it can travel in a file or an environment
+    /// variable as text; see [`Secret::env_value`]).
     pub fn generate() -> Secret {
-        let mut bytes = Zeroizing::new(vec![0u8; 32]);
-        getrandom::fill(&mut bytes).expect("the operating system's random source works");
+        let mut raw = Zeroizing::new([0u8; 32]);
+        getrandom::fill(&mut *raw).expect("the operating system's random source works");
+        let mut bytes = Zeroizing::new(Vec::with_capacity(64));
+        for b in raw.iter() {
+            bytes.extend_from_slice(format!("{b:02x}").as_bytes());
+        }
         Secret { bytes }
+    }
+
+    /// The secret as text, to hand to a child process in an environment
+    /// variable ([`SecretSource::Env`]); `None` if it is not UTF-8. Never
+    /// log it.
+    pub fn env_value(&self) -> Option<&str> {
+        std::str::from_utf8(&self.bytes).ok()
     }
 
     /// Reads the secret from `source`.
@@ -160,7 +173,6 @@ impl Secret {
     /// `path` created `0600` (refusing one that exists), and returns it.
     pub fn generate_file(path: &Path) -> Result<Secret, SecretError> {
         let secret = Secret::generate();
-        let hex = Zeroizing::new(secret.bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
         let write_err = |error| SecretError::Write { path: path.to_path_buf(), error };
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -169,10 +181,9 @@ impl Secret {
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(write_err)?;
-        file.write_all(hex.as_bytes()).and_then(|()| file.write_all(b"\n")).map_err(write_err)?;
+        file.write_all(&secret.bytes).and_then(|()| file.write_all(b"\n")).map_err(write_err)?;
         file.sync_all().map_err(write_err)?;
-        // The file holds the hex text; that text is the secret others read.
-        Secret::checked(hex.as_bytes().to_vec(), SecretSource::File(path.to_path_buf()))
+        Ok(secret)
     }
 
     fn checked(bytes: Vec<u8>, source_name: SecretSource) -> Result<Secret, SecretError> {

@@ -180,7 +180,11 @@ fn connect(args: &PeerArgs, region: usize) -> Result<MemberFabric, String> {
             Ok(MemberFabric::Shm(ordo_fabric_shm::ShmFabric::create(o).map_err(|e| e.to_string())?))
         }
         "tcp" => {
-            let o = tcp_options(args.id, &args.cluster, region, "127.0.0.1:0".parse().expect("address"));
+            let mut o = tcp_options(args.id, &args.cluster, region, "127.0.0.1:0".parse().expect("address"));
+            // Authentication is on: the parent hands the members a secret.
+            o.secret = Some(crate::peer::secret_from_env()?.ok_or_else(|| {
+                format!("the tcp backend needs the cluster secret in {}", ordo_runtime::SECRET_ENV)
+            })?);
             let binding = ordo_fabric_tcp::TcpFabric::bind(o).map_err(|e| e.to_string())?;
             let mut out = std::io::stdout();
             writeln!(out, "LISTEN {}", binding.local_addr()).map_err(|e| e.to_string())?;

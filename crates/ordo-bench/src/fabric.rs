@@ -36,8 +36,11 @@ use std::time::{Duration, Instant};
 pub enum Backend {
     /// The shared-memory fabric (`ordo-fabric-shm`).
     Shm,
-    /// The tcp fabric (`ordo-fabric-tcp`), over loopback.
+    /// The tcp fabric (`ordo-fabric-tcp`), over loopback, with a generated
+    /// cluster secret (every connection's handshake proves it).
     Tcp,
+    /// The same without a secret: the cost of authentication, side by side.
+    TcpNoSecret,
 }
 
 impl Backend {
@@ -47,6 +50,7 @@ impl Backend {
         match self {
             Backend::Shm => "shm",
             Backend::Tcp => "tcp",
+            Backend::TcpNoSecret => "tcp-nosecret",
         }
     }
 }
@@ -165,15 +169,16 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
         let cluster = format!("bench-{}-{}", std::process::id(), backend.name());
         let result = match backend {
             Backend::Shm => {
-                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None)?;
+                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None, None)?;
                 let f = ShmFabric::create(ShmOptions::new(cluster.clone(), 0, vec![0, 1], REGION_LEN))
                     .map_err(|e| e.to_string());
                 (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
             }
-            Backend::Tcp => {
-                let binding = tcp_bind(0, &cluster)?;
-                let child =
-                    spawn_peer(&opts.exe, backend, &cluster, spin, pinned, Some(binding.local_addr()))?;
+            Backend::Tcp | Backend::TcpNoSecret => {
+                let secret = (backend == Backend::Tcp).then(ordo_runtime::Secret::generate);
+                let binding = tcp_bind(0, &cluster, secret.clone())?;
+                let addr = Some(binding.local_addr());
+                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, addr, secret.as_ref())?;
                 let addr = child.listen.ok_or("tcp peer did not report its address")?;
                 let f = binding.connect(vec![(1, addr)]).map_err(|e| e.to_string());
                 (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
@@ -204,7 +209,7 @@ fn measure_backend<F: Fabric>(
     let mut c = Coordinator { cmd: 0, ping: 0, stream: 0 };
     let mut rows = Vec::new();
     for &size in &SIZES {
-        let pings = if backend == Backend::Tcp { plan.pings / 3 } else { plan.pings };
+        let pings = if backend == Backend::Shm { plan.pings } else { plan.pings / 3 };
         let hist = c.pingpong(&mut f, &waiter, size, pings)?;
         let (p50, p99) =
             (hist.value_at_quantile(0.5) as f64 / 2.0, hist.value_at_quantile(0.99) as f64 / 2.0);
@@ -478,9 +483,14 @@ pub fn cacheline_peer(path: &std::path::Path, rounds: u64) -> Result<(), String>
 }
 
 /// Binds member `me` of a two-member tcp benchmark group on loopback.
-pub fn tcp_bind(me: u32, cluster: &str) -> Result<ordo_fabric_tcp::TcpBinding, String> {
+pub fn tcp_bind(
+    me: u32,
+    cluster: &str,
+    secret: Option<ordo_runtime::Secret>,
+) -> Result<ordo_fabric_tcp::TcpBinding, String> {
     let mut o = ordo_fabric_tcp::TcpOptions::new(me, "127.0.0.1:0".parse().expect("addr"), REGION_LEN);
     o.cluster = cluster.to_string();
+    o.secret = secret;
     o.max_frame_bytes = MAX_SIZE;
     o.send_buffer_bytes = 4 << 20;
     ordo_fabric_tcp::TcpFabric::bind(o).map_err(|e| e.to_string())

@@ -60,6 +60,16 @@ pub struct PeerOptions {
     pub idle_exit: Duration,
 }
 
+/// The cluster secret a parent handed down in [`ordo_runtime::SECRET_ENV`],
+/// if it did.
+pub fn secret_from_env() -> Result<Option<ordo_runtime::Secret>, String> {
+    if std::env::var_os(ordo_runtime::SECRET_ENV).is_none() {
+        return Ok(None);
+    }
+    let source = ordo_runtime::SecretSource::Env(ordo_runtime::SECRET_ENV.into());
+    ordo_runtime::Secret::load(&source).map(Some).map_err(|e| e.to_string())
+}
+
 /// Runs a peer process to completion.
 pub fn run(opts: PeerOptions) -> Result<(), String> {
     if let Some(core) = opts.core {
@@ -73,7 +83,7 @@ pub fn run(opts: PeerOptions) -> Result<(), String> {
             serve(f, &opts)
         }
         PeerBackend::Tcp { cluster, coordinator } => {
-            let binding = crate::fabric::tcp_bind(1, cluster)?;
+            let binding = crate::fabric::tcp_bind(1, cluster, secret_from_env()?)?;
             announce(&format!("LISTEN {}", binding.local_addr()));
             let f = binding.connect(vec![(0, *coordinator)]).map_err(|e| e.to_string())?;
             announce("READY");
@@ -224,9 +234,15 @@ pub fn spawn_peer(
     spin: bool,
     pinned: bool,
     coordinator: Option<std::net::SocketAddr>,
+    secret: Option<&ordo_runtime::Secret>,
 ) -> Result<PeerChild, String> {
     let mut cmd = Command::new(exe);
-    cmd.args(["fabric-peer", "--backend", backend.name(), "--cluster", cluster, "--role", "serve"]);
+    let tcp = backend != crate::fabric::Backend::Shm;
+    let name = if tcp { "tcp" } else { "shm" };
+    cmd.args(["fabric-peer", "--backend", name, "--cluster", cluster, "--role", "serve"]);
+    if let Some(secret) = secret {
+        cmd.env(ordo_runtime::SECRET_ENV, secret.env_value().ok_or("a generated secret is text")?);
+    }
     if let Some(addr) = coordinator {
         cmd.args(["--tcp-peer", &addr.to_string()]);
     }
@@ -236,7 +252,6 @@ pub fn spawn_peer(
     if pinned {
         cmd.args(["--core", "1"]);
     }
-    let tcp = backend == crate::fabric::Backend::Tcp;
     cmd.stdout(if tcp { Stdio::piped() } else { Stdio::null() }).stderr(Stdio::inherit());
     let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", exe.display()))?;
     let mut peer = PeerChild { child, listen: None };

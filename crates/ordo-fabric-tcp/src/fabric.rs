@@ -55,7 +55,25 @@ pub struct TcpOptions {
     pub reconnect_interval: Duration,
     /// Name of the group; members of another cluster are refused (default "ordo").
     pub cluster: String,
+    /// The cluster secret every member holds. Each connection's handshake
+    /// proves it both ways before any frame is applied; a peer without it
+    /// writes nothing. `None` (the default) runs the same handshake with a
+    /// key everyone knows: no authentication, for closed test networks only
+    /// (logged as a warning at start-up).
+    pub secret: Option<ordo_auth::Secret>,
+    /// Longest a handshake may take once its connection is up (default
+    /// 1 s); a connection that has not proved itself by then is closed.
+    pub handshake_timeout: Duration,
+    /// Most handshakes in progress from one source address (default 8;
+    /// 64 in all); beyond it the oldest from that source is closed.
+    pub max_handshakes_per_source: usize,
 }
+
+/// The label of the tcp fabric's handshake key (see SECURITY.md).
+pub const HANDSHAKE_KEY_LABEL: &str = "ordo tcp fabric handshake v2";
+/// What keys the handshake when no secret is configured: public, so no
+/// authentication at all.
+const UNAUTHENTICATED_SECRET: &[u8] = b"ordo tcp fabric without a secret";
 
 impl TcpOptions {
     /// Options with the defaults above and no peers yet.
@@ -72,6 +90,24 @@ impl TcpOptions {
             connect_timeout: Duration::from_secs(10),
             reconnect_interval: Duration::from_millis(100),
             cluster: "ordo".to_string(),
+            secret: None,
+            handshake_timeout: Duration::from_secs(1),
+            max_handshakes_per_source: 8,
+        }
+    }
+
+    /// These options with `secret` as the cluster secret.
+    pub fn with_secret(mut self, secret: ordo_auth::Secret) -> TcpOptions {
+        self.secret = Some(secret);
+        self
+    }
+
+    fn handshake_key(&self) -> ordo_auth::Key {
+        match &self.secret {
+            Some(secret) => secret.derive(HANDSHAKE_KEY_LABEL),
+            None => ordo_auth::Secret::from_bytes(UNAUTHENTICATED_SECRET)
+                .expect("long enough")
+                .derive(HANDSHAKE_KEY_LABEL),
         }
     }
 
@@ -93,6 +129,9 @@ impl TcpOptions {
                 self.send_buffer_bytes,
                 HEADER_LEN + self.max_frame_bytes
             ));
+        }
+        if self.max_handshakes_per_source == 0 || self.handshake_timeout.is_zero() {
+            return bad("max_handshakes_per_source and handshake_timeout must be positive".to_string());
         }
         if self.max_signaled_in_flight == 0 {
             return bad("max_signaled_in_flight must be at least 1".to_string());
@@ -182,7 +221,14 @@ impl TcpBinding {
             region_len: options.region_len as u64,
             cluster_hash: frame::cluster_hash(&options.cluster),
             incarnation,
+            nonce: [0; frame::NONCE_LEN], // each handshake gets a fresh one
         };
+        if options.secret.is_none() {
+            tracing::warn!(
+                member = options.member,
+                "tcp fabric without a cluster secret: anyone who reaches {local_addr} can write to this member's region"
+            );
+        }
         let config = IoConfig {
             hello,
             region: region.clone(),
@@ -190,6 +236,9 @@ impl TcpBinding {
             max_frame_bytes: options.max_frame_bytes,
             connect_timeout: options.connect_timeout,
             reconnect_interval: options.reconnect_interval,
+            key: options.handshake_key(),
+            handshake_timeout: options.handshake_timeout,
+            max_handshakes_per_source: options.max_handshakes_per_source,
         };
         let io = IoThread::new(poll, listener, shared.clone(), config);
         let handle = std::thread::Builder::new()

@@ -8,7 +8,9 @@
 //!   outside the region or has an unknown kind is refused without being
 //!   applied and without an allocation sized by its claim.
 //! - The first frame each way on a stream is a HELLO of exactly
-//!   [`HELLO_FRAME_LEN`] bytes; a HELLO anywhere else is a bad frame.
+//!   [`HELLO_FRAME_LEN`] bytes, and each side's second is a PROOF of exactly
+//!   [`PROOF_FRAME_LEN`] bytes (the handshake, see the crate docs); a HELLO
+//!   or PROOF anywhere else is a bad frame.
 //! - WRITE sequence numbers are per stream, start at 1 and increase by one;
 //!   an ACK carries the highest applied WRITE sequence number (cumulative).
 
@@ -17,11 +19,17 @@ use ordo_fabric::MemberId;
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 24;
 /// Bytes in a HELLO payload.
-pub const HELLO_LEN: usize = 32;
+pub const HELLO_LEN: usize = 48;
+/// Bytes in a PROOF payload (an HMAC-SHA-256 tag).
+pub const PROOF_LEN: usize = ordo_auth::handshake::PROOF_LEN;
+/// Bytes in a whole PROOF frame (header and payload).
+pub const PROOF_FRAME_LEN: usize = HEADER_LEN + PROOF_LEN;
+/// Bytes of the handshake nonce in a HELLO.
+pub const NONCE_LEN: usize = ordo_auth::handshake::NONCE_LEN;
 /// Bytes in a whole HELLO frame (header and payload).
 pub const HELLO_FRAME_LEN: usize = HEADER_LEN + HELLO_LEN;
 /// The protocol version this crate speaks; a peer speaking another is refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The first four bytes of a HELLO payload.
 pub const HELLO_MAGIC: [u8; 4] = *b"ORDO";
 /// WRITE flag: the receiver must acknowledge this write (and all before it).
@@ -37,6 +45,8 @@ pub enum FrameKind {
     Write = 2,
     /// Cumulative acknowledgement: every WRITE with `seq` ≤ this one's is applied.
     Ack = 3,
+    /// Handshake; second frame each way: the sender's proof of the secret.
+    Proof = 4,
 }
 
 impl FrameKind {
@@ -46,6 +56,7 @@ impl FrameKind {
             1 => Some(FrameKind::Hello),
             2 => Some(FrameKind::Write),
             3 => Some(FrameKind::Ack),
+            4 => Some(FrameKind::Proof),
             _ => None,
         }
     }
@@ -126,6 +137,7 @@ impl FrameHeader {
 /// | 12..16 | reserved (0) |
 /// | 16..24 | region length in bytes |
 /// | 24..32 | cluster name hash ([`cluster_hash`]) |
+/// | 32..48 | handshake nonce: 16 fresh random bytes per connection |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// [`PROTOCOL_VERSION`] of the sender.
@@ -138,6 +150,8 @@ pub struct Hello {
     pub cluster_hash: u64,
     /// The sender endpoint's incarnation (carried in the header's `seq`).
     pub incarnation: u64,
+    /// Fresh random bytes of this connection's handshake.
+    pub nonce: [u8; NONCE_LEN],
 }
 
 impl Hello {
@@ -159,6 +173,7 @@ impl Hello {
         p[8..12].copy_from_slice(&self.member.to_le_bytes());
         p[16..24].copy_from_slice(&self.region_len.to_le_bytes());
         p[24..32].copy_from_slice(&self.cluster_hash.to_le_bytes());
+        p[32..48].copy_from_slice(&self.nonce);
         b
     }
 
@@ -189,6 +204,7 @@ impl Hello {
             region_len: u64::from_le_bytes(p[16..24].try_into().expect("8 bytes")),
             cluster_hash: u64::from_le_bytes(p[24..32].try_into().expect("8 bytes")),
             incarnation: header.seq,
+            nonce: p[32..48].try_into().expect("16 bytes"),
         })
     }
 
@@ -207,6 +223,39 @@ impl Hello {
         }
         Ok(())
     }
+}
+
+/// A PROOF frame: header kind PROOF, `len` = [`PROOF_LEN`], other fields
+/// 0; payload the tag of [`ordo_auth::handshake::proof`] over both HELLO
+/// frames (the dialer's first).
+pub fn encode_proof(tag: &[u8; PROOF_LEN]) -> [u8; PROOF_FRAME_LEN] {
+    let header = FrameHeader {
+        kind: FrameKind::Proof as u8,
+        flags: 0,
+        reserved: 0,
+        len: PROOF_LEN as u32,
+        offset: 0,
+        seq: 0,
+    };
+    let mut b = [0u8; PROOF_FRAME_LEN];
+    b[..HEADER_LEN].copy_from_slice(&header.encode());
+    b[HEADER_LEN..].copy_from_slice(tag);
+    b
+}
+
+/// Checks a PROOF frame's framing; returns its tag.
+pub fn decode_proof(b: &[u8; PROOF_FRAME_LEN]) -> Result<&[u8], FrameError> {
+    let header = FrameHeader::decode(b[..HEADER_LEN].try_into().expect("header bytes"));
+    if header.kind != FrameKind::Proof as u8 {
+        return Err(FrameError::ExpectedProof { kind: header.kind });
+    }
+    if header.flags != 0 || header.reserved != 0 || header.offset != 0 || header.seq != 0 {
+        return Err(FrameError::NonZeroReserved);
+    }
+    if header.len as usize != PROOF_LEN {
+        return Err(FrameError::BadProofLength { len: header.len });
+    }
+    Ok(&b[HEADER_LEN..])
 }
 
 /// FNV-1a (64-bit) of a cluster name: what a HELLO carries to tell clusters apart.
@@ -248,6 +297,16 @@ pub enum FrameError {
     UnknownKind(u8),
     #[error("HELLO after the handshake")]
     UnexpectedHello,
+    #[error("PROOF after the handshake")]
+    UnexpectedProof,
+    #[error("expected a PROOF, got kind {kind}")]
+    ExpectedProof { kind: u8 },
+    #[error("PROOF payload of {len} bytes (expected {PROOF_LEN})")]
+    BadProofLength { len: u32 },
+    #[error(
+        "the peer's proof does not verify: it does not hold this cluster's secret (or replayed a handshake)"
+    )]
+    BadProof,
     #[error("expected a HELLO first, got kind {kind}")]
     ExpectedHello { kind: u8 },
     #[error("HELLO payload of {len} bytes (expected {HELLO_LEN})")]
@@ -293,6 +352,7 @@ pub fn check_data_header(
     match FrameKind::from_byte(h.kind) {
         None => Err(FrameError::UnknownKind(h.kind)),
         Some(FrameKind::Hello) => Err(FrameError::UnexpectedHello),
+        Some(FrameKind::Proof) => Err(FrameError::UnexpectedProof),
         Some(FrameKind::Ack) => {
             if h.len != 0 || h.offset != 0 || h.flags != 0 {
                 return Err(FrameError::MalformedAck);
@@ -341,6 +401,7 @@ mod tests {
             region_len: 4096,
             cluster_hash: cluster_hash("a"),
             incarnation: 42,
+            nonce: [7; NONCE_LEN],
         };
         let back = Hello::decode(&ours.encode()).unwrap();
         assert_eq!(back, ours);
@@ -352,6 +413,21 @@ mod tests {
         let mut bytes = ours.encode();
         bytes[HEADER_LEN] = b'X';
         assert_eq!(Hello::decode(&bytes), Err(FrameError::BadMagic));
+    }
+
+    #[test]
+    fn proof_frames_round_trip_and_are_refused_elsewhere() {
+        let tag = [9u8; PROOF_LEN];
+        let frame = encode_proof(&tag);
+        assert_eq!(decode_proof(&frame), Ok(&tag[..]));
+        let mut bad = frame;
+        bad[16] = 1;
+        assert_eq!(decode_proof(&bad), Err(FrameError::NonZeroReserved));
+        bad = frame;
+        bad[0] = FrameKind::Write as u8;
+        assert_eq!(decode_proof(&bad), Err(FrameError::ExpectedProof { kind: 2 }));
+        let header = FrameHeader::decode(frame[..HEADER_LEN].try_into().unwrap());
+        assert_eq!(check_data_header(&header, 64, 16, 1), Err(FrameError::UnexpectedProof));
     }
 
     #[test]

@@ -17,15 +17,19 @@
 //! - Tokens are never reused, so an event for a socket that was closed
 //!   meanwhile finds no owner and is ignored.
 
-use crate::frame::{self, DataFrame, FrameError, FrameHeader, HEADER_LEN, HELLO_FRAME_LEN, Hello};
+use crate::frame::{
+    self, DataFrame, FrameError, FrameHeader, HEADER_LEN, HELLO_FRAME_LEN, Hello, PROOF_FRAME_LEN,
+};
 use crate::link::{Shared, Status};
 use mio::event::Event;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use ordo_auth::Key;
+use ordo_auth::handshake::{self as auth, Role as AuthRole};
 use ordo_fabric::{Doorbell, FailureCause, MemberId, Region, copy_untorn};
 use std::collections::HashMap;
 use std::io::{self, Read as _, Write as _};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
@@ -33,8 +37,13 @@ use std::time::{Duration, Instant};
 pub(crate) const LISTENER: Token = Token(0);
 pub(crate) const WAKER: Token = Token(1);
 const FIRST_TOKEN: usize = 2;
-/// At most this many accepted connections may be in their handshake at once.
+/// At most this many accepted connections may be in their handshake at
+/// once; a new one beyond it replaces the oldest.
 const MAX_HANDSHAKES: usize = 64;
+/// Sources whose first refusal was logged are remembered up to this many.
+const MAX_LOGGED_SOURCES: usize = 1024;
+/// The handshake's bytes from the peer: its HELLO, then its PROOF.
+const PEER_HANDSHAKE_LEN: usize = HELLO_FRAME_LEN + PROOF_FRAME_LEN;
 /// Reads from one connection per turn before the others get theirs: a peer
 /// that sends without pause cannot starve the rest (the connection is
 /// revisited after the next, non-blocking, poll).
@@ -48,6 +57,12 @@ pub(crate) struct IoConfig {
     pub(crate) max_frame_bytes: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect_interval: Duration,
+    /// The handshake key (derived from the cluster secret).
+    pub(crate) key: Key,
+    /// Longest a handshake may take once the connection is up.
+    pub(crate) handshake_timeout: Duration,
+    /// Most handshakes in progress from one source address.
+    pub(crate) max_handshakes_per_source: usize,
 }
 
 /// Which side of a handshake we are.
@@ -63,11 +78,18 @@ struct Handshake {
     stream: TcpStream,
     role: Role,
     remote: Option<SocketAddr>,
-    /// The peer's HELLO as it arrives (exactly one frame is read, no more).
-    buf: [u8; HELLO_FRAME_LEN],
+    /// Our HELLO, with this connection's fresh nonce.
+    ours: [u8; HELLO_FRAME_LEN],
+    /// The peer's HELLO and then its PROOF as they arrive (exactly these
+    /// two frames are read, no more).
+    buf: [u8; PEER_HANDSHAKE_LEN],
     filled: usize,
+    /// The peer's HELLO, once in and acceptable.
+    theirs: Option<Hello>,
     hello_sent: bool,
     deadline: Instant,
+    /// Order of acceptance, for replacing the oldest.
+    seq: u64,
 }
 
 /// The read side of an established connection.
@@ -106,6 +128,9 @@ pub(crate) struct IoThread {
     conn_tokens: HashMap<Token, usize>,
     next_token: usize,
     next_generation: u64,
+    next_handshake: u64,
+    /// Sources whose first refused handshake was logged.
+    logged_sources: std::collections::HashSet<IpAddr>,
 }
 
 /// Why a connection ended.
@@ -143,6 +168,8 @@ impl IoThread {
             conn_tokens: HashMap::new(),
             next_token: FIRST_TOKEN,
             next_generation: 1,
+            next_handshake: 0,
+            logged_sources: std::collections::HashSet::new(),
         }
     }
 
@@ -219,18 +246,13 @@ impl IoThread {
                     }
                     let _ = stream.set_nodelay(true);
                     self.peers[index].dialing = Some(token);
-                    self.handshakes.insert(
-                        token,
-                        Handshake {
-                            stream,
-                            role: Role::Dial(index),
-                            remote: Some(addr),
-                            buf: [0; HELLO_FRAME_LEN],
-                            filled: 0,
-                            hello_sent: false,
-                            deadline: now + self.config.connect_timeout,
-                        },
+                    let hs = self.new_handshake(
+                        stream,
+                        Role::Dial(index),
+                        addr,
+                        now + self.config.connect_timeout,
                     );
+                    self.handshakes.insert(token, hs);
                 }
                 Err(e) => {
                     tracing::debug!(member = self.shared.member, peer = self.peers[index].id, error = %e, "dial failed");
@@ -251,10 +273,7 @@ impl IoThread {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, remote)) => {
-                    if self.handshakes.len() >= MAX_HANDSHAKES {
-                        tracing::warn!(member = self.shared.member, %remote, "too many handshakes in progress; refusing a connection");
-                        continue;
-                    }
+                    self.make_room_for(remote);
                     let token = self.token();
                     let interest = Interest::READABLE | Interest::WRITABLE;
                     if let Err(e) = self.poll.registry().register(&mut stream, token, interest) {
@@ -262,18 +281,9 @@ impl IoThread {
                         continue;
                     }
                     let _ = stream.set_nodelay(true);
-                    self.handshakes.insert(
-                        token,
-                        Handshake {
-                            stream,
-                            role: Role::Accept,
-                            remote: Some(remote),
-                            buf: [0; HELLO_FRAME_LEN],
-                            filled: 0,
-                            hello_sent: false,
-                            deadline: Instant::now() + self.config.connect_timeout,
-                        },
-                    );
+                    let deadline = Instant::now() + self.config.handshake_timeout;
+                    let hs = self.new_handshake(stream, Role::Accept, remote, deadline);
+                    self.handshakes.insert(token, hs);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -283,6 +293,81 @@ impl IoThread {
                     return;
                 }
             }
+        }
+    }
+
+    fn new_handshake(
+        &mut self,
+        stream: TcpStream,
+        role: Role,
+        remote: SocketAddr,
+        deadline: Instant,
+    ) -> Handshake {
+        let hello = Hello { nonce: auth::nonce(), ..self.config.hello };
+        self.next_handshake += 1;
+        Handshake {
+            stream,
+            role,
+            remote: Some(remote),
+            ours: hello.encode(),
+            buf: [0; PEER_HANDSHAKE_LEN],
+            filled: 0,
+            theirs: None,
+            hello_sent: false,
+            deadline,
+            seq: self.next_handshake,
+        }
+    }
+
+    /// Before accepting a handshake from `remote`: one source holds at most
+    /// `max_handshakes_per_source` and all together at most
+    /// [`MAX_HANDSHAKES`]; beyond either, the oldest accepted one (of that
+    /// source, or of all) is closed. A flood therefore cannot keep a member
+    /// out: its own handshake completes in a few round trips, long before
+    /// the flood's oldest slots are reused.
+    fn make_room_for(&mut self, remote: SocketAddr) {
+        let accepted = |hs: &Handshake| matches!(hs.role, Role::Accept);
+        let from_source = |hs: &Handshake| hs.remote.is_some_and(|r| r.ip() == remote.ip());
+        let per_source = self.handshakes.values().filter(|h| accepted(h) && from_source(h)).count();
+        let victim = if per_source >= self.config.max_handshakes_per_source {
+            self.oldest_accepted(|h| from_source(h))
+        } else if self.handshakes.values().filter(|h| accepted(h)).count() >= MAX_HANDSHAKES {
+            self.oldest_accepted(|_| true)
+        } else {
+            None
+        };
+        if let Some(token) = victim
+            && let Some(hs) = self.handshakes.remove(&token)
+        {
+            self.note_refusal(
+                &hs,
+                "too many handshakes in progress from this source or in all; closing the oldest",
+            );
+            self.end_handshake(hs);
+        }
+    }
+
+    fn oldest_accepted(&self, filter: impl Fn(&Handshake) -> bool) -> Option<Token> {
+        self.handshakes
+            .iter()
+            .filter(|(_, h)| matches!(h.role, Role::Accept) && filter(h))
+            .min_by_key(|(_, h)| h.seq)
+            .map(|(t, _)| *t)
+    }
+
+    /// Logs a refused connection: the first from each source address at
+    /// `error` (with the address), later ones at `debug`, so a flood cannot
+    /// flood the log.
+    fn note_refusal(&mut self, hs: &Handshake, reason: &str) {
+        let member = self.shared.member;
+        let remote = hs.remote;
+        let first = remote.is_some_and(|r| {
+            self.logged_sources.len() < MAX_LOGGED_SOURCES && self.logged_sources.insert(r.ip())
+        });
+        if first {
+            tracing::error!(member, ?remote, claimed = ?claimed_member(hs), reason, "refusing tcp fabric connection (further refusals from this address are logged at debug level)");
+        } else {
+            tracing::debug!(member, ?remote, claimed = ?claimed_member(hs), reason, "refusing tcp fabric connection");
         }
     }
 
@@ -326,9 +411,7 @@ impl IoThread {
             Ok(Some(hello)) => self.promote(token, hs, hello),
             Err(reason) => {
                 match &reason {
-                    HandshakeError::Refused(e) => {
-                        tracing::error!(member, remote = ?hs.remote, claimed = ?claimed_member(&hs), reason = %e, "refusing tcp fabric connection")
-                    }
+                    HandshakeError::Refused(e) => self.note_refusal(&hs, &e.to_string()),
                     HandshakeError::Io(e) => {
                         tracing::debug!(member, remote = ?hs.remote, error = %e, "handshake failed")
                     }
@@ -338,8 +421,8 @@ impl IoThread {
         }
     }
 
-    /// Progresses a handshake; `Ok(Some(hello))` once the peer's HELLO is in
-    /// and valid (and, on the accepting side, our answer is sent).
+    /// Progresses a handshake (see the crate docs): `Ok(Some(hello))` once
+    /// the peer's HELLO and PROOF are in and valid, and our own are sent.
     fn advance_handshake(
         &mut self,
         hs: &mut Handshake,
@@ -356,32 +439,73 @@ impl IoThread {
                 Err(e) if e.kind() == io::ErrorKind::NotConnected && !event.is_error() => return Ok(None),
                 Err(e) => return Err(HandshakeError::Io(e)),
             }
-            send_hello(&hs.stream, &self.config.hello.encode())?;
+            send_all(&hs.stream, &hs.ours)?;
             hs.hello_sent = true;
+            // From now on the connection is up: the handshake's own bound.
+            hs.deadline = hs.deadline.min(Instant::now() + self.config.handshake_timeout);
         }
-        // Read exactly one HELLO frame: what follows it stays in the socket
-        // for the connection's receive path.
-        while hs.filled < HELLO_FRAME_LEN {
-            match (&hs.stream).read(&mut hs.buf[hs.filled..]) {
+        // Read exactly the peer's HELLO and PROOF: what follows them stays
+        // in the socket for the connection's receive path.
+        loop {
+            let want = if hs.theirs.is_none() { HELLO_FRAME_LEN } else { PEER_HANDSHAKE_LEN };
+            if hs.filled == want && hs.theirs.is_some() {
+                break;
+            }
+            let n = match (&hs.stream).read(&mut hs.buf[hs.filled..want]) {
                 Ok(0) => return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into())),
-                Ok(n) => {
-                    hs.filled += n;
-                    if hs.filled >= HEADER_LEN {
-                        // Refuse a wrong first frame before waiting for more of it.
-                        let header = FrameHeader::decode(hs.buf[..HEADER_LEN].try_into().expect("header"));
-                        if header.kind != frame::FrameKind::Hello as u8 {
-                            return Err(HandshakeError::Refused(FrameError::ExpectedHello {
-                                kind: header.kind,
-                            }));
-                        }
-                    }
-                }
+                Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(HandshakeError::Io(e)),
+            };
+            hs.filled += n;
+            if hs.filled >= HEADER_LEN && hs.filled - n < HEADER_LEN {
+                // Refuse a wrong first frame before waiting for more of it.
+                let header = FrameHeader::decode(hs.buf[..HEADER_LEN].try_into().expect("header"));
+                if header.kind != frame::FrameKind::Hello as u8 {
+                    return Err(HandshakeError::Refused(FrameError::ExpectedHello { kind: header.kind }));
+                }
+            }
+            if hs.filled == HELLO_FRAME_LEN && hs.theirs.is_none() {
+                hs.theirs = Some(self.check_hello(hs)?);
+                if let Role::Accept = hs.role {
+                    // Our HELLO and our proof over both hellos, in one write.
+                    let tag = auth::proof(
+                        &self.config.key,
+                        AuthRole::Acceptor,
+                        &hs.buf[..HELLO_FRAME_LEN],
+                        &hs.ours,
+                    );
+                    let mut answer = [0u8; HELLO_FRAME_LEN + PROOF_FRAME_LEN];
+                    answer[..HELLO_FRAME_LEN].copy_from_slice(&hs.ours);
+                    answer[HELLO_FRAME_LEN..].copy_from_slice(&frame::encode_proof(&tag));
+                    send_all(&hs.stream, &answer)?;
+                    hs.hello_sent = true;
+                }
             }
         }
-        let hello = Hello::decode(&hs.buf).map_err(HandshakeError::Refused)?;
+        let hello = hs.theirs.expect("read above");
+        let proof = frame::decode_proof(hs.buf[HELLO_FRAME_LEN..].try_into().expect("proof bytes"))
+            .map_err(HandshakeError::Refused)?;
+        let (dialer_hello, acceptor_hello, their_role) = match hs.role {
+            Role::Dial(_) => (&hs.ours[..], &hs.buf[..HELLO_FRAME_LEN], AuthRole::Acceptor),
+            Role::Accept => (&hs.buf[..HELLO_FRAME_LEN], &hs.ours[..], AuthRole::Dialer),
+        };
+        if !auth::verify(&self.config.key, their_role, dialer_hello, acceptor_hello, proof) {
+            return Err(HandshakeError::Refused(FrameError::BadProof));
+        }
+        if let Role::Dial(_) = hs.role {
+            let tag = auth::proof(&self.config.key, AuthRole::Dialer, dialer_hello, acceptor_hello);
+            send_all(&hs.stream, &frame::encode_proof(&tag))?;
+        }
+        Ok(Some(hello))
+    }
+
+    /// The peer's HELLO (in `hs.buf`) is well formed, of our cluster, and
+    /// from a member this side of the connection accepts.
+    fn check_hello(&self, hs: &Handshake) -> Result<Hello, HandshakeError> {
+        let hello = Hello::decode(hs.buf[..HELLO_FRAME_LEN].try_into().expect("hello bytes"))
+            .map_err(HandshakeError::Refused)?;
         hello.check_matches(&self.config.hello).map_err(HandshakeError::Refused)?;
         let me = self.shared.member;
         let acceptable = match hs.role {
@@ -391,11 +515,7 @@ impl IoThread {
         if !acceptable {
             return Err(HandshakeError::Refused(FrameError::UnexpectedMember(hello.member)));
         }
-        if let Role::Accept = hs.role {
-            send_hello(&hs.stream, &self.config.hello.encode())?;
-            hs.hello_sent = true;
-        }
-        Ok(Some(hello))
+        Ok(hello)
     }
 
     fn end_handshake(&mut self, hs: Handshake) {
@@ -647,12 +767,13 @@ enum HandshakeError {
     Io(io::Error),
 }
 
-fn send_hello(stream: &TcpStream, hello: &[u8; HELLO_FRAME_LEN]) -> Result<(), HandshakeError> {
-    // A fresh connection's send buffer is empty, so the HELLO goes in one
-    // write; anything less means the connection is not usable.
-    match (&*stream).write(hello) {
-        Ok(n) if n == HELLO_FRAME_LEN => Ok(()),
-        Ok(n) => Err(HandshakeError::Io(io::Error::other(format!("short HELLO write of {n} bytes")))),
+fn send_all(stream: &TcpStream, bytes: &[u8]) -> Result<(), HandshakeError> {
+    // A fresh connection's send buffer is (nearly) empty, so a handshake
+    // frame goes in one write; anything less means the connection is not
+    // usable.
+    match (&*stream).write(bytes) {
+        Ok(n) if n == bytes.len() => Ok(()),
+        Ok(n) => Err(HandshakeError::Io(io::Error::other(format!("short handshake write of {n} bytes")))),
         Err(e) => Err(HandshakeError::Io(e)),
     }
 }

@@ -33,29 +33,55 @@
 //!   posted nothing; a receive buffer of one header plus `max_frame_bytes`,
 //!   allocated at start-up, so a frame's `len` claim never sizes an
 //!   allocation; at most `max_signaled_in_flight` unreported signaled writes.
-//!   At most 64 handshakes are in progress at once.
+//!   At most 64 handshakes are in progress at once, at most
+//!   `max_handshakes_per_source` from one source address (beyond either the
+//!   oldest is closed), each for at most `handshake_timeout`.
+//! - **Nothing from a stranger is applied.** A connection's frames reach
+//!   the region only after its handshake has proved, both ways, that the
+//!   peer holds the cluster secret (below); until then exactly the two
+//!   handshake frames are read from it.
 //!
 //! # Frames
 //! Every frame is a 24-byte little-endian header, then `len` payload bytes:
 //!
-//! | bytes | field | HELLO | WRITE | ACK |
-//! |---|---|---|---|---|
-//! | 0 | kind | 1 | 2 | 3 |
-//! | 1 | flags | 0 | bit 0: SIGNALED (ack me) | 0 |
-//! | 2..4 | reserved | 0 | 0 | 0 |
-//! | 4..8 | len (u32) | 32 | bytes to write | 0 |
-//! | 8..16 | offset (u64) | 0 | region offset | 0 |
-//! | 16..24 | seq (u64) | sender's incarnation | write seq (1, 2, ... per stream) | highest applied write seq |
+//! | bytes | field | HELLO | WRITE | ACK | PROOF |
+//! |---|---|---|---|---|---|
+//! | 0 | kind | 1 | 2 | 3 | 4 |
+//! | 1 | flags | 0 | bit 0: SIGNALED (ack me) | 0 | 0 |
+//! | 2..4 | reserved | 0 | 0 | 0 | 0 |
+//! | 4..8 | len (u32) | 48 | bytes to write | 0 | 32 |
+//! | 8..16 | offset (u64) | 0 | region offset | 0 | 0 |
+//! | 16..24 | seq (u64) | sender's incarnation | write seq (1, 2, ... per stream) | highest applied write seq | 0 |
 //!
-//! The HELLO payload (32 bytes): magic `"ORDO"`, protocol version (u16),
-//! 2 reserved bytes, member id (u32), 4 reserved bytes, region length (u64),
-//! FNV-1a hash of the cluster name (u64). See [`frame`].
+//! The HELLO payload (48 bytes): magic `"ORDO"`, protocol version (u16,
+//! now 2), 2 reserved bytes, member id (u32), 4 reserved bytes, region
+//! length (u64), FNV-1a hash of the cluster name (u64), and a 16-byte nonce,
+//! fresh for every connection. The PROOF payload is a 32-byte
+//! HMAC-SHA-256 tag. See [`frame`].
 //!
-//! # Connections
-//! The member with the lower id dials the higher id's listen address; each
-//! side sends a HELLO first and checks the other's (version, cluster, region
-//! length, and that the member id is the expected one). A mismatch is logged
-//! with `tracing::error!` and the connection closed. `TCP_NODELAY` is on.
+//! # Connections and the handshake
+//! The member with the lower id dials the higher id's listen address.
+//! ```text
+//! dialer                               acceptor
+//!   HELLO_d (nonce_d)        ────────▶  checks version, cluster, region, id
+//!                            ◀────────  HELLO_a (nonce_a), PROOF_a
+//!   checks HELLO_a, PROOF_a
+//!   PROOF_d                  ────────▶  checks PROOF_d; only now is the
+//!                                       connection the peer's link
+//! PROOF_x = HMAC-SHA-256(K, role_x ‖ HELLO_d ‖ HELLO_a)   (ordo_auth::handshake)
+//! K = HMAC-SHA-256(cluster secret, "ordo tcp fabric handshake v2")
+//! ```
+//! Fresh nonces on both sides defeat a replayed handshake, the role label a
+//! reflected one; tags are compared in constant time. A HELLO that does not
+//! match (version, cluster, region length, expected member id) or a proof
+//! that does not verify closes the connection; the first refusal from each
+//! source address is logged with `tracing::error!`, later ones at debug
+//! level. A refused connection never touches the link of the member it
+//! claimed to be. Without a secret ([`TcpOptions::secret`] `None`) the
+//! same handshake runs with a public key, which authenticates nothing.
+//! After the handshake the stream is plain TCP: an attacker who can inject
+//! into an established connection (on the path) is outside this backend's
+//! threat model (SECURITY.md). `TCP_NODELAY` is on.
 //! After a link fails, the dialing side redials every `reconnect_interval`
 //! and the accepting side accepts a new HELLO from that member; the new
 //! connection stands by (incoming writes on it are applied) until
@@ -82,4 +108,5 @@ mod ring;
 
 mod fabric;
 
-pub use fabric::{TcpBinding, TcpError, TcpFabric, TcpOptions};
+pub use fabric::{HANDSHAKE_KEY_LABEL, TcpBinding, TcpError, TcpFabric, TcpOptions};
+pub use ordo_auth::Secret;

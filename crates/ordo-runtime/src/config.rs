@@ -50,6 +50,45 @@ pub struct OrdoConfig {
     pub runtime: RuntimeConfig,
     /// `[vsync]`: the atomic multicast engine's subgroups and switches.
     pub vsync: VsyncConfig,
+    /// `[security]`: where the cluster secret comes from (SECURITY.md).
+    pub security: SecurityConfig,
+}
+
+/// `[security]`: the cluster secret every member holds. It is read from a
+/// file or an environment variable named here, never from the command line,
+/// and never logged. The tcp backend needs it (each connection proves it
+/// both ways before a frame is applied); the shm backend is protected by
+/// file ownership and modes instead (SECURITY.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    /// `secret_file`: a file holding the secret (mode 0600, owned by this
+    /// user, not a link). `ordo secret new FILE` makes one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+    /// `secret_env`: the name of an environment variable holding it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// `allow_unauthenticated`: run the tcp backend without a secret
+    /// (anyone who reaches a member's port can write to its region). For
+    /// closed test networks only; default false.
+    pub allow_unauthenticated: bool,
+}
+
+impl SecurityConfig {
+    /// Where the secret is read from, if configured.
+    pub fn source(&self) -> Option<ordo_auth::SecretSource> {
+        match (&self.secret_file, &self.secret_env) {
+            (Some(path), _) => Some(ordo_auth::SecretSource::File(path.clone())),
+            (None, Some(var)) => Some(ordo_auth::SecretSource::Env(var.clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// Reads the secret (`Ok(None)` when none is configured).
+    pub fn load_secret(&self) -> Result<Option<ordo_auth::Secret>, ordo_auth::SecretError> {
+        self.source().map(|s| ordo_auth::Secret::load(&s)).transpose()
+    }
 }
 
 /// `[vsync]`
@@ -213,6 +252,12 @@ pub struct TcpConfig {
     /// `reconnect_interval_ms`: time between reconnection attempts
     /// (default 100).
     pub reconnect_interval_ms: u64,
+    /// `handshake_timeout_ms`: a connection that has not proved the
+    /// cluster secret within this time is closed (default 1000).
+    pub handshake_timeout_ms: u64,
+    /// `max_handshakes_per_source`: handshakes in progress from one source
+    /// address; beyond it the oldest is closed (default 8).
+    pub max_handshakes_per_source: usize,
 }
 
 impl Default for TcpConfig {
@@ -224,6 +269,8 @@ impl Default for TcpConfig {
             send_buffer_bytes: 4 << 20,
             connect_timeout_ms: 10_000,
             reconnect_interval_ms: 100,
+            handshake_timeout_ms: 1000,
+            max_handshakes_per_source: 8,
         }
     }
 }
@@ -247,6 +294,11 @@ impl TcpConfig {
     /// `reconnect_interval_ms` as a duration.
     pub fn reconnect_interval(&self) -> Duration {
         Duration::from_millis(self.reconnect_interval_ms)
+    }
+
+    /// `handshake_timeout_ms` as a duration.
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_millis(self.handshake_timeout_ms)
     }
 }
 
@@ -504,6 +556,14 @@ pub enum ValidationError {
         /// The value of `fabric.tcp.send_buffer_bytes`, in bytes.
         send_buffer_bytes: usize,
     },
+    /// The tcp backend has no secret and unauthenticated links were not allowed.
+    #[error(
+        "the tcp backend needs the cluster secret: set `security.secret_file` (make one with `ordo secret new FILE`) or `security.secret_env`, or `security.allow_unauthenticated = true` on a closed test network"
+    )]
+    SecretMissing,
+    /// Both a secret file and a secret variable are named.
+    #[error("`security.secret_file` and `security.secret_env` are both set; name one")]
+    SecretTwice,
 }
 
 impl ValidationError {
@@ -524,6 +584,8 @@ impl ValidationError {
             | ValidationError::TcpPeerDuplicate { .. } => "fabric.tcp.peers".into(),
             ValidationError::FrameExceedsSendBuffer { .. } => "fabric.tcp.max_frame_bytes".into(),
             ValidationError::Vsync { .. } => "vsync".into(),
+            ValidationError::SecretMissing => "security.secret_file".into(),
+            ValidationError::SecretTwice => "security.secret_env".into(),
         }
     }
 }
@@ -742,6 +804,13 @@ impl OrdoConfig {
             Backend::Shm => self.validate_shm()?,
             Backend::Tcp => self.validate_tcp()?,
         }
+        let security = &self.security;
+        if security.secret_file.is_some() && security.secret_env.is_some() {
+            return Err(ValidationError::SecretTwice);
+        }
+        if fabric.backend == Backend::Tcp && security.source().is_none() && !security.allow_unauthenticated {
+            return Err(ValidationError::SecretMissing);
+        }
 
         let idle = &self.runtime.idle;
         positive(idle.park_min_us, "runtime.idle.park_min_us")?;
@@ -793,6 +862,8 @@ impl OrdoConfig {
             return Err(ValidationError::TcpPeerMissing { id });
         }
         positive(tcp.max_frame_bytes as u64, "fabric.tcp.max_frame_bytes")?;
+        positive(tcp.handshake_timeout_ms, "fabric.tcp.handshake_timeout_ms")?;
+        positive(tcp.max_handshakes_per_source as u64, "fabric.tcp.max_handshakes_per_source")?;
         positive(tcp.send_buffer_bytes as u64, "fabric.tcp.send_buffer_bytes")?;
         if tcp.max_frame_bytes > tcp.send_buffer_bytes {
             return Err(ValidationError::FrameExceedsSendBuffer {

@@ -24,16 +24,18 @@ pub mod wiring;
 
 pub use config::{
     Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, MemberConfig, OrdoConfig,
-    OverrideOrigin, RuntimeConfig, ShmConfig, TcpConfig, TcpPeer, ValidationError, VsyncConfig,
+    OverrideOrigin, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, ValidationError,
+    VsyncConfig,
 };
 pub use ordo_agent::{
     Agent, AgentLoop, AgentPanic, Clock, CorePinning, IdleAction, IdleStrategy, Idler, Joined,
     MonotonicClock, ParkBell, Runner, RunnerError, RunnerHandle, RunnerOptions, RunnerStats, Step,
     ThreadingMode,
 };
+pub use ordo_auth::{Secret, SecretError, SecretSource};
 pub use vsync::{Delivery, Group, GroupError, LiveCounters, OwnedMessage, SubgroupHandle, VsyncMember};
 pub use wiring::{
-    HeartbeatAgent, MemberFabric, WiringError, connect_fabric, connect_local_group, tcp_options,
+    HeartbeatAgent, MemberFabric, SECRET_ENV, WiringError, connect_fabric, connect_local_group, tcp_options,
 };
 
 /// The example configuration shown in the crate docs (every key, with

@@ -82,6 +82,10 @@ pub enum WiringError {
     /// The tcp backend failed to start.
     #[error(transparent)]
     Tcp(#[from] ordo_fabric_tcp::TcpError),
+    /// The cluster secret could not be read (the message names its source,
+    /// never its bytes).
+    #[error(transparent)]
+    Secret(#[from] ordo_auth::SecretError),
 }
 
 fn resolve(addr: &str) -> Result<SocketAddr, WiringError> {
@@ -113,7 +117,10 @@ pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> 
             o.write_timeout = f.write_timeout();
             o.connect_timeout = f.tcp.connect_timeout();
             o.reconnect_interval = f.tcp.reconnect_interval();
+            o.handshake_timeout = f.tcp.handshake_timeout();
+            o.max_handshakes_per_source = f.tcp.max_handshakes_per_source;
             o.cluster = f.shm.cluster.clone();
+            o.secret = config.security.load_secret()?;
             let mut peers = Vec::new();
             for &p in config.group.members.iter().filter(|p| **p != me) {
                 peers.push((p, resolve(f.tcp.peer_addr(p).unwrap_or_default())?));
@@ -126,7 +133,8 @@ pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> 
 /// Connects every member of a group inside this process (one thread per
 /// member while connecting, since each endpoint waits for the others):
 /// shm files in `/dev/shm` named by `cluster`, or tcp on loopback ephemeral
-/// ports. Returns the endpoints in the order of `members`.
+/// ports, authenticated with a secret generated for this group. Returns the
+/// endpoints in the order of `members`.
 pub fn connect_local_group(
     backend: Backend,
     cluster: &str,
@@ -148,9 +156,11 @@ pub fn connect_local_group(
                 .collect()
         }),
         Backend::Tcp => {
+            let secret = ordo_auth::Secret::generate();
             let mut bindings = Vec::new();
             for &m in members {
-                let o = tcp_options(m, cluster, region_len, "127.0.0.1:0".parse().expect("address"));
+                let mut o = tcp_options(m, cluster, region_len, "127.0.0.1:0".parse().expect("address"));
+                o.secret = Some(secret.clone());
                 bindings.push(ordo_fabric_tcp::TcpFabric::bind(o)?);
             }
             let addrs: Vec<(MemberId, std::net::SocketAddr)> =
@@ -176,7 +186,9 @@ pub fn connect_local_group(
 
 /// Tcp options for a member of an in-process or benchmark group: frames as
 /// large as the region (a ring plan can cover a whole ring), a send buffer
-/// of a few of them, and quick redials.
+/// of a few of them, and quick redials. The secret is the caller's to set
+/// ([`ordo_fabric_tcp::TcpOptions::secret`]; see [`SECRET_ENV`] for child
+/// processes).
 pub fn tcp_options(
     me: MemberId,
     cluster: &str,
@@ -190,6 +202,11 @@ pub fn tcp_options(
     o.reconnect_interval = std::time::Duration::from_millis(20);
     o
 }
+
+/// The environment variable through which a parent process (a benchmark,
+/// `ordo demo`, `ordo r3p2 cluster`) hands a generated cluster secret to
+/// the members it starts; `security.secret_env` may name it too.
+pub const SECRET_ENV: &str = "ORDO_CLUSTER_SECRET";
 
 /// A member's liveness agent: every `interval_ns` it bumps its heartbeat
 /// counter in the SST and pushes it to every peer as a signaled write, so a

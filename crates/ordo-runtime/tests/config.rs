@@ -58,6 +58,8 @@ backend = "tcp"
 [fabric.tcp]
 listen = "127.0.0.1:7000"
 peers = [{ id = 1, addr = "127.0.0.1:7001" }, { id = 2, addr = "127.0.0.1:7002" }]
+[security]
+secret_env = "ORDO_CONFIG_TEST_SECRET"
 "#;
 
 #[test]
@@ -120,9 +122,11 @@ fn override_values_are_toml_literals_or_strings() {
             r#"fabric.shm.cluster="42""#,
             "runtime.idle.strategy=spin-then-yield",
             "runtime.idle.spins = 7",
+            "security.secret_file=/etc/ordo/secret",
         ],
     )
     .unwrap();
+    assert_eq!(config.security.secret_file.as_deref(), Some(Path::new("/etc/ordo/secret")));
     assert_eq!(config.group.members, [0, 1, 2]);
     assert_eq!(config.member.id, 2);
     assert_eq!(config.core_pinning(), CorePinning::RoundRobin);
@@ -230,6 +234,8 @@ fn every_validation_error_names_its_key() {
         ),
         (invalid(TCP3, &["fabric.tcp.max_frame_bytes=10000000"]), "fabric.tcp.max_frame_bytes"),
         (invalid(TCP3, &["fabric.tcp.connect_timeout_ms=0"]), "fabric.tcp.connect_timeout_ms"),
+        (invalid(TCP3, &["fabric.tcp.handshake_timeout_ms=0"]), "fabric.tcp.handshake_timeout_ms"),
+        (invalid(TCP3, &["security.secret_file=s"]), "security.secret_env"),
     ];
     for (error, key) in &cases {
         assert_eq!(error.key(), *key, "{error}");
@@ -251,6 +257,26 @@ fn every_validation_error_names_its_key() {
 }
 
 #[test]
+fn the_tcp_backend_needs_a_secret_unless_told_otherwise() {
+    let without = TCP3.replace("[security]\nsecret_env = \"ORDO_CONFIG_TEST_SECRET\"\n", "");
+    assert_ne!(without, TCP3);
+    let err = invalid(&without, &[]);
+    assert_eq!(err, ValidationError::SecretMissing);
+    assert!(err.to_string().contains("security.secret_file") && err.to_string().contains("ordo secret new"));
+    let config = load_text(&without, &["security.allow_unauthenticated=true"]).unwrap();
+    assert_eq!(config.security.source(), None);
+    // shm needs none: its regions are protected by file ownership and modes.
+    load_text(&without, &["fabric.backend=shm"]).unwrap();
+}
+
+#[test]
+fn a_secret_that_cannot_be_read_stops_the_member_with_a_message_naming_its_source() {
+    let config = load_text(TCP3, &["security.secret_env=ORDO_CONFIG_TEST_SECRET_UNSET"]).unwrap();
+    let Err(err) = ordo_runtime::connect_fabric(&config) else { panic!("connected without a secret") };
+    assert_eq!(err.to_string(), "the secret environment variable ORDO_CONFIG_TEST_SECRET_UNSET is not set");
+}
+
+#[test]
 fn tcp_listen_defaults_to_the_own_peer_entry() {
     let text = r#"
 [member]
@@ -261,6 +287,8 @@ members = [0, 1]
 backend = "tcp"
 [fabric.tcp]
 peers = [{ id = 0, addr = "10.0.0.1:7000" }, { id = 1, addr = "10.0.0.2:7000" }]
+[security]
+secret_file = "cluster.secret"
 "#;
     let config = load_text(text, &[]).unwrap();
     assert_eq!(config.fabric.tcp.listen_addr(1), Some("10.0.0.2:7000"));

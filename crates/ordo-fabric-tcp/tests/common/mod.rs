@@ -4,14 +4,22 @@
 /// The counting allocator (the tests that measure the heap install it).
 pub mod alloc;
 
+use ordo_auth::handshake::{self, Role};
 use ordo_fabric::{Fabric, FabricEvent, MemberId};
-use ordo_fabric_tcp::frame::{HELLO_FRAME_LEN, Hello, PROTOCOL_VERSION, cluster_hash};
-use ordo_fabric_tcp::{TcpFabric, TcpOptions};
+use ordo_fabric_tcp::frame::{
+    HELLO_FRAME_LEN, Hello, PROOF_FRAME_LEN, PROTOCOL_VERSION, cluster_hash, decode_proof, encode_proof,
+};
+use ordo_fabric_tcp::{HANDSHAKE_KEY_LABEL, Secret, TcpFabric, TcpOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 pub const CLUSTER: &str = "ordo-tcp-tests";
+
+/// The test cluster's secret (every member in these tests holds it).
+pub fn secret() -> Secret {
+    Secret::from_bytes(b"the tcp fabric tests' cluster secret").unwrap()
+}
 
 /// Options on an ephemeral loopback port, with a write timeout that rides
 /// out a loaded 2-core test machine.
@@ -22,6 +30,7 @@ pub fn options(member: MemberId, region_len: usize) -> TcpOptions {
     o.write_timeout = Duration::from_secs(5);
     o.connect_timeout = Duration::from_secs(10);
     o.reconnect_interval = Duration::from_millis(20);
+    o.secret = Some(secret());
     o
 }
 
@@ -92,19 +101,42 @@ pub fn hello(member: MemberId, region_len: usize, incarnation: u64) -> Hello {
         region_len: region_len as u64,
         cluster_hash: cluster_hash(CLUSTER),
         incarnation,
+        nonce: handshake::nonce(),
     }
 }
 
 impl FakePeer {
-    /// Dials `addr`, sends `ours`, and reads the fabric's HELLO back.
+    /// Dials `addr` and runs the whole handshake as the dialer holding the
+    /// test secret: sends `ours`, reads and checks the fabric's HELLO and
+    /// PROOF, sends our PROOF.
     pub fn connect(addr: SocketAddr, ours: &Hello) -> FakePeer {
+        let (mut stream, their_hello, transcript) = Self::open(addr, ours);
+        let key = secret().derive(HANDSHAKE_KEY_LABEL);
+        let proof = handshake::proof(&key, Role::Dialer, &transcript.0, &transcript.1);
+        stream.write_all(&encode_proof(&proof)).unwrap();
+        FakePeer { stream, their_hello }
+    }
+
+    /// Dials, sends `ours`, reads the fabric's HELLO and PROOF and checks
+    /// the PROOF with the test secret; returns the stream (our PROOF not
+    /// sent), their HELLO, and both encoded HELLOs (dialer's, acceptor's).
+    pub fn open(addr: SocketAddr, ours: &Hello) -> (TcpStream, Hello, (Vec<u8>, Vec<u8>)) {
         let mut stream = TcpStream::connect(addr).expect("dial the fabric");
         stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        stream.write_all(&ours.encode()).unwrap();
+        let our_bytes = ours.encode();
+        stream.write_all(&our_bytes).unwrap();
         let mut buf = [0u8; HELLO_FRAME_LEN];
         stream.read_exact(&mut buf).expect("the fabric answers with a HELLO");
         let their_hello = Hello::decode(&buf).expect("a valid HELLO");
-        FakePeer { stream, their_hello }
+        let mut proof = [0u8; PROOF_FRAME_LEN];
+        stream.read_exact(&mut proof).expect("the fabric proves the secret");
+        let key = secret().derive(HANDSHAKE_KEY_LABEL);
+        let tag = decode_proof(&proof).expect("a PROOF frame");
+        assert!(
+            handshake::verify(&key, Role::Acceptor, &our_bytes, &buf, tag),
+            "the fabric's proof verifies"
+        );
+        (stream, their_hello, (our_bytes.to_vec(), buf.to_vec()))
     }
 
     /// Asserts that the fabric closes the stream (EOF or reset) within `limit`,
