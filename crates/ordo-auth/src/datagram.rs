@@ -4,13 +4,16 @@
 //! A sealed datagram is the protocol's bytes followed by a 24-byte trailer:
 //! ```text
 //! +-------------------------+---------------------+-------------------------------+
-//! | protocol bytes (header, | counter: u64, big-  | tag: HMAC-SHA-256(K, protocol |
-//! | payload)                | endian              | bytes ‖ counter), first 16 B  |
+//! | protocol bytes (header, | counter: u64, big-  | tag: HMAC-SHA-256(K, context ‖|
+//! | payload)                | endian              | protocol bytes ‖ counter)[..16]|
 //! +-------------------------+---------------------+-------------------------------+
 //! ```
 //! The protocol marks sealed datagrams itself (R2P2: a header flag) and
 //! names the sender inside the MACed bytes (R2P2: the header's client id),
-//! so the sender's identity is authenticated with everything else.
+//! so the sender's identity is authenticated with everything else. The
+//! `context` is not sent: both sides supply it (R2P2 RAFT: the destination
+//! replica's id, length-prefixed), so a datagram sealed for one receiver
+//! does not verify at another.
 //!
 //! # Counters and the replay window
 //! A [`Sealer`]'s counter is strictly increasing: each datagram gets
@@ -83,13 +86,15 @@ impl Sealer {
     }
 
     /// Appends the trailer to `datagram` (the protocol's bytes); returns the
-    /// counter used. `now_unix_ns` is the wall clock.
-    pub fn seal(&mut self, datagram: &mut Vec<u8>, now_unix_ns: u64) -> u64 {
+    /// counter used. `now_unix_ns` is the wall clock; `context` is bound to
+    /// the MAC but not sent (the receiver must supply the same).
+    pub fn seal(&mut self, datagram: &mut Vec<u8>, now_unix_ns: u64, context: &[u8]) -> u64 {
         let counter = (self.last + 1).max(now_unix_ns);
         debug_assert!(counter > self.last, "counters strictly increase");
         self.last = counter;
         let counter_bytes = counter.to_be_bytes();
-        let tag = self.key.tag(&[datagram, &counter_bytes]);
+        let context_len = (context.len() as u32).to_be_bytes();
+        let tag = self.key.tag(&[&context_len, context, datagram, &counter_bytes]);
         datagram.extend_from_slice(&counter_bytes);
         datagram.extend_from_slice(&tag[..TAG_LEN]);
         counter
@@ -171,18 +176,22 @@ pub struct Opener {
     /// Windows of other senders, with the receiver clock of their last use.
     others: HashMap<u64, (ReplayWindow, u64)>,
     max_others: usize,
+    /// Counters must lie within this of the receiver's clock (0: no check).
     max_age_ns: u64,
 }
 
 impl Opener {
-    /// Accepts senders `0..senders` only (replicas), one window each.
-    pub fn for_peers(key: Key, senders: usize) -> Opener {
+    /// Accepts senders `0..senders` only (replicas), one window each; with
+    /// `max_age_ns` > 0, also refuses counters further than that from the
+    /// receiver's clock (what keeps old datagrams out of a window that a
+    /// restart emptied).
+    pub fn for_peers(key: Key, senders: usize, max_age_ns: u64) -> Opener {
         Opener {
             key,
             known: vec![ReplayWindow::default(); senders],
             others: HashMap::new(),
             max_others: 0,
-            max_age_ns: 0,
+            max_age_ns,
         }
     }
 
@@ -202,23 +211,30 @@ impl Opener {
     /// sender id taken from inside the MACed bytes — and records its
     /// counter; returns the protocol bytes' length. A refused datagram
     /// changes nothing.
-    pub fn open(&mut self, sender: u64, datagram: &[u8], now_unix_ns: u64) -> Result<usize, OpenError> {
+    pub fn open(
+        &mut self,
+        sender: u64,
+        datagram: &[u8],
+        now_unix_ns: u64,
+        context: &[u8],
+    ) -> Result<usize, OpenError> {
         let (body, counter, tag) = split_trailer(datagram)?;
         let fixed = !self.known.is_empty() || self.max_others == 0;
         if fixed && sender >= self.known.len() as u64 {
             return Err(OpenError::UnknownSender(sender));
         }
-        if !self.key.verify(&[body, &counter.to_be_bytes()], tag) {
+        let context_len = (context.len() as u32).to_be_bytes();
+        if !self.key.verify(&[&context_len, context, body, &counter.to_be_bytes()], tag) {
             return Err(OpenError::BadTag);
+        }
+        if self.max_age_ns > 0 && counter.abs_diff(now_unix_ns) > self.max_age_ns {
+            return Err(OpenError::Stale { counter, now: now_unix_ns });
         }
         if fixed {
             let window = &mut self.known[sender as usize];
             window.check(counter)?;
             window.record(counter);
             return Ok(body.len());
-        }
-        if counter.abs_diff(now_unix_ns) > self.max_age_ns {
-            return Err(OpenError::Stale { counter, now: now_unix_ns });
         }
         if let Some((window, used)) = self.others.get_mut(&sender) {
             window.check(counter)?;
@@ -253,19 +269,19 @@ mod tests {
 
     fn sealed(sealer: &mut Sealer, body: &[u8], now: u64) -> Vec<u8> {
         let mut d = body.to_vec();
-        sealer.seal(&mut d, now);
+        sealer.seal(&mut d, now, b"to 1");
         d
     }
 
     #[test]
     fn a_sealed_datagram_opens_once() {
         let mut s = Sealer::new(key());
-        let mut o = Opener::for_peers(key(), 3);
+        let mut o = Opener::for_peers(key(), 3, 0);
         let d = sealed(&mut s, b"hello", 1000);
         assert_eq!(d.len(), 5 + TRAILER_LEN);
-        assert_eq!(o.open(1, &d, 0), Ok(5));
-        assert_eq!(o.open(1, &d, 0), Err(OpenError::Replayed(1000)));
-        assert_eq!(o.open(3, &d, 0), Err(OpenError::UnknownSender(3)));
+        assert_eq!(o.open(1, &d, 0, b"to 1"), Ok(5));
+        assert_eq!(o.open(1, &d, 0, b"to 1"), Err(OpenError::Replayed(1000)));
+        assert_eq!(o.open(3, &d, 0, b"to 1"), Err(OpenError::UnknownSender(3)));
     }
 
     #[test]
@@ -275,34 +291,53 @@ mod tests {
         for i in 0..d.len() {
             let mut bad = d.clone();
             bad[i] ^= 0x40;
-            let mut o = Opener::for_peers(key(), 1);
-            assert!(o.open(0, &bad, 0).is_err(), "byte {i}");
-            assert_eq!(o.open(0, &d, 0), Ok(14), "the refusal recorded nothing");
+            let mut o = Opener::for_peers(key(), 1, 0);
+            assert!(o.open(0, &bad, 0, b"to 1").is_err(), "byte {i}");
+            assert_eq!(o.open(0, &d, 0, b"to 1"), Ok(14), "the refusal recorded nothing");
         }
         let other = Secret::from_bytes(b"some other secret!!").unwrap().derive("test datagram");
-        assert_eq!(Opener::for_peers(other, 1).open(0, &d, 0), Err(OpenError::BadTag));
-        assert_eq!(Opener::for_peers(key(), 1).open(0, &d[..10], 0), Err(OpenError::Truncated));
+        assert_eq!(Opener::for_peers(other, 1, 0).open(0, &d, 0, b"to 1"), Err(OpenError::BadTag));
+        assert_eq!(Opener::for_peers(key(), 1, 0).open(0, &d[..10], 0, b"to 1"), Err(OpenError::Truncated));
+    }
+
+    #[test]
+    fn a_datagram_sealed_for_one_receiver_does_not_open_at_another() {
+        let mut s = Sealer::new(key());
+        let d = sealed(&mut s, b"for replica 1", 5);
+        let mut o = Opener::for_peers(key(), 2, 0);
+        assert_eq!(o.open(0, &d, 0, b"to 2"), Err(OpenError::BadTag));
+        assert_eq!(o.open(0, &d, 0, b"to 1"), Ok(13));
+    }
+
+    #[test]
+    fn peer_freshness_keeps_old_datagrams_out_of_an_emptied_window() {
+        let mut s = Sealer::new(key());
+        let old = sealed(&mut s, b"old", 1_000);
+        let mut restarted = Opener::for_peers(key(), 1, 500);
+        assert!(matches!(restarted.open(0, &old, 10_000, b"to 1"), Err(OpenError::Stale { .. })));
+        let fresh = sealed(&mut s, b"new", 9_900);
+        assert!(restarted.open(0, &fresh, 10_000, b"to 1").is_ok());
     }
 
     #[test]
     fn counters_follow_the_clock_and_never_go_back() {
         let mut s = Sealer::new(key());
-        assert_eq!(s.seal(&mut vec![], 100), 100);
-        assert_eq!(s.seal(&mut vec![], 100), 101);
-        assert_eq!(s.seal(&mut vec![], 50), 102, "clock went back");
-        assert_eq!(s.seal(&mut vec![], 5000), 5000);
+        assert_eq!(s.seal(&mut vec![], 100, b""), 100);
+        assert_eq!(s.seal(&mut vec![], 100, b""), 101);
+        assert_eq!(s.seal(&mut vec![], 50, b""), 102, "clock went back");
+        assert_eq!(s.seal(&mut vec![], 5000, b""), 5000);
     }
 
     #[test]
     fn a_restarted_sender_is_accepted_and_its_old_datagrams_are_not() {
-        let mut o = Opener::for_peers(key(), 1);
+        let mut o = Opener::for_peers(key(), 1, 0);
         let mut first = Sealer::new(key());
         let old = sealed(&mut first, b"old", 1_000);
-        assert!(o.open(0, &old, 0).is_ok());
+        assert!(o.open(0, &old, 0, b"to 1").is_ok());
         let mut second = Sealer::new(key()); // later incarnation, later clock
         let new = sealed(&mut second, b"new", 9_000);
-        assert!(o.open(0, &new, 0).is_ok());
-        assert_eq!(o.open(0, &old, 0), Err(OpenError::Replayed(1_000)));
+        assert!(o.open(0, &new, 0, b"to 1").is_ok());
+        assert_eq!(o.open(0, &old, 0, b"to 1"), Err(OpenError::Replayed(1_000)));
     }
 
     #[test]
@@ -313,14 +348,14 @@ mod tests {
         for client in 0..10u64 {
             let mut s = Sealer::new(key());
             let d = sealed(&mut s, &client.to_be_bytes(), now + client);
-            assert!(o.open(client, &d, now + client).is_ok());
+            assert!(o.open(client, &d, now + client, b"to 1").is_ok());
             kept.push(d);
             assert!(o.windows() <= 4);
         }
         // Client 0's window was evicted; its datagram is replayed long after.
-        assert!(matches!(o.open(0, &kept[0], now + 5_000_000), Err(OpenError::Stale { .. })));
+        assert!(matches!(o.open(0, &kept[0], now + 5_000_000, b"to 1"), Err(OpenError::Stale { .. })));
         // Within max_age and still held: refused as a replay.
-        assert_eq!(o.open(9, &kept[9], now + 10), Err(OpenError::Replayed(now + 9)));
+        assert_eq!(o.open(9, &kept[9], now + 10, b"to 1"), Err(OpenError::Replayed(now + 9)));
     }
 
     proptest! {

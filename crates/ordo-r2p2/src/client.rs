@@ -63,6 +63,11 @@ pub struct ClientConfig {
     pub idle: IdleStrategy,
     /// SO_RCVBUF / SO_SNDBUF to ask for; `None` keeps the OS default.
     pub socket_buffer_bytes: Option<usize>,
+    /// The client secret: requests are sealed with its MAC ([`crate::auth`]).
+    pub secret: Option<ordo_auth::Secret>,
+    /// The admin secret: [`Client::admin`] commands are sealed with it
+    /// (servers refuse admin commands without it).
+    pub admin_secret: Option<ordo_auth::Secret>,
 }
 
 impl ClientConfig {
@@ -82,6 +87,8 @@ impl ClientConfig {
             max_in_flight: 4096,
             idle: IdleStrategy::DEFAULT,
             socket_buffer_bytes: Some(4 << 20),
+            secret: None,
+            admin_secret: None,
         }
     }
 }
@@ -165,6 +172,8 @@ pub struct Client {
     recv_buf: Vec<u8>,
     started: Instant,
     stats: ClientStats,
+    request_sealer: Option<ordo_auth::Sealer>,
+    admin_sealer: Option<ordo_auth::Sealer>,
 }
 
 const SOCKET: Token = Token(0);
@@ -198,6 +207,14 @@ impl Client {
             next_lb: 0,
             earliest_deadline: None,
             scratch: Vec::with_capacity(MAX_DATAGRAM),
+            request_sealer: config
+                .secret
+                .as_ref()
+                .map(|s| ordo_auth::Sealer::new(s.derive(crate::auth::CLIENT_LABEL))),
+            admin_sealer: config
+                .admin_secret
+                .as_ref()
+                .map(|s| ordo_auth::Sealer::new(s.derive(crate::auth::ADMIN_LABEL))),
             recv_buf: vec![0u8; MAX_DATAGRAM + 1],
             started: Instant::now(),
             stats: ClientStats::default(),
@@ -490,10 +507,15 @@ impl Client {
 
     fn transmit(&mut self, id: RequestId, pending: &Pending) -> Result<(), CallError> {
         let to = self.config.servers[pending.target];
+        let mut sealer = match pending.message_type {
+            MessageType::Admin => self.admin_sealer.as_mut(),
+            MessageType::Request => self.request_sealer.as_mut(),
+            _ => None,
+        };
         let header = Header {
             message_type: pending.message_type,
             policy: pending.policy,
-            flags: 0,
+            flags: if sealer.is_some() { crate::header::FLAG_AUTH } else { 0 },
             packet_id: 0,
             packet_count: 1,
             client_id: self.client_id,
@@ -510,6 +532,9 @@ impl Client {
             self.config.reassembly.max_packets,
             &mut self.scratch,
             |datagram| {
+                if let Some(sealer) = sealer.as_mut() {
+                    sealer.seal(datagram, crate::auth::unix_now_ns(), &[]);
+                }
                 if error.is_none()
                     && let Err(e) = send_datagram(socket, datagram, to)
                 {

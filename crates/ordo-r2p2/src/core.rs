@@ -24,15 +24,22 @@
 //! - A handler's answer to a replicated request is shown to the hook
 //!   ([`Replication::on_response`]) before it is sent or, on a follower,
 //!   dropped and counted; the hook sees answers in the order it applied.
-//! - RAFT messages are accepted only from an address in `peers`.
+//! - RAFT messages are accepted only from an address in `peers` and, with
+//!   a cluster secret, only with a valid MAC from another replica's id;
+//!   admin commands only with the admin secret's MAC; requests with the
+//!   client secret's MAC where that is required ([`crate::auth`]). Every
+//!   datagram is checked before reassembly, and RAFT and client traffic are
+//!   reassembled apart, so no client can push out a replica's partial
+//!   message.
 //! - Every datagram or message discarded increments one named counter of
 //!   [`Stats`]; bad input never panics the core.
 //! - Every answer carries the leader hint (the hook's, unless the answer
 //!   names its own), so clients reach the leader in one hop.
 
 use crate::Handler;
+use crate::auth::{AuthConfig, Refusal, ServerAuth};
 use crate::handler::{Job, JobKind, NO_CLIENT, Outgoing, RemoteResponder, Responder, ResponseHandle, Sink};
-use crate::header::{self, ErrorCode, FLAG_LEADER_HINT, Header, MessageType, Policy};
+use crate::header::{self, ErrorCode, FLAG_AUTH, FLAG_LEADER_HINT, Header, MessageType, Policy};
 use crate::reassembly::{self, Message, Reassembler, ReassemblyConfig};
 use crate::replication::{ClientRef, ReplicatedRequest, Replication, ReplicationAction, ReplicationOutput};
 use crate::stats::{Counters, Stats};
@@ -56,6 +63,11 @@ pub struct CoreConfig {
     pub reassembly: ReassemblyConfig,
     /// Period of [`Replication::tick`] and of reassembly expiry.
     pub tick_interval: Duration,
+    /// Secrets and what must be authenticated ([`crate::auth`]).
+    pub auth: AuthConfig,
+    /// The wall clock (ns since the Unix epoch) that MAC counters follow;
+    /// `None` uses the `now_ns` the caller passes (the simulation's time).
+    pub wall_clock: Option<fn() -> u64>,
 }
 
 /// Answers a [`RemoteResponder`] queue holds by default.
@@ -131,7 +143,11 @@ impl Executor for InlineExecutor {
 /// The server's logic for one replica (see the module docs).
 pub struct ServerCore<R: Replication = Box<dyn Replication>> {
     config: CoreConfig,
+    /// Client traffic (requests, admin commands).
     reassembler: Reassembler,
+    /// Replica traffic (RAFT), kept apart from clients'.
+    peer_reassembler: Reassembler,
+    auth: ServerAuth,
     hook: Option<R>,
     hook_out: ReplicationOutput,
     /// Committed jobs the executor's ordered lane had no room for yet.
@@ -140,6 +156,8 @@ pub struct ServerCore<R: Replication = Box<dyn Replication>> {
     scratch: Vec<u8>,
     peer_sequence: u32,
     next_tick_ns: u64,
+    /// The latest `now_ns` the caller passed.
+    now_ns: u64,
     counters: Arc<Counters>,
 }
 
@@ -151,6 +169,8 @@ impl<R: Replication> ServerCore<R> {
         assert!(config.reassembly.max_packets > 0, "reassembly bounds are positive");
         ServerCore {
             reassembler: Reassembler::new(config.reassembly),
+            peer_reassembler: Reassembler::new(config.reassembly),
+            auth: ServerAuth::new(&config.auth, config.peers.len(), config.node_id),
             config,
             hook,
             hook_out: ReplicationOutput::default(),
@@ -159,6 +179,7 @@ impl<R: Replication> ServerCore<R> {
             scratch: Vec::with_capacity(header::MAX_DATAGRAM),
             peer_sequence: 0,
             next_tick_ns: 0,
+            now_ns: 0,
             counters: Arc::new(Counters::default()),
         }
     }
@@ -207,9 +228,22 @@ impl<R: Replication> ServerCore<R> {
         exec: &mut impl Executor,
         net: &mut impl Transport,
     ) -> usize {
+        self.now_ns = self.now_ns.max(now_ns);
         Counters::bump(&self.counters.datagrams_received);
         let message = match header::decode(datagram, self.config.reassembly.max_packets) {
-            Ok((header, payload)) => self.reassembler.on_packet(from, &header, payload, now_ns),
+            Ok((header, payload)) => {
+                let wall = self.config.wall_clock.map_or(now_ns, |clock| clock());
+                match self.auth.check(&header, datagram, wall) {
+                    Ok(()) if header.message_type == MessageType::Raft => {
+                        self.peer_reassembler.on_packet(from, &header, payload, now_ns)
+                    }
+                    Ok(()) => self.reassembler.on_packet(from, &header, payload, now_ns),
+                    Err(refusal) => {
+                        self.on_refused(from, &header, refusal);
+                        None
+                    }
+                }
+            }
             Err(e) => {
                 self.counters.on_decode_error(&e);
                 None
@@ -221,8 +255,30 @@ impl<R: Replication> ServerCore<R> {
         1
     }
 
+    /// A datagram failed authentication: counted, and a client's first
+    /// datagram of a message answered with ERROR `Unauthorized` (RAFT
+    /// datagrams are dropped silently).
+    fn on_refused(&mut self, from: SocketAddr, header: &Header, refusal: Refusal) {
+        let counter = match refusal {
+            Refusal::Missing | Refusal::AdminDisabled => &self.counters.drop_unauthenticated,
+            Refusal::BadMac => &self.counters.drop_bad_mac,
+            Refusal::Replayed => &self.counters.drop_replayed,
+        };
+        Counters::bump(counter);
+        if header.message_type != MessageType::Raft && header.packet_id == 0 {
+            let client = ClientRef { addr: from, client_id: header.client_id, request_id: header.request_id };
+            self.outgoing.push(Outgoing::error(
+                client,
+                header.policy,
+                ErrorCode::Unauthorized,
+                refusal.reason(),
+            ));
+        }
+    }
+
     /// The periodic work, when due: reassembly expiry and the hook's tick.
     pub fn on_timers(&mut self, now_ns: u64, exec: &mut impl Executor, net: &mut impl Transport) -> usize {
+        self.now_ns = self.now_ns.max(now_ns);
         if now_ns < self.next_tick_ns {
             return 0;
         }
@@ -230,6 +286,9 @@ impl<R: Replication> ServerCore<R> {
         self.next_tick_ns = now_ns + tick_ns;
         if self.reassembler.partial_count() > 0 {
             self.reassembler.expire(now_ns);
+        }
+        if self.peer_reassembler.partial_count() > 0 {
+            self.peer_reassembler.expire(now_ns);
         }
         match self.hook.as_mut() {
             Some(hook) => {
@@ -244,6 +303,7 @@ impl<R: Replication> ServerCore<R> {
     /// jobs move to the executor in order, the executor's answers are
     /// collected, and every answer is shown to the hook and sent.
     pub fn end_turn(&mut self, now_ns: u64, exec: &mut impl Executor, net: &mut impl Transport) -> usize {
+        self.now_ns = self.now_ns.max(now_ns);
         let mut work = 0;
         if let Some(hook) = self.hook.as_mut() {
             hook.flush(now_ns, &mut self.hook_out);
@@ -252,7 +312,7 @@ impl<R: Replication> ServerCore<R> {
         work += self.flush_backlog(exec);
         work += exec.collect_answers(&mut self.outgoing);
         work += self.send_outgoing(exec, net);
-        self.counters.mirror_reassembly(&self.reassembler.stats());
+        self.counters.mirror_reassembly(&self.reassembler.stats().plus(&self.peer_reassembler.stats()));
         work
     }
 
@@ -295,6 +355,11 @@ impl<R: Replication> ServerCore<R> {
                     Counters::bump(&self.counters.drop_unknown_peer);
                     return;
                 };
+                if self.auth.seals_raft() && message.client_id != from as u64 {
+                    // Authenticated as one replica, sent from another's address.
+                    Counters::bump(&self.counters.drop_unknown_peer);
+                    return;
+                }
                 Counters::bump(&self.counters.peer_messages_received);
                 hook.on_peer_message(from, &message.payload, now_ns, &mut self.hook_out);
                 self.execute_hook_actions(exec, net);
@@ -462,7 +527,7 @@ impl<R: Replication> ServerCore<R> {
             // Counted before the send so that an answer is never observed by
             // its client before it is counted (tests and monitors rely on it).
             Counters::bump(counter);
-            self.send_message(&header, &item.payload, item.to, net);
+            self.send_message(&header, &item.payload, item.to, None, net);
         }
         debug_assert!(self.outgoing.is_empty(), "nothing queues answers while they are sent");
         self.outgoing = outgoing;
@@ -481,7 +546,7 @@ impl<R: Replication> ServerCore<R> {
         let header = Header {
             message_type: MessageType::Raft,
             policy: Policy::FixedRoute,
-            flags: 0,
+            flags: if self.auth.seals_raft() { FLAG_AUTH } else { 0 },
             packet_id: 0,
             packet_count: 1,
             client_id: self.config.node_id,
@@ -490,18 +555,28 @@ impl<R: Replication> ServerCore<R> {
             payload_len: 0,
         };
         Counters::bump(&self.counters.peer_messages_sent);
-        self.send_message(&header, message, to, net);
+        self.send_message(&header, message, to, Some(peer as u64), net);
     }
 
-    /// Splits and sends one message; false if it was dropped.
+    /// The wall clock for MAC counters.
+    fn wall_ns(&self) -> u64 {
+        self.config.wall_clock.map_or(self.now_ns, |clock| clock())
+    }
+
+    /// Splits and sends one message (a RAFT one sealed for replica
+    /// `to_replica` when the header says so); false if it was dropped.
     fn send_message(
         &mut self,
         header: &Header,
         payload: &[u8],
         to: SocketAddr,
+        to_replica: Option<u64>,
         net: &mut impl Transport,
     ) -> bool {
+        let wall = self.wall_ns();
         let counters = &self.counters;
+        let auth = &mut self.auth;
+        let seal = header.flags & FLAG_AUTH != 0;
         let mut all_sent = true;
         let split = reassembly::split(
             header,
@@ -509,12 +584,17 @@ impl<R: Replication> ServerCore<R> {
             self.config.mtu_payload,
             self.config.reassembly.max_packets,
             &mut self.scratch,
-            |datagram| match net.send_datagram(to, datagram) {
-                Ok(()) => Counters::bump(&counters.datagrams_sent),
-                Err(e) => {
-                    tracing::debug!(error = %e, %to, "r2p2 send failed");
-                    Counters::bump(&counters.drop_send_failed);
-                    all_sent = false;
+            |datagram| {
+                if seal && let Some(replica) = to_replica {
+                    auth.seal_raft(datagram, wall, replica);
+                }
+                match net.send_datagram(to, datagram) {
+                    Ok(()) => Counters::bump(&counters.datagrams_sent),
+                    Err(e) => {
+                        tracing::debug!(error = %e, %to, "r2p2 send failed");
+                        Counters::bump(&counters.drop_send_failed);
+                        all_sent = false;
+                    }
                 }
             },
         );

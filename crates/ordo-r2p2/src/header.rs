@@ -2,7 +2,8 @@
 //!
 //! # Invariants
 //! - Every datagram is `HEADER_SIZE` header bytes followed by exactly
-//!   `payload_len` payload bytes; anything else is rejected by [`decode`].
+//!   `payload_len` payload bytes (and, with `FLAG_AUTH`, exactly one
+//!   authentication trailer); anything else is rejected by [`decode`].
 //! - `(client_id, request_id)` names one request for its whole life: every
 //!   retry, every datagram of it, its response, its REDIRECT and its ERROR
 //!   reply carry the same pair. Duplicate detection (client side: stale or
@@ -27,7 +28,10 @@
 //!  +---------------------+------------+-------------+-------------+
 //! ```
 //! Flags: `FIRST = 0x80`, `LAST = 0x40`, `LEADER_HINT = 0x20` (the
-//! `leader_hint` field is meaningful); the other bits must be zero.
+//! `leader_hint` field is meaningful), `AUTH = 0x10` (the datagram ends in
+//! a 24-byte authentication trailer after the payload: a counter and a MAC
+//! over every byte before it, see [`crate::auth`]); the other bits must be
+//! zero.
 //!
 //! # Divergences from R2P2 (ATC'19 / epfl-dcsl/r2p2), and why
 //! - R2P2's header is 8 bytes with a 16-bit request id that is unique only
@@ -64,7 +68,10 @@ pub const FLAG_FIRST: u8 = 0x80;
 pub const FLAG_LAST: u8 = 0x40;
 /// Flag: the `leader_hint` field names the current leader replica.
 pub const FLAG_LEADER_HINT: u8 = 0x20;
-const KNOWN_FLAGS: u8 = FLAG_FIRST | FLAG_LAST | FLAG_LEADER_HINT;
+/// Flag: an authentication trailer ([`ordo_auth::TRAILER_LEN`] bytes)
+/// follows the payload.
+pub const FLAG_AUTH: u8 = 0x10;
+const KNOWN_FLAGS: u8 = FLAG_FIRST | FLAG_LAST | FLAG_LEADER_HINT | FLAG_AUTH;
 
 /// What a message is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -140,6 +147,10 @@ pub enum ErrorCode {
     Overloaded = 2,
     /// The replication hook refused the request (e.g. no leader known).
     Rejected = 3,
+    /// The request lacks the credential its type needs (an admin command
+    /// without the admin secret's MAC, a request without the client MAC
+    /// where one is required), or its MAC does not verify; nothing was done.
+    Unauthorized = 4,
     /// A code this build does not know.
     Unknown = 255,
 }
@@ -151,6 +162,7 @@ impl ErrorCode {
             1 => Self::NotReplicated,
             2 => Self::Overloaded,
             3 => Self::Rejected,
+            4 => Self::Unauthorized,
             _ => Self::Unknown,
         }
     }
@@ -268,7 +280,7 @@ impl DecodeError {
 pub fn encode(header: &Header, out: &mut [u8]) {
     assert!(out.len() >= HEADER_SIZE, "header buffer too small");
     assert!(header.packet_count > 0 && header.packet_id < header.packet_count, "invalid packet numbering");
-    let mut flags = header.flags & FLAG_LEADER_HINT;
+    let mut flags = header.flags & (FLAG_LEADER_HINT | FLAG_AUTH);
     if header.packet_id == 0 {
         flags |= FLAG_FIRST;
     }
@@ -326,7 +338,8 @@ pub fn decode(datagram: &[u8], max_packets: u16) -> Result<(Header, &[u8]), Deco
     let mut request_id = [0u8; 4];
     request_id.copy_from_slice(&datagram[16..20]);
     let payload_len = u16_at(22);
-    let need = HEADER_SIZE + payload_len as usize;
+    let trailer = if flags & FLAG_AUTH != 0 { ordo_auth::TRAILER_LEN } else { 0 };
+    let need = HEADER_SIZE + payload_len as usize + trailer;
     if datagram.len() < need {
         return Err(DecodeError::Truncated { len: datagram.len(), need });
     }
@@ -344,7 +357,7 @@ pub fn decode(datagram: &[u8], max_packets: u16) -> Result<(Header, &[u8]), Deco
         leader_hint: u16_at(20),
         payload_len,
     };
-    Ok((header, &datagram[HEADER_SIZE..]))
+    Ok((header, &datagram[HEADER_SIZE..HEADER_SIZE + payload_len as usize]))
 }
 
 #[cfg(test)]

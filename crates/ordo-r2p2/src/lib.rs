@@ -56,6 +56,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod client;
 pub mod core;
 pub mod disk;
@@ -69,6 +70,7 @@ pub mod replication;
 pub mod server;
 mod stats;
 
+pub use auth::AuthConfig;
 pub use client::{CallError, Client, ClientConfig, ClientStats, RequestId};
 pub use core::{CoreConfig, Executor, InlineExecutor, ServerCore, Transport};
 pub use header::{DecodeError, ErrorCode, Header, MessageType, Policy};

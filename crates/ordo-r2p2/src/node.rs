@@ -115,6 +115,11 @@ pub struct NodeOptions {
     /// all). Later peers start outside the membership, as spares that
     /// `add-learner` / `promote` admin commands bring in.
     pub initial_voters: Option<usize>,
+    /// Secrets: the cluster secret seals RAFT datagrams, the admin secret
+    /// admin commands, the client secret requests ([`crate::auth`]). The
+    /// default has none: replica traffic is trusted by address and admin
+    /// commands are refused.
+    pub auth: crate::auth::AuthConfig,
 }
 
 impl NodeOptions {
@@ -131,6 +136,7 @@ impl NodeOptions {
             snapshot_interval: 10_000,
             idle: IdleStrategy::DEFAULT,
             initial_voters: None,
+            auth: crate::auth::AuthConfig::default(),
         }
     }
 }
@@ -174,8 +180,15 @@ pub fn start_node(opts: &NodeOptions) -> io::Result<RunningNode> {
         worker_idle: opts.idle,
         peers: if opts.replicated { opts.peers.clone() } else { Vec::new() },
         node_id: opts.id as u64,
+        auth: opts.auth.clone(),
         ..ServerConfig::default()
     };
+    if opts.replicated && opts.peers.len() > 1 && opts.auth.cluster.is_none() {
+        tracing::warn!(
+            id = opts.id,
+            "R3P2 replica without a cluster secret: anyone who can send it UDP datagrams from a replica's address can change its log"
+        );
+    }
     match opts.service {
         ServiceKind::Kv => start_typed(opts, config, KvService::new()),
         ServiceKind::Spin { micros } => start_typed(opts, config, SpinService::new(micros)),

@@ -7,6 +7,15 @@
 //! - Bounded memory, whatever peers claim: at most `max_partial_messages`
 //!   incomplete messages are held, each with at most `max_packets` fragment
 //!   slots (the decode bound) and at most `max_message_bytes` payload bytes.
+//! - **Bounded per source.** A partial message is charged its slot table
+//!   and the bytes it holds to its source address (ip:port); one source
+//!   holds at most `max_partials_per_source` partial messages and
+//!   `max_partial_bytes_per_source` charged bytes, and all sources together
+//!   at most `max_partial_bytes`. Beyond a source's budget that source's
+//!   oldest partial goes (counted in `source_budget_drops`), beyond the
+//!   global bounds the oldest of all (`evicted_partials`): a stranger's
+//!   never-finished fragments cannot hold memory past its budget, nor push
+//!   out more than the oldest partials of others.
 //!   Fragment storage grows only with bytes actually received, so a header
 //!   that lies about sizes costs at most one slot table of `packet_count`
 //!   (≤ `max_packets`) empty entries.
@@ -32,6 +41,13 @@ pub struct ReassemblyConfig {
     pub max_packets: u16,
     /// An incomplete message older than this is dropped by `expire`.
     pub timeout_ns: u64,
+    /// Most incomplete messages one source address holds.
+    pub max_partials_per_source: usize,
+    /// Most bytes (slot tables and fragments) one source's incomplete
+    /// messages are charged.
+    pub max_partial_bytes_per_source: usize,
+    /// Most bytes all incomplete messages are charged together.
+    pub max_partial_bytes: usize,
 }
 
 impl Default for ReassemblyConfig {
@@ -41,6 +57,9 @@ impl Default for ReassemblyConfig {
             max_partial_messages: 1024,
             max_packets: 1024,
             timeout_ns: 500_000_000,
+            max_partials_per_source: 16,
+            max_partial_bytes_per_source: 2 << 20,
+            max_partial_bytes: 64 << 20,
         }
     }
 }
@@ -95,6 +114,31 @@ pub struct ReassemblyStats {
     pub evicted_partials: u64,
     /// Partial messages dropped by `expire` after `timeout_ns`.
     pub timed_out_partials: u64,
+    /// Partial messages dropped because their source was over its budget.
+    pub source_budget_drops: u64,
+}
+
+impl ReassemblyStats {
+    /// The sum of two reassemblers' counters.
+    pub fn plus(&self, o: &ReassemblyStats) -> ReassemblyStats {
+        ReassemblyStats {
+            packets: self.packets + o.packets,
+            messages: self.messages + o.messages,
+            duplicate_packets: self.duplicate_packets + o.duplicate_packets,
+            inconsistent_drops: self.inconsistent_drops + o.inconsistent_drops,
+            too_large_drops: self.too_large_drops + o.too_large_drops,
+            evicted_partials: self.evicted_partials + o.evicted_partials,
+            timed_out_partials: self.timed_out_partials + o.timed_out_partials,
+            source_budget_drops: self.source_budget_drops + o.source_budget_drops,
+        }
+    }
+}
+
+/// What one source's incomplete messages hold.
+#[derive(Clone, Copy, Debug, Default)]
+struct SourceUse {
+    partials: usize,
+    bytes: usize,
 }
 
 struct Partial {
@@ -113,20 +157,33 @@ struct Partial {
 pub struct Reassembler {
     config: ReassemblyConfig,
     partials: HashMap<MessageKey, Partial>,
+    sources: HashMap<SocketAddr, SourceUse>,
+    charged_bytes: usize,
     next_seq: u64,
     stats: ReassemblyStats,
+}
+
+/// Bytes a partial message is charged: its slot table and its fragments.
+fn charge(packet_count: u16, bytes: usize) -> usize {
+    packet_count as usize * std::mem::size_of::<Option<Vec<u8>>>() + bytes
 }
 
 impl Reassembler {
     /// An empty reassembler with these bounds.
     pub fn new(config: ReassemblyConfig) -> Self {
         assert!(
-            config.max_partial_messages > 0 && config.max_packets > 0,
+            config.max_partial_messages > 0
+                && config.max_packets > 0
+                && config.max_partials_per_source > 0
+                && config.max_partial_bytes_per_source > 0
+                && config.max_partial_bytes > 0,
             "reassembly bounds must be positive"
         );
         Reassembler {
             config,
             partials: HashMap::with_capacity(config.max_partial_messages.min(4096)),
+            sources: HashMap::new(),
+            charged_bytes: 0,
             next_seq: 0,
             stats: ReassemblyStats::default(),
         }
@@ -145,6 +202,84 @@ impl Reassembler {
     /// Incomplete messages currently held.
     pub fn partial_count(&self) -> usize {
         self.partials.len()
+    }
+
+    /// Bytes charged to incomplete messages (slot tables and fragments):
+    /// all of them, and those of `source`.
+    pub fn charged_bytes(&self, source: Option<SocketAddr>) -> usize {
+        match source {
+            None => self.charged_bytes,
+            Some(s) => self.sources.get(&s).map_or(0, |u| u.bytes),
+        }
+    }
+
+    /// Incomplete messages held for `source`.
+    pub fn partials_of(&self, source: SocketAddr) -> usize {
+        self.sources.get(&source).map_or(0, |u| u.partials)
+    }
+
+    fn uncharge(&mut self, key: &MessageKey) -> Option<Partial> {
+        let partial = self.partials.remove(key)?;
+        let c = charge(partial.packet_count, partial.bytes);
+        self.charged_bytes -= c;
+        if let Some(u) = self.sources.get_mut(&key.from) {
+            u.partials -= 1;
+            u.bytes -= c;
+            if u.partials == 0 {
+                debug_assert_eq!(u.bytes, 0);
+                self.sources.remove(&key.from);
+            }
+        }
+        Some(partial)
+    }
+
+    fn add_bytes(&mut self, key: &MessageKey, bytes: usize) {
+        self.charged_bytes += bytes;
+        self.sources.get_mut(&key.from).expect("a held partial's source is charged").bytes += bytes;
+        self.partials.get_mut(key).expect("held").bytes += bytes;
+    }
+
+    /// The oldest partial of `source` (or of all), except `keep`.
+    fn oldest(&self, source: Option<SocketAddr>, keep: Option<&MessageKey>) -> Option<MessageKey> {
+        self.partials
+            .iter()
+            .filter(|(k, _)| source.is_none_or(|s| k.from == s) && Some(*k) != keep)
+            .min_by_key(|(_, p)| p.seq)
+            .map(|(k, _)| *k)
+    }
+
+    /// Makes room for `extra` charged bytes (and, `new_partial`, one more
+    /// partial) for `key`'s source and in all, evicting oldest-first;
+    /// false if even that cannot make room (then `key`'s own partial must go).
+    fn make_room(&mut self, key: &MessageKey, extra: usize, new_partial: bool) -> bool {
+        let c = self.config;
+        loop {
+            let u = self.sources.get(&key.from).copied().unwrap_or_default();
+            let over_count = new_partial && u.partials >= c.max_partials_per_source;
+            if !over_count && u.bytes + extra <= c.max_partial_bytes_per_source {
+                break;
+            }
+            match self.oldest(Some(key.from), Some(key)) {
+                Some(victim) => {
+                    self.uncharge(&victim);
+                    self.stats.source_budget_drops += 1;
+                }
+                None => return false,
+            }
+        }
+        loop {
+            let over_count = new_partial && self.partials.len() >= c.max_partial_messages;
+            if !over_count && self.charged_bytes + extra <= c.max_partial_bytes {
+                return true;
+            }
+            match self.oldest(None, Some(key)) {
+                Some(victim) => {
+                    self.uncharge(&victim);
+                    self.stats.evicted_partials += 1;
+                }
+                None => return false,
+            }
+        }
     }
 
     /// Offers one decoded datagram; returns the message it completes, if any.
@@ -190,8 +325,10 @@ impl Reassembler {
                 self.stats.too_large_drops += 1;
                 return None;
             }
-            if self.partials.len() >= self.config.max_partial_messages {
-                self.evict_oldest();
+            let table = charge(header.packet_count, 0);
+            if !self.make_room(&key, table, true) {
+                self.stats.source_budget_drops += 1;
+                return None;
             }
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -208,25 +345,34 @@ impl Reassembler {
                     leader_hint: None,
                 },
             );
+            self.charged_bytes += table;
+            let u = self.sources.entry(from).or_default();
+            u.partials += 1;
+            u.bytes += table;
         }
         let partial = self.partials.get_mut(&key).expect("inserted above");
         if partial.packet_count != header.packet_count || partial.policy != header.policy {
-            self.partials.remove(&key);
+            self.uncharge(&key);
             self.stats.inconsistent_drops += 1;
             return None;
         }
-        let slot = &mut partial.fragments[header.packet_id as usize];
-        if slot.is_some() {
+        if partial.fragments[header.packet_id as usize].is_some() {
             self.stats.duplicate_packets += 1;
             return None;
         }
         if partial.bytes + payload.len() > self.config.max_message_bytes {
-            self.partials.remove(&key);
+            self.uncharge(&key);
             self.stats.too_large_drops += 1;
             return None;
         }
-        *slot = Some(payload.to_vec());
-        partial.bytes += payload.len();
+        if !self.make_room(&key, payload.len(), false) {
+            self.uncharge(&key);
+            self.stats.source_budget_drops += 1;
+            return None;
+        }
+        self.add_bytes(&key, payload.len());
+        let partial = self.partials.get_mut(&key).expect("held");
+        partial.fragments[header.packet_id as usize] = Some(payload.to_vec());
         partial.received += 1;
         if header.packet_id == header.packet_count - 1 {
             partial.leader_hint = header.leader();
@@ -234,7 +380,7 @@ impl Reassembler {
         if partial.received < partial.packet_count {
             return None;
         }
-        let partial = self.partials.remove(&key).expect("present");
+        let partial = self.uncharge(&key).expect("present");
         let mut payload = Vec::with_capacity(partial.bytes);
         for fragment in partial.fragments {
             payload.extend_from_slice(&fragment.expect("all fragments received"));
@@ -255,20 +401,22 @@ impl Reassembler {
     /// returns how many.
     pub fn expire(&mut self, now_ns: u64) -> usize {
         let timeout_ns = self.config.timeout_ns;
-        let before = self.partials.len();
-        self.partials.retain(|_, p| now_ns.saturating_sub(p.first_seen_ns) < timeout_ns);
-        let expired = before - self.partials.len();
-        self.stats.timed_out_partials += expired as u64;
-        expired
-    }
-
-    fn evict_oldest(&mut self) {
-        // O(n) over at most max_partial_messages entries; eviction only
-        // happens under attack or heavy loss, never on the fast path.
-        if let Some(key) = self.partials.iter().min_by_key(|(_, p)| p.seq).map(|(k, _)| *k) {
-            self.partials.remove(&key);
-            self.stats.evicted_partials += 1;
+        let expired: Vec<MessageKey> = self
+            .partials
+            .iter()
+            .filter(|(_, p)| now_ns.saturating_sub(p.first_seen_ns) >= timeout_ns)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in &expired {
+            self.uncharge(key);
         }
+        self.stats.timed_out_partials += expired.len() as u64;
+        if self.partials.is_empty() {
+            // Give back what a burst grew the tables to.
+            self.partials.shrink_to(self.config.max_partial_messages.min(64));
+            self.sources.shrink_to(64);
+        }
+        expired.len()
     }
 }
 
@@ -293,15 +441,16 @@ pub struct TooLarge {
 
 /// Splits `payload` into datagrams of at most `mtu_payload` payload bytes,
 /// each with a copy of `template` (its packet id/count/payload_len are set
-/// here), and calls `emit` with each encoded datagram in order. `scratch` is
-/// reused between datagrams.
+/// here), and calls `emit` with each encoded datagram in order (which may
+/// append to it: an authentication trailer). `scratch` is reused between
+/// datagrams.
 pub fn split(
     template: &Header,
     payload: &[u8],
     mtu_payload: usize,
     max_packets: u16,
     scratch: &mut Vec<u8>,
-    mut emit: impl FnMut(&[u8]),
+    mut emit: impl FnMut(&mut Vec<u8>),
 ) -> Result<(), TooLarge> {
     let mtu_payload = mtu_payload.min(header::MAX_DATAGRAM - HEADER_SIZE).min(u16::MAX as usize);
     let packets = packet_count_for(payload.len(), mtu_payload);
@@ -361,6 +510,7 @@ mod tests {
             max_partial_messages: 2,
             max_packets: 64,
             timeout_ns: 100,
+            ..ReassemblyConfig::default()
         }
     }
 
@@ -468,21 +618,59 @@ mod tests {
             packets in proptest::collection::vec(
                 (0u16..4, 0u32..6, 1u16..8, 0u16..8, 0usize..300, 0u64..50), 0..200),
         ) {
-            let mut r = Reassembler::new(config());
+            let bounds = ReassemblyConfig {
+                max_partial_messages: 6,
+                max_partials_per_source: 2,
+                max_partial_bytes_per_source: 700,
+                max_partial_bytes: 1500,
+                ..config()
+            };
+            let mut r = Reassembler::new(bounds);
             let mut now = 0;
             for (source, request_id, count, id_seed, len, step) in packets {
                 now += step;
                 let header = Header { packet_id: id_seed % count, packet_count: count, payload_len: len as u16,
                     ..template(request_id) };
                 if let Some(m) = r.on_packet(addr(source), &header, &vec![1u8; len], now) {
-                    proptest::prop_assert!(m.payload.len() <= config().max_message_bytes);
+                    proptest::prop_assert!(m.payload.len() <= bounds.max_message_bytes);
                 }
                 if step == 0 {
                     r.expire(now);
                 }
-                proptest::prop_assert!(r.partial_count() <= config().max_partial_messages);
+                proptest::prop_assert!(r.partial_count() <= bounds.max_partial_messages);
+                proptest::prop_assert!(r.charged_bytes(None) <= bounds.max_partial_bytes);
+                for s in 0..4 {
+                    proptest::prop_assert!(r.partials_of(addr(s)) <= bounds.max_partials_per_source);
+                    proptest::prop_assert!(r.charged_bytes(Some(addr(s))) <= bounds.max_partial_bytes_per_source);
+                }
+                let sum: usize = (0..4).map(|s| r.charged_bytes(Some(addr(s)))).sum();
+                proptest::prop_assert_eq!(sum, r.charged_bytes(None));
             }
         }
+    }
+
+    #[test]
+    fn one_source_flooding_fragments_holds_only_its_budget_and_others_complete() {
+        let config = ReassemblyConfig { max_partial_messages: 1024, ..ReassemblyConfig::default() };
+        let mut r = Reassembler::new(config);
+        let flooder = addr(1);
+        for request_id in 0..1333u32 {
+            let header =
+                Header { packet_id: 0, packet_count: 1024, payload_len: 100, ..template(request_id) };
+            assert!(r.on_packet(flooder, &header, &[0; 100], 0).is_none());
+            assert!(r.partials_of(flooder) <= config.max_partials_per_source);
+            assert!(r.charged_bytes(Some(flooder)) <= config.max_partial_bytes_per_source);
+        }
+        assert_eq!(r.stats().source_budget_drops, 1333 - config.max_partials_per_source as u64);
+        assert_eq!(r.stats().evicted_partials, 0, "no one else's partial was pushed out");
+        // An honest client's two-datagram message completes meanwhile.
+        let honest = datagrams(7, &[5; 30], 20);
+        assert!(offer(&mut r, 2, &honest[0], 1).is_none());
+        let m = offer(&mut r, 2, &honest[1], 1).expect("completes");
+        assert_eq!(m.payload, vec![5; 30]);
+        // Expiry gives the flooder's memory back.
+        r.expire(config.timeout_ns + 1);
+        assert_eq!((r.partial_count(), r.charged_bytes(None)), (0, 0));
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub struct ServerConfig {
     /// SO_RCVBUF / SO_SNDBUF to ask for (the kernel caps it at
     /// `net.core.rmem_max` / `wmem_max`); `None` keeps the OS default.
     pub socket_buffer_bytes: Option<usize>,
+    /// Secrets and what must be authenticated ([`crate::auth`]).
+    pub auth: crate::auth::AuthConfig,
 }
 
 impl ServerConfig {
@@ -107,6 +109,8 @@ impl ServerConfig {
             mtu_payload: self.mtu_payload,
             reassembly: self.reassembly,
             tick_interval: self.tick_interval,
+            auth: self.auth.clone(),
+            wall_clock: Some(crate::auth::unix_now_ns),
         }
     }
 }
@@ -127,6 +131,7 @@ impl Default for ServerConfig {
             tick_interval: Duration::from_millis(1),
             recv_batch: 64,
             socket_buffer_bytes: Some(4 << 20),
+            auth: crate::auth::AuthConfig::default(),
         }
     }
 }

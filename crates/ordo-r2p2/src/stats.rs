@@ -90,6 +90,16 @@ counters! {
     /// RAFT messages from an address not in `peers`, or actions naming an
     /// unknown peer.
     drop_unknown_peer,
+    /// Drop: a datagram without the MAC its type requires (RAFT with a
+    /// cluster secret, Admin always, requests when client MACs are required).
+    drop_unauthenticated,
+    /// Drop: a MAC that does not verify (forged, corrupted, wrong secret).
+    drop_bad_mac,
+    /// Drop: a MAC'd datagram whose counter was seen before or is stale.
+    drop_replayed,
+    /// Drop: a partial message evicted because its source held its
+    /// per-source budget of partial messages or bytes.
+    drop_source_budget,
     /// Handler answers to `respond: false` requests (followers, r3p2 §3.3).
     drop_follower_responses,
     /// Answers too large to split within `max_packets`.
@@ -112,6 +122,10 @@ impl Stats {
             + self.drop_queue_full
             + self.drop_unexpected_type
             + self.drop_unknown_peer
+            + self.drop_unauthenticated
+            + self.drop_bad_mac
+            + self.drop_replayed
+            + self.drop_source_budget
             + self.drop_follower_responses
             + self.drop_response_too_large
             + self.drop_remote_queue_full

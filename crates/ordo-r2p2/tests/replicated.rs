@@ -1,10 +1,13 @@
 //! REPLICATED_ROUTE end to end on loopback UDP, in one process: three KV
 //! replicas with durable logs in temporary directories, a client that finds
 //! the leader by itself, leader failover, recovery from disk, snapshots and
-//! duplicate suppression of retried writes.
+//! duplicate suppression of retried writes. Replica traffic is sealed with
+//! a cluster secret and admin commands with an admin secret throughout.
 
+use ordo_auth::Secret;
 use ordo_r2p2::{
-    Client, ClientConfig, HandlerMode, KvOp, KvReply, NodeOptions, Policy, RunningNode, start_node,
+    AuthConfig, CallError, Client, ClientConfig, HandlerMode, KvOp, KvReply, NodeOptions, Policy,
+    RunningNode, start_node,
 };
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -22,8 +25,21 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+fn cluster_secret() -> Secret {
+    Secret::from_bytes(b"replicated tests' cluster secret").unwrap()
+}
+
+fn admin_secret() -> Secret {
+    Secret::from_bytes(b"replicated tests' admin secret").unwrap()
+}
+
+fn auth() -> AuthConfig {
+    AuthConfig { cluster: Some(cluster_secret()), admin: Some(admin_secret()), ..Default::default() }
+}
+
 fn start(peers: &[SocketAddr], id: usize, dir: &std::path::Path, snapshot_interval: u64) -> RunningNode {
     let mut opts = NodeOptions::new(id, peers.to_vec(), Some(dir.join(id.to_string())));
+    opts.auth = auth();
     opts.mode = if id == 0 { HandlerMode::NetworkThread } else { HandlerMode::Workers(1) };
     opts.snapshot_interval = snapshot_interval;
     start_node(&opts).expect("node starts")
@@ -166,6 +182,7 @@ fn membership_change_adds_a_spare_and_removes_a_voter() {
         let mut opts = NodeOptions::new(id, peers.clone(), Some(dir.join(id.to_string())));
         opts.initial_voters = Some(3);
         opts.snapshot_interval = 40;
+        opts.auth = auth();
         start_node(&opts).expect("node starts")
     };
     let mut nodes: Vec<Option<RunningNode>> = (0..4).map(|i| Some(start_spare_aware(i))).collect();
@@ -177,7 +194,27 @@ fn membership_change_adds_a_spare_and_removes_a_voter() {
     assert_eq!(spare.commit(), 0, "a spare outside the membership receives nothing");
     assert!(!spare.is_leader());
 
-    let mut admin = client(&peers);
+    // Without the admin secret (or with a wrong one) nothing changes.
+    let mut stranger = client(&peers);
+    match stranger.admin(b"remove 1") {
+        Err(CallError::Refused { code: ordo_r2p2::ErrorCode::Unauthorized, .. }) => {}
+        other => panic!("an unauthenticated admin command was not refused: {other:?}"),
+    }
+    let mut config = ClientConfig::new(peers.clone());
+    config.admin_secret = Some(Secret::from_bytes(b"a guess at the admin secret").unwrap());
+    config.timeout = Duration::from_millis(50);
+    match Client::new(config).unwrap().admin(b"remove 1") {
+        Err(CallError::Refused { code: ordo_r2p2::ErrorCode::Unauthorized, .. }) => {}
+        other => panic!("a wrongly signed admin command was not refused: {other:?}"),
+    }
+
+    let mut config = ClientConfig::new(peers.clone());
+    config.timeout = Duration::from_millis(50);
+    config.retries = 60;
+    config.admin_secret = Some(admin_secret());
+    let mut admin = Client::new(config).unwrap();
+    let status = String::from_utf8(admin.admin(b"status").unwrap()).unwrap();
+    assert!(status.contains("voters {1, 2, 3}"), "the refused commands changed the membership: {status}");
     let answer = String::from_utf8(admin.admin(b"add-learner 4").expect("learner added")).unwrap();
     assert!(answer.contains("learners {4}"), "{answer}");
     // Promotion waits for the learner to catch up (the leader refuses before).

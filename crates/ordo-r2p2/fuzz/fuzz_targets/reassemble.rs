@@ -14,6 +14,9 @@ fuzz_target!(|data: &[u8]| {
         max_partial_messages: 4,
         max_packets: 16,
         timeout_ns: 1_000,
+        max_partials_per_source: 2,
+        max_partial_bytes_per_source: 1024,
+        max_partial_bytes: 4096,
     };
     let mut reassembler = Reassembler::new(config);
     let mut now_ns = 0u64;

@@ -367,6 +367,11 @@ pub struct Replica {
     led_term: u64,
 }
 
+/// The simulated cluster's secret.
+fn cluster_secret() -> ordo_auth::Secret {
+    ordo_auth::Secret::from_bytes(b"the r3p2 simulation's cluster secret").expect("long enough")
+}
+
 impl Replica {
     fn new(me: u32, servers: u32, tick_ns: u64, sock: SimSocket, hook: RaftReplication<SimDisk>) -> Replica {
         let config = CoreConfig {
@@ -375,6 +380,10 @@ impl Replica {
             mtu_payload: MTU_PAYLOAD,
             reassembly: ReassemblyConfig { max_packets: MAX_PACKETS, ..ReassemblyConfig::default() },
             tick_interval: Duration::from_nanos(tick_ns),
+            // Replica traffic is sealed and checked as in production (the
+            // MAC counters follow simulated time).
+            auth: ordo_r2p2::AuthConfig { cluster: Some(cluster_secret()), ..Default::default() },
+            wall_clock: None,
         };
         let core = ServerCore::new(config, Some(hook));
         let kv = Arc::new(RecordingKv::default());

@@ -1,0 +1,238 @@
+//! Strangers against an authenticated R3P2 cluster (SECURITY.md), the
+//! attacks of the security issue: a process re-binds a killed follower's
+//! port and sends forged RAFT datagrams (a RequestVote with a huge term, an
+//! AppendEntries that would truncate a log), unsealed or sealed with a
+//! wrong secret; genuine datagrams it captured are replayed to another
+//! replica and back to their sender. Every one is dropped and counted
+//! before the Raft node sees it: the leader keeps its term and leadership,
+//! no replica's term moves, and the committed value stays.
+
+use ordo_auth::{Sealer, Secret};
+use ordo_r2p2::auth::RAFT_LABEL;
+use ordo_r2p2::header::{self, FLAG_AUTH, Header, MessageType, Policy};
+use ordo_r2p2::{
+    AuthConfig, Client, ClientConfig, KvOp, KvReply, NodeOptions, Policy as P, RunningNode, start_node,
+};
+use ordo_raft::{Entry, EntryKind, Message};
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let sockets: Vec<_> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    sockets.iter().map(|s| s.local_addr().unwrap()).collect()
+}
+
+fn auth() -> AuthConfig {
+    AuthConfig {
+        cluster: Some(Secret::from_bytes(b"forged tests' cluster secret").unwrap()),
+        admin: Some(Secret::from_bytes(b"forged tests' admin secret").unwrap()),
+        ..Default::default()
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A RAFT datagram claiming to come from replica `from` (index).
+fn raft_datagram(from: usize, msg: &Message, seal_with: Option<(&Secret, u64)>) -> Vec<u8> {
+    let mut payload = Vec::new();
+    ordo_raft::encode(msg, &mut payload);
+    let h = Header {
+        message_type: MessageType::Raft,
+        policy: Policy::FixedRoute,
+        flags: if seal_with.is_some() { FLAG_AUTH } else { 0 },
+        packet_id: 0,
+        packet_count: 1,
+        client_id: from as u64,
+        request_id: 1,
+        leader_hint: 0,
+        payload_len: payload.len() as u16,
+    };
+    let mut d = vec![0u8; header::HEADER_SIZE];
+    header::encode(&h, &mut d);
+    d.extend_from_slice(&payload);
+    if let Some((secret, to)) = seal_with {
+        let now = ordo_r2p2::auth::unix_now_ns();
+        Sealer::new(secret.derive(RAFT_LABEL)).seal(&mut d, now, &to.to_be_bytes());
+    }
+    d
+}
+
+fn get(c: &mut Client, key: &str) -> Option<Vec<u8>> {
+    let answer = c.call(P::ReplicatedRoute, &KvOp::Get { key: key.into() }.encode()).unwrap();
+    match KvReply::decode(&answer).unwrap() {
+        KvReply::Value(v) => v,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn forged_and_replayed_raft_datagrams_change_nothing() {
+    let peers = free_addrs(3);
+    let mut nodes: Vec<Option<RunningNode>> = (0..3)
+        .map(|id| {
+            let mut opts = NodeOptions::new(id, peers.clone(), None);
+            opts.durable = false;
+            opts.auth = auth();
+            Some(start_node(&opts).unwrap())
+        })
+        .collect();
+    let mut config = ClientConfig::new(peers.clone());
+    config.timeout = Duration::from_millis(50);
+    config.retries = 100;
+    let mut client = Client::new(config).unwrap();
+    client
+        .call(P::ReplicatedRoute, &KvOp::Put { key: b"k".to_vec(), value: b"v1".to_vec() }.encode())
+        .unwrap();
+    let status = |n: &Option<RunningNode>| n.as_ref().unwrap().status().unwrap().clone();
+    let leader = (0..3).find(|&i| status(&nodes[i]).is_leader()).expect("a leader");
+    let (victim, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let term = status(&nodes[leader]).term();
+    wait_for("the other follower to learn the term", || status(&nodes[other]).term() == term);
+
+    // The attacker takes the killed follower's address.
+    nodes[victim].take().unwrap().shutdown();
+    let mut attacker = None;
+    wait_for("the victim's port to be free", || {
+        attacker = UdpSocket::bind(peers[victim]).ok();
+        attacker.is_some()
+    });
+    let attacker = attacker.unwrap();
+    attacker.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // It captures a genuine datagram the leader seals for the victim.
+    let mut buf = vec![0u8; 65_536];
+    let captured = loop {
+        let (n, from) = attacker.recv_from(&mut buf).expect("the leader keeps sending to the victim");
+        if from == peers[leader] {
+            break buf[..n].to_vec();
+        }
+    };
+    assert_ne!(captured[3] & FLAG_AUTH, 0, "replica traffic is sealed");
+
+    let (l, v, o) = (leader as u64 + 1, victim as u64 + 1, other as u64 + 1);
+    let huge = 1u64 << 40;
+    let vote = |to| Message::RequestVote {
+        term: huge,
+        from: v,
+        to,
+        last_log_index: huge,
+        last_log_term: huge,
+        transfer: true,
+    };
+    let truncate = Message::AppendEntries {
+        term: term + 1,
+        from: v,
+        to: o,
+        prev_index: 1,
+        prev_term: term + 1,
+        entries: vec![Entry { term: term + 1, index: 2, kind: EntryKind::Normal, data: b"FORGED".to_vec() }],
+        leader_commit: 2,
+    };
+    let wrong = Secret::from_bytes(b"the attacker's best guess").unwrap();
+    let sends: Vec<(usize, Vec<u8>)> = vec![
+        (leader, raft_datagram(victim, &vote(l), None)),
+        (other, raft_datagram(victim, &vote(o), None)),
+        (leader, raft_datagram(victim, &vote(l), Some((&wrong, leader as u64)))),
+        (other, raft_datagram(victim, &truncate, None)),
+        (other, raft_datagram(victim, &truncate, Some((&wrong, other as u64)))),
+        // The genuine datagram, to another replica and back to its sender.
+        (other, captured.clone()),
+        (leader, captured.clone()),
+    ];
+    let before: Vec<_> =
+        [leader, other].iter().map(|&i| nodes[i].as_ref().unwrap().server().stats()).collect();
+    for _ in 0..3 {
+        for (to, d) in &sends {
+            attacker.send_to(d, peers[*to]).unwrap();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after: Vec<_> =
+        [leader, other].iter().map(|&i| nodes[i].as_ref().unwrap().server().stats()).collect();
+    let refused = |i: usize| {
+        let (b, a) = (&before[i], &after[i]);
+        (a.drop_unauthenticated - b.drop_unauthenticated) + (a.drop_bad_mac - b.drop_bad_mac)
+    };
+    assert_eq!(refused(0), 3 * 3, "the leader refused every forged or replayed datagram: {:?}", after[0]);
+    assert_eq!(refused(1), 3 * 4, "the follower refused every forged or replayed datagram: {:?}", after[1]);
+    assert_eq!(after[0].drop_bad_mac - before[0].drop_bad_mac, 3 * 2);
+
+    let (ls, os) = (status(&nodes[leader]), status(&nodes[other]));
+    assert!(ls.is_leader(), "leadership moved");
+    assert_eq!((ls.term(), os.term()), (term, term), "a forged term was adopted");
+    assert_eq!(get(&mut client, "k"), Some(b"v1".to_vec()));
+    client
+        .call(P::ReplicatedRoute, &KvOp::Put { key: b"k".to_vec(), value: b"v2".to_vec() }.encode())
+        .unwrap();
+    assert_eq!(get(&mut client, "k"), Some(b"v2".to_vec()), "the cluster still serves");
+    for n in nodes.into_iter().flatten() {
+        n.shutdown();
+    }
+}
+
+#[test]
+fn replicas_with_a_wrong_secret_are_not_heard() {
+    let peers = free_addrs(3);
+    let nodes: Vec<RunningNode> = (0..3)
+        .map(|id| {
+            let mut opts = NodeOptions::new(id, peers.clone(), None);
+            opts.durable = false;
+            opts.auth = auth();
+            if id == 2 {
+                opts.auth.cluster =
+                    Some(Secret::from_bytes(b"a stale or stolen-then-rotated secret").unwrap());
+            }
+            start_node(&opts).unwrap()
+        })
+        .collect();
+    let mut config = ClientConfig::new(peers[..2].to_vec());
+    config.timeout = Duration::from_millis(50);
+    config.retries = 100;
+    let mut client = Client::new(config).unwrap();
+    client
+        .call(P::ReplicatedRoute, &KvOp::Put { key: b"k".to_vec(), value: b"v".to_vec() }.encode())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let odd = nodes[2].status().unwrap();
+    assert_eq!(odd.commit(), 0, "the replica with the wrong secret learned nothing");
+    assert!(!odd.is_leader());
+    let refused: u64 = nodes[..2].iter().map(|n| n.server().stats().drop_bad_mac).sum();
+    assert!(refused > 0, "its campaigns were refused");
+    for n in nodes {
+        n.shutdown();
+    }
+}
+
+#[test]
+fn a_server_that_requires_client_macs_serves_only_sealed_requests() {
+    let peers = free_addrs(1);
+    let client_secret = Secret::from_bytes(b"forged tests' client secret").unwrap();
+    let mut opts = NodeOptions::new(0, peers.clone(), None);
+    opts.replicated = false;
+    opts.auth =
+        AuthConfig { client: Some(client_secret.clone()), require_client_mac: true, ..Default::default() };
+    let node = start_node(&opts).unwrap();
+    let put = KvOp::Get { key: b"k".to_vec() }.encode();
+    let mut config = ClientConfig::new(peers.clone());
+    config.timeout = Duration::from_millis(50);
+    let mut stranger = Client::new(config.clone()).unwrap();
+    match stranger.call(P::FixedRoute, &put) {
+        Err(ordo_r2p2::CallError::Refused { code: ordo_r2p2::ErrorCode::Unauthorized, .. }) => {}
+        other => panic!("an unsealed request was served: {other:?}"),
+    }
+    config.secret = Some(Secret::from_bytes(b"not the client secret").unwrap());
+    match Client::new(config.clone()).unwrap().call(P::FixedRoute, &put) {
+        Err(ordo_r2p2::CallError::Refused { code: ordo_r2p2::ErrorCode::Unauthorized, .. }) => {}
+        other => panic!("a wrongly sealed request was served: {other:?}"),
+    }
+    assert_eq!(node.server().stats().requests, 0, "no refused request reached the handler");
+    config.secret = Some(client_secret);
+    let answer = Client::new(config).unwrap().call(P::FixedRoute, &put).expect("a sealed request is served");
+    assert_eq!(KvReply::decode(&answer).unwrap(), KvReply::Value(None));
+    node.shutdown();
+}
