@@ -161,6 +161,19 @@ pub enum ShmError {
         /// Why the last attempt to open the file failed.
         why: String,
     },
+    /// A peer's region file (or the region directory) is not one only this
+    /// user controls: a link, another user's file, a file others may read
+    /// or write, or a world-writable directory without the sticky bit.
+    /// Nothing of it was mapped.
+    #[error("refusing region file {path} of peer {member}: {why}")]
+    Untrusted {
+        /// The peer whose file it is (this member for the directory).
+        member: MemberId,
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A file system or mapping call failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -172,6 +185,43 @@ pub enum ShmError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Why a peer's file could not be mapped (yet).
+enum PeerOpenError {
+    /// Not there, not ready, or not of this group yet: try again.
+    NotYet(String),
+    /// Not a file only this user controls: never mapped.
+    Untrusted(String),
+}
+
+impl std::fmt::Display for PeerOpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerOpenError::NotYet(why) | PeerOpenError::Untrusted(why) => f.write_str(why),
+        }
+    }
+}
+
+/// A region file may be mapped only if it is a regular file with one link,
+/// owned by this user, with no access for group or others (how members
+/// create them): otherwise another local user could plant or share it.
+fn check_owned_and_private(meta: &std::fs::Metadata) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !meta.file_type().is_file() {
+        return Err("it is not a regular file".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("it is owned by uid {}, not by this user (uid {me})", meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!("its mode is {:o}; region files are 600", meta.mode() & 0o777));
+    }
+    if meta.nlink() != 1 {
+        return Err(format!("it has {} hard links; region files have one", meta.nlink()));
+    }
+    Ok(())
 }
 
 /// A mapped region file (own or a peer's).
@@ -353,7 +403,9 @@ impl ShmFabric {
     fn create_own(options: &ShmOptions, bell_owner: MemberId) -> Result<OwnFile, ShmError> {
         let path = options.path_of(options.member);
         // A file left by a dead incarnation is unlinked; a live one is an error.
-        if let Ok(existing) = OpenOptions::new().read(true).write(true).open(&path) {
+        if let Ok(existing) =
+            OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(&path)
+        {
             // A peer's liveness probe holds a shared lock for an instant;
             // retry briefly before concluding the owner is alive.
             let mut locked = false;
@@ -374,6 +426,7 @@ impl ShmFabric {
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(io_err("creating region file", &path))?;
         if !try_lock(&file, libc::LOCK_EX) {
@@ -407,7 +460,10 @@ impl ShmFabric {
         loop {
             let why = match self.try_open_peer(peer, &path) {
                 Ok(m) => return Ok(m),
-                Err(e) => e,
+                Err(PeerOpenError::Untrusted(why)) => {
+                    return Err(ShmError::Untrusted { member: peer, path, why });
+                }
+                Err(PeerOpenError::NotYet(e)) => e,
             };
             if Instant::now() >= deadline {
                 return Err(ShmError::PeerNotReady {
@@ -421,9 +477,24 @@ impl ShmFabric {
         }
     }
 
-    fn try_open_peer(&self, peer: MemberId, path: &Path) -> Result<Mapping, String> {
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| e.to_string())?;
-        let meta = file.metadata().map_err(|e| e.to_string())?;
+    fn try_open_peer(&self, peer: MemberId, path: &Path) -> Result<Mapping, PeerOpenError> {
+        let file =
+            OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(path).map_err(
+                |e| {
+                    if e.raw_os_error() == Some(libc::ELOOP) {
+                        PeerOpenError::Untrusted("it is a symbolic link".into())
+                    } else {
+                        PeerOpenError::NotYet(e.to_string())
+                    }
+                },
+            )?;
+        let meta = file.metadata().map_err(|e| PeerOpenError::NotYet(e.to_string()))?;
+        check_owned_and_private(&meta).map_err(PeerOpenError::Untrusted)?;
+        let m = self.map_peer(peer, file, &meta).map_err(PeerOpenError::NotYet)?;
+        Ok(m)
+    }
+
+    fn map_peer(&self, peer: MemberId, file: File, meta: &std::fs::Metadata) -> Result<Mapping, String> {
         let want = (HEADER_LEN + self.options.region_len) as u64;
         if meta.len() != want {
             return Err(format!(
@@ -604,8 +675,9 @@ impl Fabric for ShmFabric {
             return Ok(self.links[i].mapping.incarnation);
         }
         let path = self.options.path_of(peer);
-        let mapping =
-            self.try_open_peer(peer, &path).map_err(|why| ReconnectError::Unreachable(peer, why))?;
+        let mapping = self
+            .try_open_peer(peer, &path)
+            .map_err(|why| ReconnectError::Unreachable(peer, why.to_string()))?;
         if mapping.inode == self.links[i].mapping.inode {
             return Err(ReconnectError::Unreachable(peer, "no new incarnation yet".into()));
         }
