@@ -44,6 +44,10 @@ enum Command {
     Config(ConfigArgs),
     /// Join the group named by the configuration and report peers' heartbeats.
     Member(MemberArgs),
+    /// Cluster secrets: `ordo secret new FILE` writes a fresh random one
+    /// (mode 600) for `security.secret_file` or `--secret-file`.
+    #[command(subcommand)]
+    Secret(SecretCmd),
     /// R3P2: R2P2 servers over UDP with Raft behind REPLICATED_ROUTE
     /// (serve, cluster, put, get).
     #[command(subcommand)]
@@ -60,6 +64,16 @@ enum Command {
         /// The peer's own flags (see `ordo_bench::acuerdo_peer`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SecretCmd {
+    /// Write a fresh random secret (64 hex characters) to a new file, mode
+    /// 600; an existing file is never overwritten.
+    New {
+        /// The file to create.
+        file: PathBuf,
     },
 }
 
@@ -256,6 +270,7 @@ fn main() -> ExitCode {
         Command::DemoMember(args) => demo_member(args),
         Command::Config(args) => load_config(&args).map(|c| print!("{}", c.to_toml_string())),
         Command::Member(args) => member(args),
+        Command::Secret(SecretCmd::New { file }) => new_secret(&file),
         #[cfg(feature = "sim")]
         Command::Sim(args) => sim(args),
         Command::R3p2(cmd) => r3p2::main(cmd),
@@ -331,6 +346,12 @@ fn core_pin(core: usize) {
 fn load_config(args: &ConfigArgs) -> Result<ordo_runtime::OrdoConfig, String> {
     ordo_runtime::OrdoConfig::load(args.config.as_deref(), std::env::vars(), &args.sets)
         .map_err(|e| e.to_string())
+}
+
+fn new_secret(file: &std::path::Path) -> Result<(), String> {
+    ordo_runtime::Secret::generate_file(file).map_err(|e| e.to_string())?;
+    println!("wrote a new secret to {} (mode 600); give the same file to every member", file.display());
+    Ok(())
 }
 
 fn member(args: MemberArgs) -> Result<(), String> {

@@ -5,8 +5,13 @@
 //! ordo r3p2 cluster --members 3 --data /tmp/r3p2          # three local replicas
 //! ordo r3p2 put --servers 127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402 k v
 //! ordo r3p2 get --servers ... k
-//! ordo r3p2 serve --id 0 --peers A,B,C --data DIR        # one replica
+//! ordo r3p2 serve --id 0 --peers A,B,C --data DIR --secret-file S --admin-secret-file A
+//! ordo r3p2 admin --admin-secret-file ordo-r3p2-data/admin.secret status
 //! ```
+//!
+//! Secrets (SECURITY.md) are read from files named here, never taken on
+//! the command line: the cluster secret seals replica traffic, the admin
+//! secret admin commands, the optional client secret requests.
 
 use clap::{Args, Subcommand};
 use ordo_r2p2::{
@@ -77,6 +82,52 @@ pub struct ServeArgs {
     /// Print a status line this often (seconds; 0: never).
     #[arg(long, default_value_t = 0)]
     status_every: u64,
+    #[command(flatten)]
+    secrets: ServerSecrets,
+}
+
+/// Where a server's secrets are (files: mode 600, owned by this user).
+#[derive(Args, Clone)]
+pub struct ServerSecrets {
+    /// The cluster secret: replica-to-replica datagrams are sealed with it
+    /// and only sealed ones are accepted. Required with several peers
+    /// unless --insecure.
+    #[arg(long, env = "ORDO_SECRET_FILE")]
+    secret_file: Option<PathBuf>,
+    /// The admin secret: admin commands without its MAC are refused (no
+    /// file: admin commands are disabled).
+    #[arg(long, env = "ORDO_ADMIN_SECRET_FILE")]
+    admin_secret_file: Option<PathBuf>,
+    /// The client secret: requests sealed with it are checked.
+    #[arg(long, env = "ORDO_CLIENT_SECRET_FILE")]
+    client_secret_file: Option<PathBuf>,
+    /// Refuse requests not sealed with the client secret.
+    #[arg(long, requires = "client_secret_file")]
+    require_client_mac: bool,
+    /// Run replicas without a cluster secret (anyone who can send UDP from
+    /// a replica's address can change the log): closed test networks only.
+    #[arg(long)]
+    insecure: bool,
+}
+
+fn read_secret(path: &Option<PathBuf>) -> Result<Option<ordo_runtime::Secret>, String> {
+    path.as_ref().map(|p| ordo_runtime::Secret::from_file(p).map_err(|e| e.to_string())).transpose()
+}
+
+impl ServerSecrets {
+    fn auth(&self, replicas: usize) -> Result<ordo_r2p2::AuthConfig, String> {
+        let cluster = read_secret(&self.secret_file)?;
+        if cluster.is_none() && replicas > 1 && !self.insecure {
+            return Err("a replica needs the cluster secret: --secret-file FILE (make one with `ordo secret new FILE`), or --insecure on a closed test network".into());
+        }
+        Ok(ordo_r2p2::AuthConfig {
+            cluster,
+            admin: read_secret(&self.admin_secret_file)?,
+            client: read_secret(&self.client_secret_file)?,
+            require_client_mac: self.require_client_mac,
+            ..Default::default()
+        })
+    }
 }
 
 #[derive(Args)]
@@ -103,6 +154,12 @@ pub struct ClientArgs {
     /// Give up after this many milliseconds.
     #[arg(long, default_value_t = 5_000)]
     timeout_ms: u64,
+    /// The client secret, if the servers check client MACs.
+    #[arg(long, env = "ORDO_CLIENT_SECRET_FILE")]
+    secret_file: Option<PathBuf>,
+    /// The admin secret (for `ordo r3p2 admin`).
+    #[arg(long, env = "ORDO_ADMIN_SECRET_FILE")]
+    admin_secret_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -163,6 +220,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         if args.workers == 0 { HandlerMode::NetworkThread } else { HandlerMode::Workers(args.workers) };
     opts.snapshot_interval = args.snapshot_interval;
     opts.initial_voters = args.voters;
+    opts.auth = args.secrets.auth(if args.unreplicated { 1 } else { args.peers.len() })?;
     if let ordo_runtime::IdleStrategy::BackoffPark { park_min, park_max, .. } =
         ordo_runtime::IdleStrategy::DEFAULT
     {
@@ -203,6 +261,16 @@ fn cluster(args: ClusterArgs) -> Result<(), String> {
     let peers: Vec<String> =
         (0..args.members).map(|i| format!("127.0.0.1:{}", args.base_port as usize + i)).collect();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // One cluster secret and one admin secret for this cluster, kept with
+    // its logs (made on first start, reused after).
+    std::fs::create_dir_all(&args.data).map_err(|e| format!("creating {}: {e}", args.data.display()))?;
+    let cluster_secret = args.data.join("cluster.secret");
+    let admin_secret = args.data.join("admin.secret");
+    for path in [&cluster_secret, &admin_secret] {
+        if !path.exists() {
+            ordo_runtime::Secret::generate_file(path).map_err(|e| e.to_string())?;
+        }
+    }
     let mut children: Vec<Child> = Vec::new();
     for id in 0..args.members {
         let dir = args.data.join(id.to_string());
@@ -221,12 +289,21 @@ fn cluster(args: ClusterArgs) -> Result<(), String> {
             .args(["--service", &service_arg(args.service), "--status-every", "5"])
             .arg("--data")
             .arg(&dir)
+            .arg("--secret-file")
+            .arg(&cluster_secret)
+            .arg("--admin-secret-file")
+            .arg(&admin_secret)
             .spawn()
             .map_err(|e| format!("cannot start replica {id}: {e}"))?;
         children.push(child);
     }
     println!("{} replicas on {} (logs under {})", args.members, peers.join(","), args.data.display());
     println!("try: ordo r3p2 put --servers {} hello world", peers.join(","));
+    println!(
+        "admin: ordo r3p2 admin --servers {} --admin-secret-file {} status",
+        peers.join(","),
+        admin_secret.display()
+    );
     for mut c in children {
         let _ = c.wait();
     }
@@ -244,6 +321,8 @@ fn make_client(args: &ClientArgs) -> Result<Client, String> {
     let mut config = ClientConfig::new(args.servers.clone());
     config.timeout = Duration::from_millis(100);
     config.retries = (args.timeout_ms / 100).max(1) as u32;
+    config.secret = read_secret(&args.secret_file)?;
+    config.admin_secret = read_secret(&args.admin_secret_file)?;
     Client::new(config).map_err(|e| e.to_string())
 }
 

@@ -4,7 +4,8 @@
 //! killed replica restarts from its directory and catches up. Checked: no
 //! acknowledged write is lost (each is read back through the log), and
 //! every replica — the restarted one included — converges to the same
-//! values (read locally at each replica with FIXED_ROUTE).
+//! values (read locally at each replica with FIXED_ROUTE). Replica traffic
+//! is authenticated with a cluster secret file throughout.
 //!
 //! Bounded: every wait has a deadline; `Drop` kills the processes.
 
@@ -32,6 +33,15 @@ impl Drop for Replicas {
     }
 }
 
+/// The cluster secret, made once per test directory.
+fn secret_file(dir: &Path) -> PathBuf {
+    let path = dir.join("cluster.secret");
+    if !path.exists() {
+        ordo_runtime::Secret::generate_file(&path).unwrap();
+    }
+    path
+}
+
 fn spawn_replica(peers: &[SocketAddr], id: usize, dir: &Path) -> Child {
     let list: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ordo"))
@@ -39,6 +49,8 @@ fn spawn_replica(peers: &[SocketAddr], id: usize, dir: &Path) -> Child {
         .args(["--snapshot-interval", "500"])
         .arg("--data")
         .arg(dir.join(id.to_string()))
+        .arg("--secret-file")
+        .arg(secret_file(dir))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
