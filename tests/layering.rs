@@ -12,6 +12,7 @@ use std::process::Command;
 const LAYERS: &[(&str, u32)] = &[
     ("ordo-fault", 0),
     ("ordo-fabric", 1),
+    ("ordo-auth", 1),
     ("ordo-agent", 2),
     ("ordo-sst", 2),
     ("ordo-ring", 3),
@@ -33,6 +34,7 @@ const LAYERS: &[(&str, u32)] = &[
 /// Crates that must stay free of I/O backends and the runtime (sans-I/O).
 const PURE: &[&str] = &[
     "ordo-fault",
+    "ordo-auth",
     "ordo-fabric",
     "ordo-agent",
     "ordo-sst",

@@ -279,7 +279,7 @@ impl Client {
         if n == 0 || (policy == Policy::FixedRoute && self.config.fixed_server >= n) {
             return Err(CallError::NoServers);
         }
-        let packets = reassembly::packet_count_for(payload.len(), self.config.mtu_payload);
+        let packets = reassembly::packet_count_for(payload.len(), self.mtu_payload(message_type));
         if packets > self.config.reassembly.max_packets as usize {
             return Err(TooLarge {
                 len: payload.len(),
@@ -505,7 +505,23 @@ impl Client {
         self.earliest_deadline = self.pending.values().map(|p| p.deadline).min();
     }
 
+    /// Payload bytes per datagram for `message_type`: sealed datagrams carry
+    /// the authentication trailer within the same datagram size.
+    fn mtu_payload(&self, message_type: MessageType) -> usize {
+        let sealed = match message_type {
+            MessageType::Admin => self.admin_sealer.is_some(),
+            MessageType::Request => self.request_sealer.is_some(),
+            _ => false,
+        };
+        if sealed {
+            self.config.mtu_payload.saturating_sub(ordo_auth::TRAILER_LEN).max(1)
+        } else {
+            self.config.mtu_payload
+        }
+    }
+
     fn transmit(&mut self, id: RequestId, pending: &Pending) -> Result<(), CallError> {
+        let mtu = self.mtu_payload(pending.message_type);
         let to = self.config.servers[pending.target];
         let mut sealer = match pending.message_type {
             MessageType::Admin => self.admin_sealer.as_mut(),
@@ -528,7 +544,7 @@ impl Client {
         reassembly::split(
             &header,
             &pending.payload,
-            self.config.mtu_payload,
+            mtu,
             self.config.reassembly.max_packets,
             &mut self.scratch,
             |datagram| {

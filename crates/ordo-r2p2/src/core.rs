@@ -57,7 +57,9 @@ pub struct CoreConfig {
     pub peers: Vec<SocketAddr>,
     /// This replica's id, sent as `client_id` on RAFT messages.
     pub node_id: u64,
-    /// Payload bytes per datagram when sending.
+    /// Payload bytes per datagram when sending (a sealed datagram carries
+    /// [`ordo_auth::TRAILER_LEN`] fewer, so no datagram grows past
+    /// `HEADER_SIZE + mtu_payload`).
     pub mtu_payload: usize,
     /// Bounds for incoming messages (also bounds outgoing packet counts).
     pub reassembly: ReassemblyConfig,
@@ -578,10 +580,15 @@ impl<R: Replication> ServerCore<R> {
         let auth = &mut self.auth;
         let seal = header.flags & FLAG_AUTH != 0;
         let mut all_sent = true;
+        let mtu = if seal {
+            self.config.mtu_payload.saturating_sub(ordo_auth::TRAILER_LEN).max(1)
+        } else {
+            self.config.mtu_payload
+        };
         let split = reassembly::split(
             header,
             payload,
-            self.config.mtu_payload,
+            mtu,
             self.config.reassembly.max_packets,
             &mut self.scratch,
             |datagram| {

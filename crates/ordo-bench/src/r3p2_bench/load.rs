@@ -26,6 +26,8 @@ pub(super) struct Cluster {
     pub(super) children: Vec<(Child, ChildStdout)>,
     pub(super) servers: Vec<SocketAddr>,
     pub(super) data: Option<PathBuf>,
+    /// The cluster secret's file, if the cluster authenticates.
+    pub(super) secret: Option<PathBuf>,
 }
 
 impl Drop for Cluster {
@@ -33,6 +35,9 @@ impl Drop for Cluster {
         for (c, _) in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if let Some(s) = &self.secret {
+            let _ = std::fs::remove_file(s);
         }
         if let Some(d) = &self.data {
             let _ = std::fs::remove_dir_all(d);
@@ -62,7 +67,16 @@ impl Cluster {
         let data = config
             .fsync
             .then(|| std::env::temp_dir().join(format!("ordo-bench-r3p2-{}-{tag}", std::process::id())));
-        let mut cluster = Cluster { children: Vec::new(), servers: servers.clone(), data: data.clone() };
+        let mut cluster =
+            Cluster { children: Vec::new(), servers: servers.clone(), data: data.clone(), secret: None };
+        // A fresh cluster secret per cluster (removed with it).
+        let secret =
+            std::env::temp_dir().join(format!("ordo-bench-r3p2-{}-{tag}.secret", std::process::id()));
+        let _ = std::fs::remove_file(&secret);
+        if config.replicated() && config.auth {
+            ordo_runtime::Secret::generate_file(&secret).map_err(|e| e.to_string())?;
+            cluster.secret = Some(secret.clone());
+        }
         for id in 0..config.members {
             let mut command = Command::new(&exe);
             // SAFETY: prctl is async-signal-safe; nothing else runs between
@@ -84,6 +98,10 @@ impl Cluster {
                 .stderr(Stdio::inherit());
             if !config.replicated() {
                 command.arg("--unreplicated");
+            } else if config.auth {
+                command.arg("--secret-file").arg(&secret);
+            } else {
+                command.arg("--insecure");
             }
             match &data {
                 Some(d) => {

@@ -79,8 +79,9 @@ pub struct BenchArgs {
     /// Print the report (machine, rows, summary) as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Experiments: fig5.1, fig5.2 (default: both); `fsync` alone runs only
-    /// the durable series (with `--fsync`).
+    /// Experiments: fig5.1, fig5.2, auth (default: all three); `fsync`
+    /// alone runs only the durable series (with `--fsync`). `auth` runs 3
+    /// replicas with and without the cluster secret, in lockstep.
     #[arg(long, value_delimiter = ',')]
     pub figures: Vec<String>,
     /// Also run the replicated group with a durable, fsynced log (an extra
@@ -149,6 +150,10 @@ pub struct Config {
     pub mode: String,
     /// fsync before acknowledging (replicated only).
     pub fsync: bool,
+    /// Replica traffic sealed with a cluster secret (replicated only; the
+    /// default, as in production). False: `--insecure`, the "auth" figure's
+    /// baseline.
+    pub auth: bool,
 }
 
 impl Config {
@@ -159,6 +164,7 @@ impl Config {
             handler_us,
             mode: if workers { "workers" } else { "network" }.into(),
             fsync,
+            auth: replicated,
         }
     }
 
@@ -169,7 +175,8 @@ impl Config {
     /// Short series name, e.g. `repl3-workers` or `unrepl-network`.
     pub fn label(&self) -> String {
         let base = if self.replicated() { format!("repl{}", self.members) } else { "unrepl".to_string() };
-        format!("{base}-{}{}", self.mode, if self.fsync { "-fsync" } else { "" })
+        let noauth = if self.replicated() && !self.auth { "-noauth" } else { "" };
+        format!("{base}-{}{}{noauth}", self.mode, if self.fsync { "-fsync" } else { "" })
     }
 }
 
@@ -281,6 +288,32 @@ pub struct ReplicationCost {
     pub moderate_p50_overhead_us: Option<f64>,
 }
 
+/// Authenticated vs unauthenticated replica traffic (3 replicas, same run,
+/// measured in lockstep).
+#[derive(Clone, Debug, Serialize)]
+pub struct AuthCost {
+    /// Handler, µs.
+    pub handler_us: u64,
+    /// Peak throughput with the cluster secret.
+    pub auth_peak_rps: Option<f64>,
+    /// Peak throughput without.
+    pub noauth_peak_rps: Option<f64>,
+    /// 1 − auth/noauth, %.
+    pub peak_loss_percent: Option<f64>,
+    /// Highest sustained rate with / without.
+    pub auth_max_sustained_rps: Option<f64>,
+    /// Highest sustained rate without.
+    pub noauth_max_sustained_rps: Option<f64>,
+    /// p50 at the lowest offered rate with / without, ns.
+    pub auth_light_p50_ns: Option<u64>,
+    /// p50 at the lowest offered rate without, ns.
+    pub noauth_light_p50_ns: Option<u64>,
+    /// p99 at the lowest offered rate with, ns.
+    pub auth_light_p99_ns: Option<u64>,
+    /// p99 at the lowest offered rate without, ns.
+    pub noauth_light_p99_ns: Option<u64>,
+}
+
 /// Workers vs network thread, one handler time and policy.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkerGain {
@@ -325,6 +358,8 @@ pub struct Report {
     pub replication_cost: Vec<ReplicationCost>,
     /// Fig. 5.1: worker threads' gain at each SLO.
     pub worker_gain: Vec<WorkerGain>,
+    /// The "auth" figure: what authenticating replica traffic costs.
+    pub auth_cost: Vec<AuthCost>,
     /// Wall time of the run, s.
     pub wall_s: f64,
     /// Where the files went.
@@ -689,6 +724,11 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             groups.push(("fig5.1".into(), vec![Config::new(true, 3, handler_us, true, true)]));
         }
     }
+    if want("auth") {
+        let with = Config::new(true, 3, 1, true, false);
+        let without = Config { auth: false, ..with.clone() };
+        groups.push(("auth".into(), vec![with, without]));
+    }
     if want("fig5.2") {
         for members in [1usize, 3, 5] {
             let config = Config::new(true, members, args.fig52_handler_us, true, false);
@@ -741,7 +781,29 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             }
         }
     }
+    let mut auth_cost = Vec::new();
+    for with in summaries.iter().filter(|s| s.figure == "auth" && s.config.auth) {
+        let without = summaries
+            .iter()
+            .find(|s| s.figure == "auth" && !s.config.auth && s.config.handler_us == with.config.handler_us);
+        let get = |f: fn(&ConfigSummary) -> Option<f64>| (f(with), without.and_then(f));
+        let (a, n) = get(|s| s.peak_rps);
+        let (am, nm) = get(|s| s.max_sustained_rps);
+        auth_cost.push(AuthCost {
+            handler_us: with.config.handler_us,
+            auth_peak_rps: a,
+            noauth_peak_rps: n,
+            peak_loss_percent: a.zip(n).map(|(a, n)| 100.0 * (1.0 - a / n)),
+            auth_max_sustained_rps: am,
+            noauth_max_sustained_rps: nm,
+            auth_light_p50_ns: with.light_latency_ns_p50,
+            noauth_light_p50_ns: without.and_then(|s| s.light_latency_ns_p50),
+            auth_light_p99_ns: with.light_latency_ns_p99,
+            noauth_light_p99_ns: without.and_then(|s| s.light_latency_ns_p99),
+        });
+    }
     let report = Report {
+        auth_cost,
         machine,
         quick: args.quick,
         arrivals: args.arrivals.clone(),

@@ -227,6 +227,25 @@ pub fn print_table(report: &Report) {
             );
         }
     }
+    if !report.auth_cost.is_empty() {
+        println!("\nAuthenticated vs unauthenticated replica traffic (3 replicas, same run, in lockstep)");
+        let ns = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{:.1}", v as f64 / 1e3));
+        for c in &report.auth_cost {
+            println!(
+                "  {:>2} µs workers  peak {} (auth) vs {} (none): {} loss; max sustained {} vs {}; light load p50 {} vs {} µs, p99 {} vs {} µs",
+                c.handler_us,
+                k(c.auth_peak_rps),
+                k(c.noauth_peak_rps),
+                c.peak_loss_percent.map_or("-".into(), |v| format!("{v:.1} %")),
+                k(c.auth_max_sustained_rps),
+                k(c.noauth_max_sustained_rps),
+                ns(c.auth_light_p50_ns),
+                ns(c.noauth_light_p50_ns),
+                ns(c.auth_light_p99_ns),
+                ns(c.noauth_light_p99_ns),
+            );
+        }
+    }
     if !report.worker_gain.is_empty() {
         println!("\nWorker thread vs network thread, throughput at a p99 SLO (thesis: 2x at 200 µs)");
         for g in &report.worker_gain {

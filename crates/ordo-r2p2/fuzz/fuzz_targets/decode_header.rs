@@ -15,6 +15,11 @@ fuzz_target!(|data: &[u8]| {
         let mut again = vec![0u8; HEADER_SIZE];
         header::encode(&header, &mut again);
         again.extend_from_slice(payload);
+        if header.flags & header::FLAG_AUTH != 0 {
+            // The authentication trailer follows the payload, exactly.
+            assert_eq!(datagram.len(), again.len() + ordo_auth::TRAILER_LEN);
+            again.extend_from_slice(&datagram[again.len()..]);
+        }
         assert_eq!(again, datagram);
     }
 });
