@@ -67,6 +67,9 @@ pub struct TcpOptions {
     /// Most handshakes in progress from one source address (default 8;
     /// 64 in all); beyond it the oldest from that source is closed.
     pub max_handshakes_per_source: usize,
+    /// TLS for every connection (mutual, certificates from one CA; see
+    /// [`TlsSettings`](crate::TlsSettings)); `None` (default): plain TCP.
+    pub tls: Option<crate::tls::TlsSettings>,
 }
 
 /// The label of the tcp fabric's handshake key (see SECURITY.md).
@@ -93,6 +96,7 @@ impl TcpOptions {
             secret: None,
             handshake_timeout: Duration::from_secs(1),
             max_handshakes_per_source: 8,
+            tls: None,
         }
     }
 
@@ -239,6 +243,7 @@ impl TcpBinding {
             key: options.handshake_key(),
             handshake_timeout: options.handshake_timeout,
             max_handshakes_per_source: options.max_handshakes_per_source,
+            tls: options.tls.clone(),
         };
         let io = IoThread::new(poll, listener, shared.clone(), config);
         let handle = std::thread::Builder::new()

@@ -63,6 +63,8 @@ pub(crate) struct IoConfig {
     pub(crate) handshake_timeout: Duration,
     /// Most handshakes in progress from one source address.
     pub(crate) max_handshakes_per_source: usize,
+    /// TLS for every connection, if configured.
+    pub(crate) tls: Option<crate::tls::TlsSettings>,
 }
 
 /// Which side of a handshake we are.
@@ -90,6 +92,32 @@ struct Handshake {
     deadline: Instant,
     /// Order of acceptance, for replacing the oldest.
     seq: u64,
+    /// The TLS session, when links use TLS: every handshake byte goes
+    /// through it, and it becomes the link's.
+    tls: Option<Box<rustls::Connection>>,
+}
+
+impl Handshake {
+    /// Reads handshake bytes (through TLS when on).
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.tls.as_mut() {
+            Some(tls) => crate::tls::read(tls, &self.stream, buf),
+            None => (&self.stream).read(buf),
+        }
+    }
+
+    /// Sends a whole handshake message (through TLS when on).
+    fn send(&mut self, bytes: &[u8]) -> Result<(), HandshakeError> {
+        match self.tls.as_mut() {
+            Some(tls) => {
+                // Small: rustls buffers it whole (also before its own
+                // handshake is done) and sends it when it can.
+                tls.writer().write_all(bytes).map_err(HandshakeError::Io)?;
+                crate::tls::push(tls, &self.stream).map_err(HandshakeError::Io)
+            }
+            None => send_all(&self.stream, bytes),
+        }
+    }
 }
 
 /// The read side of an established connection.
@@ -245,14 +273,17 @@ impl IoThread {
                         continue;
                     }
                     let _ = stream.set_nodelay(true);
-                    self.peers[index].dialing = Some(token);
-                    let hs = self.new_handshake(
-                        stream,
-                        Role::Dial(index),
-                        addr,
-                        now + self.config.connect_timeout,
-                    );
-                    self.handshakes.insert(token, hs);
+                    let deadline = now + self.config.connect_timeout;
+                    match self.new_handshake(stream, Role::Dial(index), addr, deadline) {
+                        Ok(hs) => {
+                            self.peers[index].dialing = Some(token);
+                            self.handshakes.insert(token, hs);
+                        }
+                        Err(e) => {
+                            tracing::warn!(member = self.shared.member, error = %e, "cannot start a TLS session");
+                            self.schedule_dial(index, now);
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::debug!(member = self.shared.member, peer = self.peers[index].id, error = %e, "dial failed");
@@ -282,8 +313,14 @@ impl IoThread {
                     }
                     let _ = stream.set_nodelay(true);
                     let deadline = Instant::now() + self.config.handshake_timeout;
-                    let hs = self.new_handshake(stream, Role::Accept, remote, deadline);
-                    self.handshakes.insert(token, hs);
+                    match self.new_handshake(stream, Role::Accept, remote, deadline) {
+                        Ok(hs) => {
+                            self.handshakes.insert(token, hs);
+                        }
+                        Err(e) => {
+                            tracing::warn!(member = self.shared.member, error = %e, "cannot start a TLS session")
+                        }
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -302,10 +339,15 @@ impl IoThread {
         role: Role,
         remote: SocketAddr,
         deadline: Instant,
-    ) -> Handshake {
+    ) -> io::Result<Handshake> {
         let hello = Hello { nonce: auth::nonce(), ..self.config.hello };
         self.next_handshake += 1;
-        Handshake {
+        let tls = match (&self.config.tls, role) {
+            (None, _) => None,
+            (Some(t), Role::Dial(_)) => Some(Box::new(t.dial(remote)?)),
+            (Some(t), Role::Accept) => Some(Box::new(t.accept()?)),
+        };
+        Ok(Handshake {
             stream,
             role,
             remote: Some(remote),
@@ -316,7 +358,8 @@ impl IoThread {
             hello_sent: false,
             deadline,
             seq: self.next_handshake,
-        }
+            tls,
+        })
     }
 
     /// Before accepting a handshake from `remote`: one source holds at most
@@ -439,25 +482,33 @@ impl IoThread {
                 Err(e) if e.kind() == io::ErrorKind::NotConnected && !event.is_error() => return Ok(None),
                 Err(e) => return Err(HandshakeError::Io(e)),
             }
-            send_all(&hs.stream, &hs.ours)?;
+            let ours = hs.ours;
+            hs.send(&ours)?;
             hs.hello_sent = true;
             // From now on the connection is up: the handshake's own bound.
             hs.deadline = hs.deadline.min(Instant::now() + self.config.handshake_timeout);
         }
+        if let Some(tls) = hs.tls.as_mut() {
+            // Ciphertext the socket did not take before (writable again).
+            crate::tls::push(tls, &hs.stream).map_err(HandshakeError::Io)?;
+        }
         // Read exactly the peer's HELLO and PROOF: what follows them stays
-        // in the socket for the connection's receive path.
+        // in the socket (or the TLS session) for the connection's receive path.
         loop {
             let want = if hs.theirs.is_none() { HELLO_FRAME_LEN } else { PEER_HANDSHAKE_LEN };
             if hs.filled == want && hs.theirs.is_some() {
                 break;
             }
-            let n = match (&hs.stream).read(&mut hs.buf[hs.filled..want]) {
+            let mut chunk = [0u8; PEER_HANDSHAKE_LEN];
+            let room = want - hs.filled;
+            let n = match hs.read(&mut chunk[..room]) {
                 Ok(0) => return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into())),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(HandshakeError::Io(e)),
             };
+            hs.buf[hs.filled..hs.filled + n].copy_from_slice(&chunk[..n]);
             hs.filled += n;
             if hs.filled >= HEADER_LEN && hs.filled - n < HEADER_LEN {
                 // Refuse a wrong first frame before waiting for more of it.
@@ -479,7 +530,7 @@ impl IoThread {
                     let mut answer = [0u8; HELLO_FRAME_LEN + PROOF_FRAME_LEN];
                     answer[..HELLO_FRAME_LEN].copy_from_slice(&hs.ours);
                     answer[HELLO_FRAME_LEN..].copy_from_slice(&frame::encode_proof(&tag));
-                    send_all(&hs.stream, &answer)?;
+                    hs.send(&answer)?;
                     hs.hello_sent = true;
                 }
             }
@@ -496,7 +547,7 @@ impl IoThread {
         }
         if let Role::Dial(_) = hs.role {
             let tag = auth::proof(&self.config.key, AuthRole::Dialer, dialer_hello, acceptor_hello);
-            send_all(&hs.stream, &frame::encode_proof(&tag))?;
+            hs.send(&frame::encode_proof(&tag))?;
         }
         Ok(Some(hello))
     }
@@ -540,7 +591,7 @@ impl IoThread {
     }
 
     /// The handshake is done: the stream becomes peer `hello.member`'s connection.
-    fn promote(&mut self, token: Token, hs: Handshake, hello: Hello) {
+    fn promote(&mut self, token: Token, mut hs: Handshake, hello: Hello) {
         let now = Instant::now();
         let index = self.peers.iter().position(|p| p.id == hello.member).expect("checked in the handshake");
         if let Role::Dial(i) = hs.role {
@@ -551,10 +602,12 @@ impl IoThread {
         self.drop_conn_io(index, now);
         let generation = self.next_generation;
         self.next_generation += 1;
+        let tls = hs.tls.take();
         let stream = Arc::new(hs.stream);
         let status = self.shared.links[index].lock().install(
             hello.member,
             stream.clone(),
+            tls,
             generation,
             hello.incarnation,
         );
@@ -653,7 +706,17 @@ impl IoThread {
                 conn.filled -= conn.start;
                 conn.start = 0;
             }
-            let n = match (&*conn.stream).read(&mut peer.rbuf[conn.filled..]) {
+            let read = if self.config.tls.is_some() {
+                let mut state = link.lock();
+                if !state.is_current(conn.generation) {
+                    return Ok(false); // replaced or failed meanwhile
+                }
+                let tls = state.tls.as_mut().expect("a TLS link has a session");
+                crate::tls::read(tls, &conn.stream, &mut peer.rbuf[conn.filled..])
+            } else {
+                (&*conn.stream).read(&mut peer.rbuf[conn.filled..])
+            };
+            let n = match read {
                 Ok(0) => return Err(Closed::Eof),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),

@@ -105,8 +105,10 @@ pub mod frame;
 mod io;
 mod link;
 mod ring;
+mod tls;
 
 mod fabric;
 
 pub use fabric::{HANDSHAKE_KEY_LABEL, TcpBinding, TcpError, TcpFabric, TcpOptions};
 pub use ordo_auth::Secret;
+pub use tls::TlsSettings;

@@ -58,6 +58,9 @@ pub(crate) struct LinkState {
     pub(crate) status: Status,
     /// The current connection, shared with the I/O thread (which reads it).
     pub(crate) conn: Option<Arc<TcpStream>>,
+    /// The connection's TLS session, when links use TLS (both threads use
+    /// it under this lock; see [`crate::tls`]).
+    pub(crate) tls: Option<Box<rustls::Connection>>,
     /// Identifies `conn`; bumped by the I/O thread for every new connection.
     pub(crate) generation: u64,
     /// The peer incarnation `conn` leads to.
@@ -81,6 +84,7 @@ impl LinkState {
         LinkState {
             status: Status::Connecting,
             conn: None,
+            tls: None,
             generation: 0,
             incarnation: 0,
             out: ByteRing::with_capacity(ring_capacity),
@@ -109,6 +113,19 @@ impl LinkState {
             {
                 self.out.push(&FrameHeader::ack(seq).encode());
                 self.ack_owed = None;
+            }
+            if let Some(tls) = self.tls.as_mut() {
+                // Ciphertext left from an earlier flush goes first.
+                crate::tls::push(tls, &conn)?;
+                if self.out.is_empty() || tls.wants_write() {
+                    return Ok(());
+                }
+                let (a, _) = self.out.slices();
+                match crate::tls::write(tls, &conn, a)? {
+                    0 => return Ok(()), // the session's buffer is full
+                    n => self.out.consume(n),
+                }
+                continue;
             }
             if self.out.is_empty() {
                 return Ok(());
@@ -139,6 +156,7 @@ impl LinkState {
         if let Some(conn) = self.conn.take() {
             let _ = conn.shutdown(Shutdown::Both);
         }
+        self.tls = None;
         self.out.clear();
         self.ack_owed = None;
     }
@@ -179,6 +197,7 @@ impl LinkState {
         &mut self,
         peer: MemberId,
         conn: Arc<TcpStream>,
+        tls: Option<Box<rustls::Connection>>,
         generation: u64,
         incarnation: u64,
     ) -> Status {
@@ -187,6 +206,7 @@ impl LinkState {
         }
         self.drop_conn();
         self.conn = Some(conn);
+        self.tls = tls;
         self.generation = generation;
         self.incarnation = incarnation;
         self.next_seq = 1;

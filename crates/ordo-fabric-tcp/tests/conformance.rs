@@ -1,5 +1,5 @@
 //! The shared conformance suite, run on the tcp backend (members in one
-//! process on loopback with ephemeral ports).
+//! process on loopback with ephemeral ports), over plain TCP and over TLS.
 
 mod common;
 
@@ -14,13 +14,15 @@ use std::time::Duration;
 struct TcpHarness {
     last: Vec<(MemberId, SocketAddr)>,
     region_len: usize,
+    tls: Option<ordo_fabric_tcp::TlsSettings>,
 }
 
 impl Harness for TcpHarness {
     type Fabric = TcpFabric;
 
     fn group(&mut self, n: usize, region_len: usize) -> Vec<TcpFabric> {
-        let g = common::group(n, region_len, |_| {});
+        let tls = self.tls.clone();
+        let g = common::group(n, region_len, |o| o.tls = tls.clone());
         self.last = g.iter().map(|f| (f.member(), f.local_addr())).collect();
         self.region_len = region_len;
         g
@@ -30,6 +32,7 @@ impl Harness for TcpHarness {
         let (_, addr) = *self.last.iter().find(|(m, _)| *m == member)?;
         let mut o = common::options(member, self.region_len);
         o.listen = addr;
+        o.tls = self.tls.clone();
         let peers = self.last.iter().copied().filter(|(m, _)| *m != member).collect();
         Some(TcpFabric::bind(o).expect("rebind the old address").connect(peers).expect("reconnect"))
     }
@@ -50,5 +53,11 @@ impl Harness for TcpHarness {
 
 #[test]
 fn tcp_passes_the_conformance_suite() {
-    conformance::run_all(&mut TcpHarness { last: Vec::new(), region_len: 0 });
+    conformance::run_all(&mut TcpHarness { last: Vec::new(), region_len: 0, tls: None });
+}
+
+#[test]
+fn tcp_over_tls_passes_the_conformance_suite() {
+    let pki = common::tls::Pki::new();
+    conformance::run_all(&mut TcpHarness { last: Vec::new(), region_len: 0, tls: Some(pki.member()) });
 }

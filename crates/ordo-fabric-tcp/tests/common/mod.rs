@@ -3,6 +3,8 @@
 
 /// The counting allocator (the tests that measure the heap install it).
 pub mod alloc;
+/// Test certificates for TLS links.
+pub mod tls;
 
 use ordo_auth::handshake::{self, Role};
 use ordo_fabric::{Fabric, FabricEvent, MemberId};
