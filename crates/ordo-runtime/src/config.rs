@@ -258,6 +258,22 @@ pub struct TcpConfig {
     /// `max_handshakes_per_source`: handshakes in progress from one source
     /// address; beyond it the oldest is closed (default 8).
     pub max_handshakes_per_source: usize,
+    /// `[fabric.tcp.tls]`: TLS for every link (absent: plain TCP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFiles>,
+}
+
+/// `[fabric.tcp.tls]`: mutual TLS with certificates from one CA. Each
+/// member's certificate names its IP address (a SAN); see SECURITY.md.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// `cert`: this member's certificate chain (PEM).
+    pub cert: PathBuf,
+    /// `key`: its private key (PEM, PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// `ca`: the CA certificate(s) every member's certificate chains to (PEM).
+    pub ca: PathBuf,
 }
 
 impl Default for TcpConfig {
@@ -271,6 +287,7 @@ impl Default for TcpConfig {
             reconnect_interval_ms: 100,
             handshake_timeout_ms: 1000,
             max_handshakes_per_source: 8,
+            tls: None,
         }
     }
 }

@@ -24,7 +24,7 @@ pub mod wiring;
 
 pub use config::{
     Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, MemberConfig, OrdoConfig,
-    OverrideOrigin, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, ValidationError,
+    OverrideOrigin, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, TlsFiles, ValidationError,
     VsyncConfig,
 };
 pub use ordo_agent::{

@@ -121,6 +121,9 @@ pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> 
             o.max_handshakes_per_source = f.tcp.max_handshakes_per_source;
             o.cluster = f.shm.cluster.clone();
             o.secret = config.security.load_secret()?;
+            if let Some(t) = &f.tcp.tls {
+                o.tls = Some(ordo_fabric_tcp::TlsSettings::from_pem_files(&t.cert, &t.key, &t.ca)?);
+            }
             let mut peers = Vec::new();
             for &p in config.group.members.iter().filter(|p| **p != me) {
                 peers.push((p, resolve(f.tcp.peer_addr(p).unwrap_or_default())?));
