@@ -202,7 +202,8 @@ struct FabricArgs {
     #[arg(long)]
     json: bool,
     /// Backends to measure (`tcp-nosecret`: tcp without the cluster
-    /// secret, to show what authentication costs).
+    /// secret, to show what authentication costs; `tcp-tls`: tcp over
+    /// mutual TLS).
     #[arg(long, value_delimiter = ',', default_value = "shm,tcp")]
     backend: Vec<BackendArg>,
 }
@@ -212,6 +213,7 @@ enum BackendArg {
     Shm,
     Tcp,
     TcpNosecret,
+    TcpTls,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -232,6 +234,9 @@ struct PeerArgs {
     /// Member 0's tcp listen address (tcp backend).
     #[arg(long)]
     tcp_peer: Option<std::net::SocketAddr>,
+    /// TLS links: the directory of the benchmark's throwaway certificates.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
     /// Pin to this core.
     #[arg(long)]
     core: Option<usize>,
@@ -298,6 +303,7 @@ fn bench_fabric(args: FabricArgs) -> Result<(), String> {
             BackendArg::Shm => Backend::Shm,
             BackendArg::Tcp => Backend::Tcp,
             BackendArg::TcpNosecret => Backend::TcpNoSecret,
+            BackendArg::TcpTls => Backend::TcpTls,
         })
         .collect();
     let opts = FabricBenchOptions { exe, backends, quick: args.quick };
@@ -325,9 +331,10 @@ fn fabric_peer(args: PeerArgs) -> Result<(), String> {
     }
     let backend = match args.backend {
         BackendArg::Shm => PeerBackend::Shm { cluster: args.cluster },
-        BackendArg::Tcp | BackendArg::TcpNosecret => PeerBackend::Tcp {
+        BackendArg::Tcp | BackendArg::TcpNosecret | BackendArg::TcpTls => PeerBackend::Tcp {
             cluster: args.cluster,
             coordinator: args.tcp_peer.ok_or("--tcp-peer is required for the tcp backend")?,
+            tls_dir: args.tls_dir,
         },
     };
     peer::run(PeerOptions {

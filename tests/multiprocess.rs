@@ -25,7 +25,7 @@ fn cluster(tag: &str) -> String {
 #[test]
 fn shm_guarded_publish_and_fifo_across_processes() {
     let c = cluster("shm-pub");
-    let child = spawn_peer(&exe(), Backend::Shm, &c, false, false, None, None).unwrap();
+    let child = spawn_peer(&exe(), Backend::Shm, &c, false, false, None, None, None).unwrap();
     let mut f = ShmFabric::create(ShmOptions::new(c, 0, vec![0, 1], REGION_LEN)).unwrap();
     exercise(&mut f, false).expect("every message visible under its guard, in order");
     child.wait(Duration::from_secs(10)).expect("the peer saw every message complete and exited cleanly");
@@ -35,9 +35,10 @@ fn shm_guarded_publish_and_fifo_across_processes() {
 fn tcp_guarded_publish_and_fifo_across_processes() {
     let c = cluster("tcp-pub");
     let secret = ordo_runtime::Secret::generate();
-    let binding = tcp_bind(0, &c, Some(secret.clone())).unwrap();
-    let child = spawn_peer(&exe(), Backend::Tcp, &c, false, false, Some(binding.local_addr()), Some(&secret))
-        .unwrap();
+    let binding = tcp_bind(0, &c, Some(secret.clone()), None).unwrap();
+    let child =
+        spawn_peer(&exe(), Backend::Tcp, &c, false, false, Some(binding.local_addr()), Some(&secret), None)
+            .unwrap();
     let addr = child.listen.expect("peer reports its address");
     let mut f = binding.connect(vec![(1, addr)]).unwrap();
     exercise(&mut f, false).expect("every message visible under its guard, in order");
@@ -83,7 +84,7 @@ fn wait_for_completion<F: Fabric>(f: &mut F) {
 #[test]
 fn shm_peer_killed_with_sigkill_is_suspected() {
     let c = cluster("shm-kill");
-    let mut child = spawn_peer(&exe(), Backend::Shm, &c, false, false, None, None).unwrap();
+    let mut child = spawn_peer(&exe(), Backend::Shm, &c, false, false, None, None, None).unwrap();
     let mut f = ShmFabric::create(ShmOptions::new(c.clone(), 0, vec![0, 1], REGION_LEN)).unwrap();
     wait_for_completion(&mut f);
     child.kill_hard();
@@ -98,9 +99,9 @@ fn shm_peer_killed_with_sigkill_is_suspected() {
 fn tcp_peer_killed_with_sigkill_is_suspected() {
     let c = cluster("tcp-kill");
     let secret = ordo_runtime::Secret::generate();
-    let binding = tcp_bind(0, &c, Some(secret.clone())).unwrap();
+    let binding = tcp_bind(0, &c, Some(secret.clone()), None).unwrap();
     let mut child =
-        spawn_peer(&exe(), Backend::Tcp, &c, false, false, Some(binding.local_addr()), Some(&secret))
+        spawn_peer(&exe(), Backend::Tcp, &c, false, false, Some(binding.local_addr()), Some(&secret), None)
             .unwrap();
     let addr = child.listen.expect("peer reports its address");
     let mut f = binding.connect(vec![(1, addr)]).unwrap();

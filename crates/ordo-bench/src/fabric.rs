@@ -41,6 +41,8 @@ pub enum Backend {
     Tcp,
     /// The same without a secret: the cost of authentication, side by side.
     TcpNoSecret,
+    /// The tcp fabric over mutual TLS (rustls), with the secret.
+    TcpTls,
 }
 
 impl Backend {
@@ -51,6 +53,7 @@ impl Backend {
             Backend::Shm => "shm",
             Backend::Tcp => "tcp",
             Backend::TcpNoSecret => "tcp-nosecret",
+            Backend::TcpTls => "tcp-tls",
         }
     }
 }
@@ -169,16 +172,25 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
         let cluster = format!("bench-{}-{}", std::process::id(), backend.name());
         let result = match backend {
             Backend::Shm => {
-                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None, None)?;
+                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None, None, None)?;
                 let f = ShmFabric::create(ShmOptions::new(cluster.clone(), 0, vec![0, 1], REGION_LEN))
                     .map_err(|e| e.to_string());
                 (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
             }
-            Backend::Tcp | Backend::TcpNoSecret => {
-                let secret = (backend == Backend::Tcp).then(ordo_runtime::Secret::generate);
-                let binding = tcp_bind(0, &cluster, secret.clone())?;
+            Backend::Tcp | Backend::TcpNoSecret | Backend::TcpTls => {
+                let secret = (backend != Backend::TcpNoSecret).then(ordo_runtime::Secret::generate);
+                let pki = std::env::temp_dir().join(format!("{cluster}-pki"));
+                let tls = if backend == Backend::TcpTls {
+                    write_test_pki(&pki, 2)?;
+                    Some(test_pki_settings(&pki, 0)?)
+                } else {
+                    None
+                };
+                let binding = tcp_bind(0, &cluster, secret.clone(), tls.clone())?;
                 let addr = Some(binding.local_addr());
-                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, addr, secret.as_ref())?;
+                let tls_dir = tls.is_some().then_some(pki.as_path());
+                let child =
+                    spawn_peer(&opts.exe, backend, &cluster, spin, pinned, addr, secret.as_ref(), tls_dir)?;
                 let addr = child.listen.ok_or("tcp peer did not report its address")?;
                 let f = binding.connect(vec![(1, addr)]).map_err(|e| e.to_string());
                 (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
@@ -186,6 +198,7 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
         };
         let (result, child) = result;
         let status = child.wait(Duration::from_secs(10));
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("{cluster}-pki")));
         let mut backend_rows = result?;
         status.map_err(|e| format!("{} peer: {e}", backend.name()))?;
         rows.append(&mut backend_rows);
@@ -487,13 +500,48 @@ pub fn tcp_bind(
     me: u32,
     cluster: &str,
     secret: Option<ordo_runtime::Secret>,
+    tls: Option<ordo_fabric_tcp::TlsSettings>,
 ) -> Result<ordo_fabric_tcp::TcpBinding, String> {
     let mut o = ordo_fabric_tcp::TcpOptions::new(me, "127.0.0.1:0".parse().expect("addr"), REGION_LEN);
     o.cluster = cluster.to_string();
     o.secret = secret;
+    o.tls = tls;
     o.max_frame_bytes = MAX_SIZE;
     o.send_buffer_bytes = 4 << 20;
     ordo_fabric_tcp::TcpFabric::bind(o).map_err(|e| e.to_string())
+}
+
+/// Writes a throwaway CA (`ca.pem`) and a certificate for 127.0.0.1 per
+/// member (`m<i>.pem`, `m<i>.key`) to `dir`, for TLS benchmark links.
+pub fn write_test_pki(dir: &std::path::Path, members: usize) -> Result<(), String> {
+    let e = |e: rcgen::Error| e.to_string();
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let ca_key = rcgen::KeyPair::generate().map_err(e)?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&ca_key).map_err(e)?;
+    let write = |name: String, text: String| std::fs::write(dir.join(name), text).map_err(|e| e.to_string());
+    write("ca.pem".into(), ca.pem())?;
+    for m in 0..members {
+        let key = rcgen::KeyPair::generate().map_err(e)?;
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .map_err(e)?
+            .signed_by(&key, &ca, &ca_key)
+            .map_err(e)?;
+        write(format!("m{m}.pem"), cert.pem())?;
+        write(format!("m{m}.key"), key.serialize_pem())?;
+    }
+    Ok(())
+}
+
+/// Member `m`'s TLS settings from [`write_test_pki`]'s files.
+pub fn test_pki_settings(dir: &std::path::Path, m: usize) -> Result<ordo_fabric_tcp::TlsSettings, String> {
+    ordo_fabric_tcp::TlsSettings::from_pem_files(
+        &dir.join(format!("m{m}.pem")),
+        &dir.join(format!("m{m}.key")),
+        &dir.join("ca.pem"),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// Prints a report as a table.

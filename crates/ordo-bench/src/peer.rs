@@ -33,6 +33,8 @@ pub enum PeerBackend {
         cluster: String,
         /// The address member 0 (the coordinator) listens on.
         coordinator: std::net::SocketAddr,
+        /// TLS: the directory of [`crate::fabric::write_test_pki`]'s files.
+        tls_dir: Option<PathBuf>,
     },
 }
 
@@ -82,8 +84,9 @@ pub fn run(opts: PeerOptions) -> Result<(), String> {
             announce("READY");
             serve(f, &opts)
         }
-        PeerBackend::Tcp { cluster, coordinator } => {
-            let binding = crate::fabric::tcp_bind(1, cluster, secret_from_env()?)?;
+        PeerBackend::Tcp { cluster, coordinator, tls_dir } => {
+            let tls = tls_dir.as_deref().map(|d| crate::fabric::test_pki_settings(d, 1)).transpose()?;
+            let binding = crate::fabric::tcp_bind(1, cluster, secret_from_env()?, tls)?;
             announce(&format!("LISTEN {}", binding.local_addr()));
             let f = binding.connect(vec![(0, *coordinator)]).map_err(|e| e.to_string())?;
             announce("READY");
@@ -235,6 +238,7 @@ pub fn spawn_peer(
     pinned: bool,
     coordinator: Option<std::net::SocketAddr>,
     secret: Option<&ordo_runtime::Secret>,
+    tls_dir: Option<&std::path::Path>,
 ) -> Result<PeerChild, String> {
     let mut cmd = Command::new(exe);
     let tcp = backend != crate::fabric::Backend::Shm;
@@ -242,6 +246,9 @@ pub fn spawn_peer(
     cmd.args(["fabric-peer", "--backend", name, "--cluster", cluster, "--role", "serve"]);
     if let Some(secret) = secret {
         cmd.env(ordo_runtime::SECRET_ENV, secret.env_value().ok_or("a generated secret is text")?);
+    }
+    if let Some(dir) = tls_dir {
+        cmd.arg("--tls-dir").arg(dir);
     }
     if let Some(addr) = coordinator {
         cmd.args(["--tcp-peer", &addr.to_string()]);
