@@ -7,6 +7,11 @@
 //!   liveness lock is released by the kernel; tcp: its connection closes).
 
 use ordo_bench::fabric::{Backend, exercise, tcp_bind};
+use ordo_bench::peer::PeerCredentials;
+
+fn credentials(secret: &ordo_runtime::Secret) -> PeerCredentials<'_> {
+    PeerCredentials { secret: Some(secret), tls_dir: None }
+}
 use ordo_bench::peer::spawn_peer;
 use ordo_bench::protocol::REGION_LEN;
 use ordo_fabric::{Fabric, FabricEvent, FailureCause, PostError, Write, WriteTag};
@@ -25,7 +30,7 @@ fn cluster(tag: &str) -> String {
 #[test]
 fn shm_guarded_publish_and_fifo_across_processes() {
     let c = cluster("shm-pub");
-    let child = spawn_peer(&exe(), Backend::Shm, &c, false, false, None, None, None).unwrap();
+    let child = spawn_peer(&exe(), Backend::Shm, &c, false, false, None, Default::default()).unwrap();
     let mut f = ShmFabric::create(ShmOptions::new(c, 0, vec![0, 1], REGION_LEN)).unwrap();
     exercise(&mut f, false).expect("every message visible under its guard, in order");
     child.wait(Duration::from_secs(10)).expect("the peer saw every message complete and exited cleanly");
@@ -37,7 +42,7 @@ fn tcp_guarded_publish_and_fifo_across_processes() {
     let secret = ordo_runtime::Secret::generate();
     let binding = tcp_bind(0, &c, Some(secret.clone()), None).unwrap();
     let child =
-        spawn_peer(&exe(), Backend::Tcp, &c, false, false, Some(binding.local_addr()), Some(&secret), None)
+        spawn_peer(&exe(), Backend::Tcp, &c, false, false, Some(binding.local_addr()), credentials(&secret))
             .unwrap();
     let addr = child.listen.expect("peer reports its address");
     let mut f = binding.connect(vec![(1, addr)]).unwrap();
@@ -84,7 +89,7 @@ fn wait_for_completion<F: Fabric>(f: &mut F) {
 #[test]
 fn shm_peer_killed_with_sigkill_is_suspected() {
     let c = cluster("shm-kill");
-    let mut child = spawn_peer(&exe(), Backend::Shm, &c, false, false, None, None, None).unwrap();
+    let mut child = spawn_peer(&exe(), Backend::Shm, &c, false, false, None, Default::default()).unwrap();
     let mut f = ShmFabric::create(ShmOptions::new(c.clone(), 0, vec![0, 1], REGION_LEN)).unwrap();
     wait_for_completion(&mut f);
     child.kill_hard();
@@ -101,7 +106,7 @@ fn tcp_peer_killed_with_sigkill_is_suspected() {
     let secret = ordo_runtime::Secret::generate();
     let binding = tcp_bind(0, &c, Some(secret.clone()), None).unwrap();
     let mut child =
-        spawn_peer(&exe(), Backend::Tcp, &c, false, false, Some(binding.local_addr()), Some(&secret), None)
+        spawn_peer(&exe(), Backend::Tcp, &c, false, false, Some(binding.local_addr()), credentials(&secret))
             .unwrap();
     let addr = child.listen.expect("peer reports its address");
     let mut f = binding.connect(vec![(1, addr)]).unwrap();

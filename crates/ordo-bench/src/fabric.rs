@@ -172,7 +172,7 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
         let cluster = format!("bench-{}-{}", std::process::id(), backend.name());
         let result = match backend {
             Backend::Shm => {
-                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None, None, None)?;
+                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None, Default::default())?;
                 let f = ShmFabric::create(ShmOptions::new(cluster.clone(), 0, vec![0, 1], REGION_LEN))
                     .map_err(|e| e.to_string());
                 (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
@@ -189,8 +189,8 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
                 let binding = tcp_bind(0, &cluster, secret.clone(), tls.clone())?;
                 let addr = Some(binding.local_addr());
                 let tls_dir = tls.is_some().then_some(pki.as_path());
-                let child =
-                    spawn_peer(&opts.exe, backend, &cluster, spin, pinned, addr, secret.as_ref(), tls_dir)?;
+                let credentials = crate::peer::PeerCredentials { secret: secret.as_ref(), tls_dir };
+                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, addr, credentials)?;
                 let addr = child.listen.ok_or("tcp peer did not report its address")?;
                 let f = binding.connect(vec![(1, addr)]).map_err(|e| e.to_string());
                 (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)

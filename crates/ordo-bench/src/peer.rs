@@ -62,6 +62,15 @@ pub struct PeerOptions {
     pub idle_exit: Duration,
 }
 
+/// What a tcp peer is given to authenticate its link (none for shm).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PeerCredentials<'a> {
+    /// The cluster secret, handed down in [`ordo_runtime::SECRET_ENV`].
+    pub secret: Option<&'a ordo_runtime::Secret>,
+    /// TLS: the directory of [`crate::fabric::write_test_pki`]'s files.
+    pub tls_dir: Option<&'a std::path::Path>,
+}
+
 /// The cluster secret a parent handed down in [`ordo_runtime::SECRET_ENV`],
 /// if it did.
 pub fn secret_from_env() -> Result<Option<ordo_runtime::Secret>, String> {
@@ -237,9 +246,9 @@ pub fn spawn_peer(
     spin: bool,
     pinned: bool,
     coordinator: Option<std::net::SocketAddr>,
-    secret: Option<&ordo_runtime::Secret>,
-    tls_dir: Option<&std::path::Path>,
+    credentials: PeerCredentials<'_>,
 ) -> Result<PeerChild, String> {
+    let PeerCredentials { secret, tls_dir } = credentials;
     let mut cmd = Command::new(exe);
     let tcp = backend != crate::fabric::Backend::Shm;
     let name = if tcp { "tcp" } else { "shm" };
