@@ -174,5 +174,6 @@ impl Counters {
         self.drop_too_large.store(stats.too_large_drops, Ordering::Relaxed);
         self.drop_evicted.store(stats.evicted_partials, Ordering::Relaxed);
         self.drop_timed_out.store(stats.timed_out_partials, Ordering::Relaxed);
+        self.drop_source_budget.store(stats.source_budget_drops, Ordering::Relaxed);
     }
 }

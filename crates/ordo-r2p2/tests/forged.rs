@@ -236,3 +236,62 @@ fn a_server_that_requires_client_macs_serves_only_sealed_requests() {
     assert_eq!(KvReply::decode(&answer).unwrap(), KvReply::Value(None));
     node.shutdown();
 }
+
+#[test]
+fn a_fragment_flood_from_one_socket_holds_only_its_budget_while_the_cluster_serves() {
+    let peers = free_addrs(3);
+    let nodes: Vec<RunningNode> = (0..3)
+        .map(|id| {
+            let mut opts = NodeOptions::new(id, peers.clone(), None);
+            opts.durable = false;
+            opts.auth = auth();
+            start_node(&opts).unwrap()
+        })
+        .collect();
+    let mut config = ClientConfig::new(peers.clone());
+    config.timeout = Duration::from_millis(50);
+    config.retries = 100;
+    let mut client = Client::new(config).unwrap();
+    let put = |c: &mut Client, v: &str| {
+        c.call(P::ReplicatedRoute, &KvOp::Put { key: b"k".to_vec(), value: v.as_bytes().to_vec() }.encode())
+            .expect("the cluster serves")
+    };
+    put(&mut client, "before");
+    // 1,333 never-finished "packet 0 of 1024" requests per replica, from one socket.
+    let flooder = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let budget = ordo_r2p2::ReassemblyConfig::default().max_partials_per_source as u64;
+    for (i, to) in peers.iter().enumerate() {
+        for request_id in 0..1333u32 {
+            let h = Header {
+                message_type: MessageType::Request,
+                policy: Policy::LbRoute,
+                flags: 0,
+                packet_id: 0,
+                packet_count: 1024,
+                client_id: 7,
+                request_id,
+                leader_hint: 0,
+                payload_len: 1000,
+            };
+            let mut d = vec![0u8; header::HEADER_SIZE];
+            header::encode(&h, &mut d);
+            d.extend_from_slice(&[0xAB; 1000]);
+            flooder.send_to(&d, to).unwrap();
+            if request_id % 200 == 0 {
+                put(&mut client, &format!("during {i} {request_id}"));
+            }
+        }
+    }
+    put(&mut client, "after");
+    assert_eq!(get(&mut client, "k"), Some(b"after".to_vec()));
+    for n in &nodes {
+        let s = n.server().stats();
+        // Every flood fragment that arrived beyond the budget pushed out one
+        // of the flooder's own; nobody else's partial was evicted.
+        assert!(s.drop_source_budget >= 1333 - budget - 100, "{s:?}");
+        assert_eq!(s.drop_evicted, 0, "{s:?}");
+    }
+    for n in nodes {
+        n.shutdown();
+    }
+}

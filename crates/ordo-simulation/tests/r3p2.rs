@@ -349,3 +349,30 @@ fn checkers_reject_bad_histories() {
     );
     rejected_by("liveness", &bad(vec![(3, R3Event::Invoke { client: 1, request: 1, op: put(b"a") })]));
 }
+
+/// A lagging follower's final log may still hold a stale entry of an older
+/// term past its own commit index (seed 17815482295025645811 with sealed
+/// datagrams over the MTU: the new leader's snapshot never reached m0, which
+/// kept its uncommitted term-5 entry at 46): only its committed prefix must
+/// match the committed entries.
+#[test]
+fn leader_completeness_ignores_a_final_log_past_its_commit_index() {
+    let p = Params { ops: 1, ..Params::draw(0) };
+    let checker =
+        common::checkers(&p).into_iter().find(|c| c.name() == "leader-completeness").expect("checker");
+    let fin = |commit: u64| R3Event::Final {
+        log: common::LogView { first: 46, last: 46, runs: vec![(46, 5)] },
+        commit,
+        term: 7,
+        leader: false,
+        applied: 45,
+        state: ordo_r2p2::KvState::default().snapshot(),
+        duplicates: 0,
+    };
+    let commit = (2, R3Event::Commit { index: 46, term: 6, at_term: 6 });
+    assert!(
+        checker.check(&bad(vec![commit.clone(), (0, fin(45))])).is_ok(),
+        "stale tail past commit flagged"
+    );
+    assert!(checker.check(&bad(vec![commit, (0, fin(46))])).is_err(), "a committed conflict accepted");
+}

@@ -163,8 +163,11 @@ impl Checker<R3Event> for LogMatching {
     }
 }
 
-/// A committed entry is in every later leader's log and in every final log,
-/// and every replica that saw index `i` committed saw the same term there.
+/// A committed entry is in every later leader's log and in every final log
+/// that holds it as committed (up to that replica's own commit index: past
+/// it, a lagging follower may still hold a stale entry of an older term,
+/// as Raft allows, until a leader overwrites it), and every replica that saw
+/// index `i` committed saw the same term there.
 pub struct LeaderCompleteness;
 
 impl Checker<R3Event> for LeaderCompleteness {
@@ -205,9 +208,12 @@ impl Checker<R3Event> for LeaderCompleteness {
                         }
                     }
                 }
-                R3Event::Final { log, .. } => {
+                R3Event::Final { log, commit, .. } => {
                     for (index, (term, _, who)) in &committed {
-                        if *index >= log.first && *index <= log.last && log.term(*index) != Some(*term) {
+                        if *index >= log.first
+                            && *index <= log.last.min(*commit)
+                            && log.term(*index) != Some(*term)
+                        {
                             return Err(Violation::new(
                                 self.name(),
                                 format!(

@@ -44,8 +44,9 @@
 //!
 //! # What is checked (one [`Checker`] each)
 //! election safety, log matching, leader completeness (committed entries in
-//! every later leader's log and in every final log), state machine safety
-//! (the same command at the same apply position everywhere, across restarts;
+//! every later leader's log and in every final log up to its commit index),
+//! state machine safety (the same command at the same apply position
+//! everywhere, across restarts;
 //! replaying the common sequence yields every replica's final state),
 //! exactly-once (no `(client, request)` applied at two positions; a retried
 //! request's answer is the first application's; the append-only key holds
