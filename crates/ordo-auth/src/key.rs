@@ -8,9 +8,13 @@ use zeroize::Zeroizing;
 type HmacSha256 = Hmac<Sha256>;
 
 /// A 32-byte HMAC-SHA-256 key for one purpose (see [`Secret::derive`](crate::Secret::derive)).
+///
+/// It keeps the HMAC state already keyed (the inner and outer pads
+/// absorbed), so each MAC costs only the message's blocks; the key bytes
+/// themselves are zeroed as soon as the state is made.
 #[derive(Clone)]
 pub struct Key {
-    bytes: Zeroizing<[u8; 32]>,
+    keyed: HmacSha256,
 }
 
 impl fmt::Debug for Key {
@@ -24,12 +28,13 @@ impl Key {
         let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes keys of any length");
         mac.update(b"ordo key v1\0");
         mac.update(label.as_bytes());
-        Key { bytes: Zeroizing::new(mac.finalize().into_bytes().into()) }
+        let bytes: Zeroizing<[u8; 32]> = Zeroizing::new(mac.finalize().into_bytes().into());
+        Key { keyed: HmacSha256::new_from_slice(&*bytes).expect("32-byte key") }
     }
 
     /// A MAC computation under this key (feed it with `update`).
     pub fn mac(&self) -> MacState {
-        MacState { mac: HmacSha256::new_from_slice(&*self.bytes).expect("32-byte key") }
+        MacState { mac: self.keyed.clone() }
     }
 
     /// HMAC-SHA-256 of the concatenation of `parts`.
