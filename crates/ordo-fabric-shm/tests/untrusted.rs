@@ -64,3 +64,22 @@ fn a_hard_link_to_a_shared_file_is_refused() {
     });
     assert_refused(&err, took, &target, "hard links");
 }
+
+/// Another user's file (made here by handing a file to uid 65534, which
+/// needs root; CI and this project's machines run the tests as root).
+#[test]
+fn another_users_file_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "not root: cannot give a file to another user here; the owner check is covered by the mode and link tests' code path"
+        );
+        return;
+    }
+    let (err, took, target) = start_with_planted("owner", |path, _| {
+        std::fs::write(path, vec![0u8; 64 + REGION]).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    });
+    assert_refused(&err, took, &target, "owned by uid 65534");
+}
