@@ -16,22 +16,29 @@
 //! does not verify at another.
 //!
 //! # Counters and the replay window
-//! A [`Sealer`]'s counter is strictly increasing: each datagram gets
-//! `max(previous + 1, now)` with `now` the wall clock in nanoseconds since
-//! the Unix epoch. A restarted sender therefore starts above everything its
-//! earlier incarnation sent (unless the clock was set back by more than the
-//! time it ran — then its datagrams are refused as replays until the
-//! counter passes the old one; logged and counted by the receiver).
+//! A [`Sealer`]'s counter is strictly increasing and follows the wall clock
+//! in units of [`TICK_NS`] (1,024 ns): each datagram gets
+//! `max(previous + 1, now / TICK_NS)`. While a sender sends less than one
+//! datagram per tick (a million a second), its counter tracks its clock, so
+//! a restarted sender starts above everything its earlier incarnation sent
+//! (unless the clock was set back by more than the time it ran — then its
+//! datagrams are refused as replays until the counter passes the old one;
+//! counted by the receiver).
 //!
 //! The [`Opener`] keeps one [`ReplayWindow`] per sender: the highest
-//! counter accepted and a bitmap of the [`WINDOW`] counters below it. A
-//! counter seen before, or below the window, is refused; datagrams
-//! reordered by less than the window are accepted once each.
-//! Senders known in advance (replicas) have a window each for good. Other
-//! senders (clients) share a table of at most `max_senders` windows,
-//! evicted least-recently-used; their counters must also lie within
-//! `max_age` of the receiver's clock, so a datagram replayed after its
-//! sender's window was evicted is still refused.
+//! counter accepted and a bitmap of the [`WINDOW`] counters below it, so a
+//! datagram overtaken by up to 4,096 later ones, or by about 4 ms of later
+//! traffic, is still accepted once; a counter seen before, or below the
+//! window, is refused.
+//! - Senders known in advance (replicas) have a window each for good; their
+//!   counters may be at most `max_age` old by the receiver's clock.
+//! - Other senders (clients) share a table of at most `max_senders`
+//!   windows. Their counters must lie within `max_age` in the past and
+//!   `max_future` in the future of the receiver's clock, and a sender
+//!   without a window must present a counter above the table's **floor**:
+//!   the receiver's start (less `max_future`, the clock skew allowed), raised
+//!   to the top of every window evicted. So neither an eviction nor a
+//!   restart of the receiver lets an old datagram in again.
 
 use crate::key::Key;
 use std::collections::HashMap;
@@ -43,7 +50,9 @@ pub const COUNTER_LEN: usize = 8;
 /// Bytes a sealed datagram carries after the protocol's bytes.
 pub const TRAILER_LEN: usize = COUNTER_LEN + TAG_LEN;
 /// Counters a [`ReplayWindow`] remembers below its highest.
-pub const WINDOW: u64 = 1024;
+pub const WINDOW: u64 = 4096;
+/// Nanoseconds per counter tick (counters follow the clock in these units).
+pub const TICK_NS: u64 = 1024;
 const WORDS: usize = (WINDOW / 64) as usize;
 
 /// Why a sealed datagram was refused. Each has its own counter at the
@@ -59,14 +68,18 @@ pub enum OpenError {
     /// The counter was accepted before, or is below the sender's window.
     #[error("replayed datagram (counter {0})")]
     Replayed(u64),
-    /// A client counter too far from the receiver's clock.
-    #[error("stale datagram (counter {counter}, receiver clock {now})")]
+    /// A counter too far from the receiver's clock (in ticks), or not above
+    /// the floor a new sender must pass.
+    #[error("stale datagram (counter {counter}, receiver clock {now} ticks)")]
     Stale {
         /// The datagram's counter.
         counter: u64,
-        /// The receiver's clock.
+        /// The receiver's clock, in ticks.
         now: u64,
     },
+    /// Too many senders hold recent windows: a new one cannot be tracked.
+    #[error("too many senders to track")]
+    Busy,
     /// The sender is not one this opener accepts.
     #[error("unknown sender {0}")]
     UnknownSender(u64),
@@ -80,7 +93,7 @@ pub struct Sealer {
 }
 
 impl Sealer {
-    /// A sealer whose first counter is the clock at its first seal.
+    /// A sealer whose first counter is the clock (in ticks) at its first seal.
     pub fn new(key: Key) -> Sealer {
         Sealer { key, last: 0 }
     }
@@ -89,7 +102,7 @@ impl Sealer {
     /// counter used. `now_unix_ns` is the wall clock; `context` is bound to
     /// the MAC but not sent (the receiver must supply the same).
     pub fn seal(&mut self, datagram: &mut Vec<u8>, now_unix_ns: u64, context: &[u8]) -> u64 {
-        let counter = (self.last + 1).max(now_unix_ns);
+        let counter = (self.last + 1).max(now_unix_ns / TICK_NS);
         debug_assert!(counter > self.last, "counters strictly increase");
         self.last = counter;
         let counter_bytes = counter.to_be_bytes();
@@ -110,10 +123,16 @@ pub fn split_trailer(datagram: &[u8]) -> Result<(&[u8], u64, &[u8]), OpenError> 
 }
 
 /// The counters one sender has had accepted (see the module docs).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayWindow {
     top: u64,
     bits: [u64; WORDS],
+}
+
+impl Default for ReplayWindow {
+    fn default() -> Self {
+        ReplayWindow { top: 0, bits: [0; WORDS] }
+    }
 }
 
 impl ReplayWindow {
@@ -167,39 +186,61 @@ impl ReplayWindow {
     }
 }
 
-/// Verifies sealed datagrams of a set of senders under one key.
+/// Verifies sealed datagrams of a set of senders under one key (see the
+/// module docs for the bounds).
 #[derive(Debug)]
 pub struct Opener {
     key: Key,
     /// Windows of senders `0..known.len()`, kept for good.
     known: Vec<ReplayWindow>,
-    /// Windows of other senders, with the receiver clock of their last use.
+    /// Windows of other senders, with the receiver clock (ticks) of their last use.
     others: HashMap<u64, (ReplayWindow, u64)>,
     max_others: usize,
-    /// Counters must lie within this of the receiver's clock (0: no check).
-    max_age_ns: u64,
+    /// Counters older than this many ticks are refused (0: no bound).
+    max_age: u64,
+    /// Counters more than this many ticks ahead are refused (0: no bound).
+    max_future: u64,
+    /// A sender without a window must present a counter above this.
+    floor: u64,
 }
 
 impl Opener {
     /// Accepts senders `0..senders` only (replicas), one window each; with
-    /// `max_age_ns` > 0, also refuses counters further than that from the
-    /// receiver's clock (what keeps old datagrams out of a window that a
-    /// restart emptied).
+    /// `max_age_ns` > 0, refuses counters older than that by the receiver's
+    /// clock.
     pub fn for_peers(key: Key, senders: usize, max_age_ns: u64) -> Opener {
         Opener {
             key,
             known: vec![ReplayWindow::default(); senders],
             others: HashMap::new(),
             max_others: 0,
-            max_age_ns,
+            max_age: max_age_ns / TICK_NS,
+            max_future: 0,
+            floor: 0,
         }
     }
 
-    /// Accepts any sender (clients) whose counter is within `max_age_ns` of
-    /// the receiver's clock, remembering at most `max_senders` windows.
-    pub fn for_clients(key: Key, max_senders: usize, max_age_ns: u64) -> Opener {
-        assert!(max_senders > 0 && max_age_ns > 0, "client opener bounds are positive");
-        Opener { key, known: Vec::new(), others: HashMap::new(), max_others: max_senders, max_age_ns }
+    /// Accepts any sender (clients) whose counter lies between `max_age_ns`
+    /// before and `max_future_ns` after the receiver's clock, remembering
+    /// at most `max_senders` windows; `now_unix_ns` is the receiver's start
+    /// (the first floor, less `max_future_ns`).
+    pub fn for_clients(
+        key: Key,
+        max_senders: usize,
+        max_age_ns: u64,
+        max_future_ns: u64,
+        now_unix_ns: u64,
+    ) -> Opener {
+        assert!(max_senders > 0 && max_age_ns > 0 && max_future_ns > 0, "client opener bounds are positive");
+        Opener {
+            key,
+            known: Vec::new(),
+            others: HashMap::new(),
+            max_others: max_senders,
+            max_age: max_age_ns / TICK_NS,
+            max_future: max_future_ns / TICK_NS,
+            floor: now_unix_ns.saturating_sub(max_future_ns) / TICK_NS,
+        }
     }
 
     /// Senders whose windows are held.
@@ -208,9 +249,9 @@ impl Opener {
     }
 
     /// Verifies `datagram` (protocol bytes and trailer) from `sender` — a
-    /// sender id taken from inside the MACed bytes — and records its
-    /// counter; returns the protocol bytes' length. A refused datagram
-    /// changes nothing.
+    /// sender id taken from inside the MACed bytes — with `context` (bound
+    /// to the MAC, not sent), and records its counter; returns the protocol
+    /// bytes' length. A refused datagram changes nothing.
     pub fn open(
         &mut self,
         sender: u64,
@@ -227,8 +268,11 @@ impl Opener {
         if !self.key.verify(&[&context_len, context, body, &counter.to_be_bytes()], tag) {
             return Err(OpenError::BadTag);
         }
-        if self.max_age_ns > 0 && counter.abs_diff(now_unix_ns) > self.max_age_ns {
-            return Err(OpenError::Stale { counter, now: now_unix_ns });
+        let now = now_unix_ns / TICK_NS;
+        let too_old = self.max_age > 0 && counter < now.saturating_sub(self.max_age);
+        let too_new = self.max_future > 0 && counter > now.saturating_add(self.max_future);
+        if too_old || too_new {
+            return Err(OpenError::Stale { counter, now });
         }
         if fixed {
             let window = &mut self.known[sender as usize];
@@ -239,20 +283,35 @@ impl Opener {
         if let Some((window, used)) = self.others.get_mut(&sender) {
             window.check(counter)?;
             window.record(counter);
-            *used = now_unix_ns;
+            *used = now;
             return Ok(body.len());
         }
+        if counter <= self.floor {
+            return Err(OpenError::Replayed(counter));
+        }
         if self.others.len() >= self.max_others {
-            // Least recently used goes; its old datagrams stay out because
-            // they are older than max_age by the time they could matter,
-            // or carry counters this sender will never reuse.
-            if let Some(oldest) = self.others.iter().min_by_key(|(_, (_, used))| *used).map(|(s, _)| *s) {
-                self.others.remove(&oldest);
+            // The least recently used window goes, and the floor rises to
+            // its top: whatever that sender sent before stays out. A window
+            // used within max_age is kept (a flood of new senders, which
+            // needs the key, is refused rather than evicting live ones).
+            let (oldest, (window, used)) = self
+                .others
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(s, w)| (*s, w.clone()))
+                .expect("the table is full");
+            if now.saturating_sub(used) <= self.max_age {
+                return Err(OpenError::Busy);
+            }
+            self.others.remove(&oldest);
+            self.floor = self.floor.max(window.top());
+            if counter <= self.floor {
+                return Err(OpenError::Replayed(counter));
             }
         }
         let mut window = ReplayWindow::default();
         window.record(counter);
-        self.others.insert(sender, (window, now_unix_ns));
+        self.others.insert(sender, (window, now));
         Ok(body.len())
     }
 }
@@ -277,7 +336,7 @@ mod tests {
     fn a_sealed_datagram_opens_once() {
         let mut s = Sealer::new(key());
         let mut o = Opener::for_peers(key(), 3, 0);
-        let d = sealed(&mut s, b"hello", 1000);
+        let d = sealed(&mut s, b"hello", 1000 * TICK_NS);
         assert_eq!(d.len(), 5 + TRAILER_LEN);
         assert_eq!(o.open(1, &d, 0, b"to 1"), Ok(5));
         assert_eq!(o.open(1, &d, 0, b"to 1"), Err(OpenError::Replayed(1000)));
@@ -312,57 +371,92 @@ mod tests {
     #[test]
     fn peer_freshness_keeps_old_datagrams_out_of_an_emptied_window() {
         let mut s = Sealer::new(key());
-        let old = sealed(&mut s, b"old", 1_000);
-        let mut restarted = Opener::for_peers(key(), 1, 500);
-        assert!(matches!(restarted.open(0, &old, 10_000, b"to 1"), Err(OpenError::Stale { .. })));
-        let fresh = sealed(&mut s, b"new", 9_900);
-        assert!(restarted.open(0, &fresh, 10_000, b"to 1").is_ok());
+        let old = sealed(&mut s, b"old", 1_000 * TICK_NS);
+        let mut restarted = Opener::for_peers(key(), 1, 500 * TICK_NS);
+        assert!(matches!(restarted.open(0, &old, 10_000 * TICK_NS, b"to 1"), Err(OpenError::Stale { .. })));
+        let fresh = sealed(&mut s, b"new", 9_900 * TICK_NS);
+        assert!(restarted.open(0, &fresh, 10_000 * TICK_NS, b"to 1").is_ok());
     }
 
     #[test]
     fn counters_follow_the_clock_and_never_go_back() {
         let mut s = Sealer::new(key());
-        assert_eq!(s.seal(&mut vec![], 100, b""), 100);
-        assert_eq!(s.seal(&mut vec![], 100, b""), 101);
-        assert_eq!(s.seal(&mut vec![], 50, b""), 102, "clock went back");
-        assert_eq!(s.seal(&mut vec![], 5000, b""), 5000);
+        assert_eq!(s.seal(&mut vec![], 100 * TICK_NS, b""), 100);
+        assert_eq!(s.seal(&mut vec![], 100 * TICK_NS, b""), 101);
+        assert_eq!(s.seal(&mut vec![], 50 * TICK_NS, b""), 102, "clock went back");
+        assert_eq!(s.seal(&mut vec![], 5000 * TICK_NS + 5, b""), 5000);
     }
 
     #[test]
     fn a_restarted_sender_is_accepted_and_its_old_datagrams_are_not() {
         let mut o = Opener::for_peers(key(), 1, 0);
         let mut first = Sealer::new(key());
-        let old = sealed(&mut first, b"old", 1_000);
+        let old = sealed(&mut first, b"old", 1_000 * TICK_NS);
         assert!(o.open(0, &old, 0, b"to 1").is_ok());
         let mut second = Sealer::new(key()); // later incarnation, later clock
-        let new = sealed(&mut second, b"new", 9_000);
+        let new = sealed(&mut second, b"new", 9_000 * TICK_NS);
         assert!(o.open(0, &new, 0, b"to 1").is_ok());
         assert_eq!(o.open(0, &old, 0, b"to 1"), Err(OpenError::Replayed(1_000)));
     }
 
     #[test]
-    fn client_windows_are_bounded_and_stale_counters_refused() {
-        let mut o = Opener::for_clients(key(), 4, 1_000_000);
-        let now = 10_000_000;
+    fn client_windows_are_bounded_and_evictions_or_restarts_let_no_replay_in() {
+        const SEC: u64 = 1_000_000_000;
+        let boot = 1_000 * SEC;
+        let (age, future) = (120 * SEC, 5 * SEC);
+        let mut o = Opener::for_clients(key(), 4, age, future, boot);
+        // Sent before the receiver started (more than the skew allowed): refused.
+        let mut early = Sealer::new(key());
+        let before = sealed(&mut early, b"before", boot - 10 * SEC);
+        assert_eq!(o.open(99, &before, boot, b"to 1"), Err(OpenError::Replayed((boot - 10 * SEC) / TICK_NS)));
+        // Four clients fill the table; a fifth is refused while they are recent.
         let mut kept = Vec::new();
-        for client in 0..10u64 {
-            let mut s = Sealer::new(key());
-            let d = sealed(&mut s, &client.to_be_bytes(), now + client);
-            assert!(o.open(client, &d, now + client, b"to 1").is_ok());
+        for client in 0..4u64 {
+            let d = sealed(&mut Sealer::new(key()), &client.to_be_bytes(), boot + client * SEC);
+            assert!(o.open(client, &d, boot + client * SEC, b"to 1").is_ok());
             kept.push(d);
-            assert!(o.windows() <= 4);
         }
-        // Client 0's window was evicted; its datagram is replayed long after.
-        assert!(matches!(o.open(0, &kept[0], now + 5_000_000, b"to 1"), Err(OpenError::Stale { .. })));
+        let fifth = sealed(&mut Sealer::new(key()), b"fifth", boot + 5 * SEC);
+        assert_eq!(o.open(4, &fifth, boot + 5 * SEC, b"to 1"), Err(OpenError::Busy));
+        // Much later, the oldest window goes; the floor keeps its datagram out.
+        let later = boot + 200 * SEC;
+        let fresh = sealed(&mut Sealer::new(key()), b"fresh", later);
+        assert!(o.open(4, &fresh, later, b"to 1").is_ok());
+        assert!(o.windows() <= 4);
+        assert!(o.open(0, &kept[0], later, b"to 1").is_err(), "an evicted sender's old datagram");
         // Within max_age and still held: refused as a replay.
-        assert_eq!(o.open(9, &kept[9], now + 10, b"to 1"), Err(OpenError::Replayed(now + 9)));
+        let now = boot + 3 * SEC + 10;
+        assert_eq!(o.open(3, &kept[3], now, b"to 1"), Err(OpenError::Replayed((boot + 3 * SEC) / TICK_NS)));
+        // Too far in the future, or too old: stale.
+        let ahead = sealed(&mut Sealer::new(key()), b"ahead", later + 60 * SEC);
+        assert!(matches!(o.open(7, &ahead, later, b"to 1"), Err(OpenError::Stale { .. })));
+        let old = sealed(&mut Sealer::new(key()), b"old", later - 130 * SEC);
+        assert!(matches!(o.open(8, &old, later, b"to 1"), Err(OpenError::Stale { .. })));
+        // A restarted receiver (new floor) refuses what was sent before it.
+        let mut restarted = Opener::for_clients(key(), 4, age, future, later + 30 * SEC);
+        assert!(restarted.open(4, &fresh, later + 30 * SEC, b"to 1").is_err());
+    }
+
+    #[test]
+    fn datagrams_reordered_by_milliseconds_are_each_accepted_once() {
+        let mut s = Sealer::new(key());
+        let start = 1_000_000_000u64;
+        // One datagram every 100 µs for 3 ms, delivered in reverse.
+        let batch: Vec<Vec<u8>> = (0..30).map(|i| sealed(&mut s, b"x", start + i * 100_000)).collect();
+        let mut o = Opener::for_peers(key(), 1, 0);
+        for d in batch.iter().rev() {
+            assert!(o.open(0, d, start, b"to 1").is_ok());
+        }
+        for d in &batch {
+            assert!(o.open(0, d, start, b"to 1").is_err());
+        }
     }
 
     proptest! {
         /// Any arrival order of distinct counters within the window is
         /// accepted exactly once each; duplicates never.
         #[test]
-        fn window_accepts_each_counter_once(mut counters in proptest::collection::vec(1u64..3000, 1..300)) {
+        fn window_accepts_each_counter_once(mut counters in proptest::collection::vec(1u64..12_000, 1..300)) {
             let mut w = ReplayWindow::default();
             let mut seen = std::collections::HashSet::new();
             let mut top = 0u64;

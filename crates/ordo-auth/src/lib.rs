@@ -24,7 +24,8 @@
 //!   refuses a counter it saw or one older than its window. Receiver memory
 //!   is bounded: one window per known sender, and a fixed number of windows
 //!   for senders not known in advance (clients), evicted oldest-first, with
-//!   a freshness bound that keeps an evicted sender's old datagrams out.
+//!   a floor that keeps an evicted sender's (or, after a restart, anyone's)
+//!   old datagrams out.
 
 #![warn(missing_docs)]
 

@@ -14,9 +14,10 @@
 //! the header, the payload and the counter. The key is derived from the
 //! secret with the message class's label ([`RAFT_LABEL`], [`ADMIN_LABEL`],
 //! [`CLIENT_LABEL`]), so a client's MAC is no admin MAC and neither is a
-//! replica's. A RAFT MAC also covers the destination replica's id (not
-//! sent: the receiver supplies its own), so a datagram captured on its way
-//! to one replica does not verify at another. The sender is the header's `client_id` (a replica's node id
+//! replica's. Every MAC also covers the destination server's id (not sent:
+//! the receiver supplies its own node id; a client uses the server's index
+//! in its `servers` list, which is therefore in id order), so a datagram
+//! captured on its way to one server does not verify at another. The sender is the header's `client_id` (a replica's node id
 //! for RAFT), covered by the MAC; the Raft term, log entries and every other
 //! field of the payload are covered too.
 //!
@@ -29,10 +30,13 @@
 //!   counted (`drop_unauthenticated`, `drop_bad_mac`, `drop_replayed`).
 //! - An admin command or a request refused for its credential gets an
 //!   ERROR [`ErrorCode::Unauthorized`](crate::header::ErrorCode) reply and
-//!   changes nothing.
+//!   changes nothing. A replayed or stale one is dropped without a reply
+//!   (it may be the network's duplicate of a request that was served).
 //! - Memory for client and admin replay windows is bounded
-//!   (`client_windows` each), with a freshness bound (`client_max_age`) on
-//!   counters, which client sealers draw from the wall clock.
+//!   (`client_windows` each), with freshness bounds (`client_max_age` in
+//!   the past, `max_clock_skew` in the future) on counters, which client
+//!   sealers draw from the wall clock, and a floor (the server's start, then
+//!   the top of every evicted window) that a new sender must pass.
 
 use crate::header::{FLAG_AUTH, Header, MessageType};
 use ordo_auth::{OpenError, Opener, Sealer, Secret};
@@ -64,10 +68,15 @@ pub struct AuthConfig {
     /// Client (and, separately, admin) replay windows kept (default 4096).
     pub client_windows: usize,
     /// RAFT counters older than this by the receiver's clock are refused
-    /// (default 10 min; 0: no check). What keeps a replayed old datagram
-    /// out of a replica whose replay windows a restart emptied; replica
-    /// clocks must agree to within it.
+    /// (default 10 min; 0: no check); replica clocks must agree to within
+    /// it. After a receiver restarts (its windows empty), a genuine RAFT
+    /// datagram younger than this can be accepted once more — which Raft,
+    /// built for networks that duplicate and delay, tolerates.
     pub peer_max_age: Duration,
+    /// How far ahead of the server's clock a client's or admin's counter
+    /// may be (default 5 s), and how far before the server's start the
+    /// first accepted one may be.
+    pub max_clock_skew: Duration,
 }
 
 impl Default for AuthConfig {
@@ -80,6 +89,7 @@ impl Default for AuthConfig {
             client_max_age: Duration::from_secs(120),
             client_windows: 4096,
             peer_max_age: Duration::from_secs(600),
+            max_clock_skew: Duration::from_secs(5),
         }
     }
 }
@@ -93,6 +103,8 @@ pub(crate) enum Refusal {
     BadMac,
     /// A replayed or stale counter.
     Replayed,
+    /// Too many recent clients to track another.
+    Busy,
     /// An admin command, and this server has no admin secret.
     AdminDisabled,
 }
@@ -101,6 +113,7 @@ impl Refusal {
     fn from_open(e: OpenError) -> Refusal {
         match e {
             OpenError::Replayed(_) | OpenError::Stale { .. } => Refusal::Replayed,
+            OpenError::Busy => Refusal::Busy,
             OpenError::Truncated | OpenError::BadTag | OpenError::UnknownSender(_) => Refusal::BadMac,
         }
     }
@@ -111,6 +124,7 @@ impl Refusal {
             Refusal::Missing => "unauthorized: this message needs a MAC made with the right secret",
             Refusal::BadMac => "unauthorized: the MAC does not verify (wrong secret?)",
             Refusal::Replayed => "unauthorized: replayed or stale datagram (check the clock)",
+            Refusal::Busy => "overloaded: too many recent clients to track another; retry",
             Refusal::AdminDisabled => {
                 "unauthorized: admin commands are disabled (no admin secret configured)"
             }
@@ -129,19 +143,23 @@ pub(crate) struct ServerAuth {
 }
 
 impl ServerAuth {
-    pub(crate) fn new(config: &AuthConfig, replicas: usize, node_id: u64) -> ServerAuth {
+    /// `now_unix_ns`: the server's start (the clients' first floor).
+    pub(crate) fn new(config: &AuthConfig, replicas: usize, node_id: u64, now_unix_ns: u64) -> ServerAuth {
         let nanos = |d: Duration| d.as_nanos().min(u64::MAX as u128) as u64;
         let age = nanos(config.client_max_age).max(1);
+        let skew = nanos(config.max_clock_skew).max(1);
         let peer_age = nanos(config.peer_max_age);
         let windows = config.client_windows.max(1);
+        let clients =
+            |label| move |s: &Secret| Opener::for_clients(s.derive(label), windows, age, skew, now_unix_ns);
         ServerAuth {
             raft_sealer: config.cluster.as_ref().map(|s| Sealer::new(s.derive(RAFT_LABEL))),
             raft: config
                 .cluster
                 .as_ref()
                 .map(|s| Opener::for_peers(s.derive(RAFT_LABEL), replicas, peer_age)),
-            admin: config.admin.as_ref().map(|s| Opener::for_clients(s.derive(ADMIN_LABEL), windows, age)),
-            client: config.client.as_ref().map(|s| Opener::for_clients(s.derive(CLIENT_LABEL), windows, age)),
+            admin: config.admin.as_ref().map(clients(ADMIN_LABEL)),
+            client: config.client.as_ref().map(clients(CLIENT_LABEL)),
             require_client_mac: config.require_client_mac,
             node_id,
         }
@@ -156,14 +174,12 @@ impl ServerAuth {
         now_unix_ns: u64,
     ) -> Result<(), Refusal> {
         let sealed = header.flags & FLAG_AUTH != 0;
-        let mut context = [0u8; 8];
         let opener = match header.message_type {
             MessageType::Raft => {
                 let Some(opener) = self.raft.as_mut() else { return Ok(()) };
                 if header.client_id == self.node_id {
                     return Err(Refusal::BadMac); // our own id: a reflection
                 }
-                context = raft_context(self.node_id);
                 opener
             }
             MessageType::Admin => self.admin.as_mut().ok_or(Refusal::AdminDisabled)?,
@@ -178,15 +194,15 @@ impl ServerAuth {
         if !sealed {
             return Err(Refusal::Missing);
         }
-        let context: &[u8] = if header.message_type == MessageType::Raft { &context } else { &[] };
-        opener.open(header.client_id, datagram, now_unix_ns, context).map(|_| ()).map_err(Refusal::from_open)
+        let context = destination_context(self.node_id);
+        opener.open(header.client_id, datagram, now_unix_ns, &context).map(|_| ()).map_err(Refusal::from_open)
     }
 
     /// Seals a RAFT datagram for replica `to` in place (a no-op without a
     /// cluster secret).
     pub(crate) fn seal_raft(&mut self, datagram: &mut Vec<u8>, now_unix_ns: u64, to: u64) {
         if let Some(sealer) = self.raft_sealer.as_mut() {
-            sealer.seal(datagram, now_unix_ns, &raft_context(to));
+            sealer.seal(datagram, now_unix_ns, &destination_context(to));
         }
     }
 
@@ -196,8 +212,8 @@ impl ServerAuth {
     }
 }
 
-/// What a RAFT MAC covers besides the datagram: the destination replica.
-fn raft_context(to: u64) -> [u8; 8] {
+/// What every MAC covers besides the datagram: the destination server's id.
+pub(crate) fn destination_context(to: u64) -> [u8; 8] {
     to.to_be_bytes()
 }
 

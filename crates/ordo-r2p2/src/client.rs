@@ -522,6 +522,7 @@ impl Client {
 
     fn transmit(&mut self, id: RequestId, pending: &Pending) -> Result<(), CallError> {
         let mtu = self.mtu_payload(pending.message_type);
+        let target = pending.target as u64;
         let to = self.config.servers[pending.target];
         let mut sealer = match pending.message_type {
             MessageType::Admin => self.admin_sealer.as_mut(),
@@ -549,7 +550,12 @@ impl Client {
             &mut self.scratch,
             |datagram| {
                 if let Some(sealer) = sealer.as_mut() {
-                    sealer.seal(datagram, crate::auth::unix_now_ns(), &[]);
+                    // Bound to the server it goes to (its id: its index in `servers`).
+                    sealer.seal(
+                        datagram,
+                        crate::auth::unix_now_ns(),
+                        &crate::auth::destination_context(target),
+                    );
                 }
                 if error.is_none()
                     && let Err(e) = send_datagram(socket, datagram, to)

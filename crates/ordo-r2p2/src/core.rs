@@ -172,7 +172,12 @@ impl<R: Replication> ServerCore<R> {
         ServerCore {
             reassembler: Reassembler::new(config.reassembly),
             peer_reassembler: Reassembler::new(config.reassembly),
-            auth: ServerAuth::new(&config.auth, config.peers.len(), config.node_id),
+            auth: ServerAuth::new(
+                &config.auth,
+                config.peers.len(),
+                config.node_id,
+                config.wall_clock.map_or(0, |clock| clock()),
+            ),
             config,
             hook,
             hook_out: ReplicationOutput::default(),
@@ -258,23 +263,27 @@ impl<R: Replication> ServerCore<R> {
     }
 
     /// A datagram failed authentication: counted, and a client's first
-    /// datagram of a message answered with ERROR `Unauthorized` (RAFT
-    /// datagrams are dropped silently).
+    /// datagram of a message answered with ERROR `Unauthorized` (or
+    /// `Overloaded`); RAFT datagrams and replays are dropped silently (a
+    /// replay may be the network's duplicate of a request that was served).
     fn on_refused(&mut self, from: SocketAddr, header: &Header, refusal: Refusal) {
         let counter = match refusal {
             Refusal::Missing | Refusal::AdminDisabled => &self.counters.drop_unauthenticated,
             Refusal::BadMac => &self.counters.drop_bad_mac,
-            Refusal::Replayed => &self.counters.drop_replayed,
+            Refusal::Replayed | Refusal::Busy => &self.counters.drop_replayed,
         };
         Counters::bump(counter);
-        if header.message_type != MessageType::Raft && header.packet_id == 0 {
+        let answer = match refusal {
+            Refusal::Replayed => None,
+            Refusal::Busy => Some(ErrorCode::Overloaded),
+            Refusal::Missing | Refusal::AdminDisabled | Refusal::BadMac => Some(ErrorCode::Unauthorized),
+        };
+        if let Some(code) = answer
+            && header.message_type != MessageType::Raft
+            && header.packet_id == 0
+        {
             let client = ClientRef { addr: from, client_id: header.client_id, request_id: header.request_id };
-            self.outgoing.push(Outgoing::error(
-                client,
-                header.policy,
-                ErrorCode::Unauthorized,
-                refusal.reason(),
-            ));
+            self.outgoing.push(Outgoing::error(client, header.policy, code, refusal.reason()));
         }
     }
 

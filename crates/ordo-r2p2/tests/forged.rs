@@ -295,3 +295,55 @@ fn a_fragment_flood_from_one_socket_holds_only_its_budget_while_the_cluster_serv
         n.shutdown();
     }
 }
+
+/// A captured admin command opens only at the server it was sealed for,
+/// and only once: replayed there it is dropped without an answer, sent to
+/// another server it is refused (its MAC names the destination).
+#[test]
+fn a_captured_admin_command_is_refused_at_other_servers_and_on_replay() {
+    let peers = free_addrs(3);
+    let nodes: Vec<RunningNode> = (0..3)
+        .map(|id| {
+            let mut opts = NodeOptions::new(id, peers.clone(), None);
+            opts.durable = false;
+            opts.auth = auth();
+            start_node(&opts).unwrap()
+        })
+        .collect();
+    wait_for("a leader", || nodes.iter().any(|n| n.status().unwrap().is_leader()));
+    let admin_key = auth().admin.unwrap().derive(ordo_r2p2::auth::ADMIN_LABEL);
+    let payload = b"status";
+    let h = Header {
+        message_type: MessageType::Admin,
+        policy: Policy::ReplicatedRoute,
+        flags: FLAG_AUTH,
+        packet_id: 0,
+        packet_count: 1,
+        client_id: 4242,
+        request_id: 1,
+        leader_hint: 0,
+        payload_len: payload.len() as u16,
+    };
+    let mut d = vec![0u8; header::HEADER_SIZE];
+    header::encode(&h, &mut d);
+    d.extend_from_slice(payload);
+    Sealer::new(admin_key).seal(&mut d, ordo_r2p2::auth::unix_now_ns(), &0u64.to_be_bytes());
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let mut answer = |to: usize| -> Option<MessageType> {
+        sock.send_to(&d, peers[to]).unwrap();
+        let (n, _) = sock.recv_from(&mut buf).ok()?;
+        Some(header::decode(&buf[..n], 1024).unwrap().0.message_type)
+    };
+    let first = answer(0).expect("server 0 answers the command sealed for it");
+    assert!(matches!(first, MessageType::Response | MessageType::Redirect), "{first:?}");
+    assert_eq!(answer(1), Some(MessageType::Error), "server 1 refuses a command sealed for server 0");
+    let replays = nodes[0].server().stats().drop_replayed;
+    assert_eq!(answer(0), None, "a replay gets no answer");
+    assert_eq!(nodes[0].server().stats().drop_replayed, replays + 1);
+    assert!(nodes[1].server().stats().drop_bad_mac >= 1);
+    for n in nodes {
+        n.shutdown();
+    }
+}
