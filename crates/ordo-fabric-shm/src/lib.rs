@@ -224,6 +224,23 @@ fn check_owned_and_private(meta: &std::fs::Metadata) -> Result<(), String> {
     Ok(())
 }
 
+/// The region directory must not let other users replace files in it: a
+/// directory anyone may write to needs the sticky bit (as `/dev/shm` has).
+fn check_directory(options: &ShmOptions) -> Result<(), ShmError> {
+    let meta = std::fs::metadata(&options.dir).map_err(io_err("reading region directory", &options.dir))?;
+    if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
+        return Err(ShmError::Untrusted {
+            member: options.member,
+            path: options.dir.clone(),
+            why: format!(
+                "the directory's mode is {:o}: anyone may write to it and it has no sticky bit, so another user could replace region files (chmod +t, or another directory)",
+                meta.mode() & 0o7777
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// A mapped region file (own or a peer's).
 struct Mapping {
     file: File,
@@ -330,6 +347,7 @@ impl ShmFabric {
     /// Creates this member's region file, then maps every peer's file once it
     /// is ready (waiting up to `open_timeout`).
     pub fn create(options: ShmOptions) -> Result<ShmFabric, ShmError> {
+        check_directory(&options)?;
         let mut peer_ids: Vec<MemberId> =
             options.members.iter().copied().filter(|m| *m != options.member).collect();
         peer_ids.sort_unstable();

@@ -83,3 +83,15 @@ fn another_users_file_is_refused() {
     });
     assert_refused(&err, took, &target, "owned by uid 65534");
 }
+
+#[test]
+fn a_world_writable_directory_without_the_sticky_bit_is_refused() {
+    let d = dir("nosticky");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut o = ShmOptions::new("u-nosticky", 0, vec![0, 1], REGION);
+    o.dir = d.clone();
+    let Err(err) = ShmFabric::create(o) else { panic!("a member started in an unsafe directory") };
+    assert!(matches!(err, ShmError::Untrusted { member: 0, .. }), "{err}");
+    assert!(err.to_string().contains("sticky"), "{err}");
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "a region file was created there");
+}

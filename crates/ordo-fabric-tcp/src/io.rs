@@ -38,7 +38,7 @@ pub(crate) const LISTENER: Token = Token(0);
 pub(crate) const WAKER: Token = Token(1);
 const FIRST_TOKEN: usize = 2;
 /// At most this many accepted connections may be in their handshake at
-/// once; a new one beyond it replaces the oldest.
+/// once; a new one beyond it replaces one of them (`make_room_for`).
 const MAX_HANDSHAKES: usize = 64;
 /// Sources whose first refusal was logged are remembered up to this many.
 const MAX_LOGGED_SOURCES: usize = 1024;
@@ -90,8 +90,6 @@ struct Handshake {
     theirs: Option<Hello>,
     hello_sent: bool,
     deadline: Instant,
-    /// Order of acceptance, for replacing the oldest.
-    seq: u64,
     /// The TLS session, when links use TLS: every handshake byte goes
     /// through it, and it becomes the link's.
     tls: Option<Box<rustls::Connection>>,
@@ -156,7 +154,8 @@ pub(crate) struct IoThread {
     conn_tokens: HashMap<Token, usize>,
     next_token: usize,
     next_generation: u64,
-    next_handshake: u64,
+    /// xorshift state for choosing which handshake to close under a flood.
+    rng: u64,
     /// Sources whose first refused handshake was logged.
     logged_sources: std::collections::HashSet<IpAddr>,
 }
@@ -196,7 +195,7 @@ impl IoThread {
             conn_tokens: HashMap::new(),
             next_token: FIRST_TOKEN,
             next_generation: 1,
-            next_handshake: 0,
+            rng: u64::from_le_bytes(auth::nonce()[..8].try_into().expect("8 bytes")) | 1,
             logged_sources: std::collections::HashSet::new(),
         }
     }
@@ -341,7 +340,6 @@ impl IoThread {
         deadline: Instant,
     ) -> io::Result<Handshake> {
         let hello = Hello { nonce: auth::nonce(), ..self.config.hello };
-        self.next_handshake += 1;
         let tls = match (&self.config.tls, role) {
             (None, _) => None,
             (Some(t), Role::Dial(_)) => Some(Box::new(t.dial(remote)?)),
@@ -357,45 +355,60 @@ impl IoThread {
             theirs: None,
             hello_sent: false,
             deadline,
-            seq: self.next_handshake,
             tls,
         })
     }
 
     /// Before accepting a handshake from `remote`: one source holds at most
     /// `max_handshakes_per_source` and all together at most
-    /// [`MAX_HANDSHAKES`]; beyond either, the oldest accepted one (of that
-    /// source, or of all) is closed. A flood therefore cannot keep a member
-    /// out: its own handshake completes in a few round trips, long before
-    /// the flood's oldest slots are reused.
+    /// [`MAX_HANDSHAKES`]; beyond either, one accepted handshake (of that
+    /// source, or of all) is closed: one from an address that is no
+    /// member's if there is one, preferably one that has not sent its
+    /// HELLO yet, chosen at random among those. A flood therefore cannot
+    /// keep a member out: from other addresses it never displaces a
+    /// member's handshake, and from a member's own address (one host) it
+    /// must hit the member's handshake by chance within the few round trips
+    /// that handshake takes, while the member redials every
+    /// `reconnect_interval`.
     fn make_room_for(&mut self, remote: SocketAddr) {
         let accepted = |hs: &Handshake| matches!(hs.role, Role::Accept);
         let from_source = |hs: &Handshake| hs.remote.is_some_and(|r| r.ip() == remote.ip());
         let per_source = self.handshakes.values().filter(|h| accepted(h) && from_source(h)).count();
         let victim = if per_source >= self.config.max_handshakes_per_source {
-            self.oldest_accepted(|h| from_source(h))
+            self.pick_victim(|h| from_source(h))
         } else if self.handshakes.values().filter(|h| accepted(h)).count() >= MAX_HANDSHAKES {
-            self.oldest_accepted(|_| true)
+            self.pick_victim(|_| true)
         } else {
             None
         };
         if let Some(token) = victim
             && let Some(hs) = self.handshakes.remove(&token)
         {
-            self.note_refusal(
-                &hs,
-                "too many handshakes in progress from this source or in all; closing the oldest",
-            );
+            self.note_refusal(&hs, "too many handshakes in progress from this source or in all; closing one");
             self.end_handshake(hs);
         }
     }
 
-    fn oldest_accepted(&self, filter: impl Fn(&Handshake) -> bool) -> Option<Token> {
-        self.handshakes
+    /// An accepted handshake passing `filter` to close (see `make_room_for`).
+    fn pick_victim(&mut self, filter: impl Fn(&Handshake) -> bool) -> Option<Token> {
+        let member_ips: Vec<IpAddr> = self.peers.iter().map(|p| p.addr.ip()).collect();
+        let stranger = |h: &Handshake| h.remote.is_none_or(|r| !member_ips.contains(&r.ip()));
+        let silent = |h: &Handshake| h.theirs.is_none();
+        let candidates: Vec<(Token, bool, bool)> = self
+            .handshakes
             .iter()
             .filter(|(_, h)| matches!(h.role, Role::Accept) && filter(h))
-            .min_by_key(|(_, h)| h.seq)
-            .map(|(t, _)| *t)
+            .map(|(t, h)| (*t, stranger(h), silent(h)))
+            .collect();
+        // The best class present: strangers before members' addresses,
+        // silent before those that sent a HELLO.
+        let rank = |&(_, stranger, silent): &(Token, bool, bool)| (!stranger, !silent);
+        let best = candidates.iter().map(rank).min()?;
+        let class: Vec<Token> = candidates.iter().filter(|c| rank(c) == best).map(|c| c.0).collect();
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        Some(class[(self.rng % class.len() as u64) as usize])
     }
 
     /// Logs a refused connection: the first from each source address at

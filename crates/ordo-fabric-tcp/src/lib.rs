@@ -34,8 +34,10 @@
 //!   allocated at start-up, so a frame's `len` claim never sizes an
 //!   allocation; at most `max_signaled_in_flight` unreported signaled writes.
 //!   At most 64 handshakes are in progress at once, at most
-//!   `max_handshakes_per_source` from one source address (beyond either the
-//!   oldest is closed), each for at most `handshake_timeout`.
+//!   `max_handshakes_per_source` from one source address (beyond either one
+//!   is closed, a stranger's before one from a member's address, a silent
+//!   one before one that sent its HELLO, at random among equals), each for
+//!   at most `handshake_timeout`.
 //! - **Nothing from a stranger is applied.** A connection's frames reach
 //!   the region only after its handshake has proved, both ways, that the
 //!   peer holds the cluster secret (below); until then exactly the two

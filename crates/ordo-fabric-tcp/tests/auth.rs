@@ -155,6 +155,92 @@ fn members_with_different_secrets_never_link() {
     }
 }
 
+/// A TCP connection to `to` from the loopback address `127.0.0.<host>`
+/// (std cannot bind a TCP socket before connecting, so through libc).
+fn connect_from(host: u8, to: SocketAddr) -> Option<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(to) = to else { return None };
+    let sockaddr = |ip: [u8; 4], port: u16| {
+        // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
+        let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        a.sin_family = libc::AF_INET as libc::sa_family_t;
+        a.sin_port = port.to_be();
+        a.sin_addr.s_addr = u32::from_be_bytes(ip).to_be();
+        a
+    };
+    let (local, remote) = (sockaddr([127, 0, 0, host], 0), sockaddr(to.ip().octets(), to.port()));
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a fresh descriptor, owned by the returned stream (closed on
+    // every path by its drop); the addresses outlive the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let ok = libc::bind(fd, (&raw const local).cast(), len) == 0
+            && libc::connect(fd, (&raw const remote).cast(), len) == 0;
+        ok.then_some(stream)
+    }
+}
+
+#[test]
+fn a_flood_of_half_open_connections_from_many_sources_keeps_no_member_out() {
+    let mut g = common::group(2, REGION, |o| o.handshake_timeout = Duration::from_millis(500));
+    let addr1 = g[1].local_addr();
+    // Two threads open connections without pause from 127.0.0.2..=127.0.0.33
+    // (never saying anything) while member 0 restarts.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opened = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let flooders: Vec<_> = (0..2u8)
+        .map(|t| {
+            let (stop, opened) = (stop.clone(), opened.clone());
+            std::thread::spawn(move || {
+                let mut held = std::collections::VecDeque::new();
+                let mut host = 2 + t;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(s) = connect_from(host, addr1) {
+                        held.push_back(s);
+                        opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    if held.len() > 300 {
+                        held.pop_front();
+                    }
+                    host = if host >= 32 { 2 + t } else { host + 2 };
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let old = g.remove(0);
+    drop(old);
+    wait_for_event(&mut g[0], LIMIT, |e| matches!(e, FabricEvent::Suspected { .. }));
+    let started = Instant::now();
+    let mut o = common::options(0, REGION);
+    o.peers = vec![(1, addr1)];
+    let mut restarted = TcpFabric::connect(o).expect("member 0 gets in despite the flood");
+    let mut result = Err(ReconnectError::UnknownPeer(0));
+    wait_until(LIMIT, "member 1 to take member 0's new link", || {
+        result = g[0].reconnect(0);
+        result.is_ok()
+    });
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for f in flooders {
+        f.join().unwrap();
+    }
+    assert_eq!(result, Ok(restarted.incarnation()));
+    assert!(took < Duration::from_secs(5), "member 0 was kept out for {took:?}");
+    restarted.region().store_release(256, 78);
+    restarted.post_write(Write::signaled(1, 256, 8, WriteTag(78))).unwrap();
+    let events = wait_for_event(&mut restarted, LIMIT, |_| true);
+    assert_eq!(events, vec![FabricEvent::Completed { peer: 1, tag: WriteTag(78) }]);
+    eprintln!(
+        "member 0 relinked {took:?} after its restart, under a flood of {} connections from 31 addresses",
+        opened.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
 #[test]
 fn a_flood_of_half_open_connections_from_one_source_keeps_no_member_out() {
     let mut g = common::group(2, REGION, |o| o.handshake_timeout = Duration::from_millis(500));
