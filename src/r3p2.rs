@@ -199,8 +199,9 @@ pub fn main(cmd: R3p2) -> Result<(), String> {
         }
         R3p2::Admin(args) => {
             let mut client = make_client(&args.client)?;
-            let answer =
-                client.admin(args.command.join(" ").as_bytes()).map_err(|e| format!("admin failed: {e}"))?;
+            let answer = client
+                .admin(args.command.join(" ").as_bytes())
+                .map_err(|e| format!("admin failed: {e}{}", unverified_hint(&client)))?;
             println!("{}", String::from_utf8_lossy(&answer));
             Ok(())
         }
@@ -326,9 +327,21 @@ fn make_client(args: &ClientArgs) -> Result<Client, String> {
     Client::new(config).map_err(|e| e.to_string())
 }
 
+/// Why a request may have timed out although servers answered.
+fn unverified_hint(client: &Client) -> String {
+    match client.stats().unauthenticated_answers {
+        0 => String::new(),
+        n => format!(
+            " ({n} answers were dropped because they were not sealed with this client secret: is --secret-file the servers' --client-secret-file?)"
+        ),
+    }
+}
+
 fn call(args: &ClientArgs, policy: Policy, op: &KvOp) -> Result<(), String> {
     let mut client = make_client(args)?;
-    let answer = client.call(policy, &op.encode()).map_err(|e| format!("request failed: {e}"))?;
+    let answer = client
+        .call(policy, &op.encode())
+        .map_err(|e| format!("request failed: {e}{}", unverified_hint(&client)))?;
     match KvReply::decode(&answer).map_err(|e| format!("bad answer: {e}"))? {
         KvReply::Value(Some(v)) => println!("{}", String::from_utf8_lossy(&v)),
         KvReply::Value(None) => println!("(none)"),

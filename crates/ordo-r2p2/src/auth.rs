@@ -6,6 +6,7 @@
 //! | RAFT (replica → replica) | the cluster secret | always, when the server has one |
 //! | Admin (operator → replicas) | the admin secret, a separate one | always: without an admin secret configured, admin commands are refused |
 //! | REQUEST (client → server) | the client secret | when `require_client_mac` is set |
+//! | RESPONSE, REDIRECT, ERROR (server → client) | the client secret | by clients that hold it: a server with a client secret seals every answer |
 //!
 //! # Wire format
 //! An authenticated datagram has `FLAG_AUTH` in its header and ends, after
@@ -48,6 +49,8 @@ pub const RAFT_LABEL: &str = "ordo r2p2 raft v1";
 pub const ADMIN_LABEL: &str = "ordo r2p2 admin v1";
 /// Label of the key that MACs client REQUEST datagrams.
 pub const CLIENT_LABEL: &str = "ordo r2p2 client v1";
+/// Label of the key that MACs answers to clients (from the client secret).
+pub const ANSWER_LABEL: &str = "ordo r2p2 answer v1";
 
 /// Who must prove what to a server (see the module docs).
 #[derive(Clone, Debug)]
@@ -135,6 +138,7 @@ impl Refusal {
 /// A server's checks and its RAFT sealer.
 pub(crate) struct ServerAuth {
     raft_sealer: Option<Sealer>,
+    answer_sealer: Option<Sealer>,
     raft: Option<Opener>,
     admin: Option<Opener>,
     client: Option<Opener>,
@@ -154,6 +158,7 @@ impl ServerAuth {
             |label| move |s: &Secret| Opener::for_clients(s.derive(label), windows, age, skew, now_unix_ns);
         ServerAuth {
             raft_sealer: config.cluster.as_ref().map(|s| Sealer::new(s.derive(RAFT_LABEL))),
+            answer_sealer: config.client.as_ref().map(|s| Sealer::new(s.derive(ANSWER_LABEL))),
             raft: config
                 .cluster
                 .as_ref()
@@ -209,6 +214,19 @@ impl ServerAuth {
     /// Whether RAFT datagrams are sealed (their headers carry `FLAG_AUTH`).
     pub(crate) fn seals_raft(&self) -> bool {
         self.raft_sealer.is_some()
+    }
+
+    /// Whether answers to clients are sealed (a client secret is configured).
+    pub(crate) fn seals_answers(&self) -> bool {
+        self.answer_sealer.is_some()
+    }
+
+    /// Seals an answer to client `client_id` in place (a no-op without a
+    /// client secret).
+    pub(crate) fn seal_answer(&mut self, datagram: &mut Vec<u8>, now_unix_ns: u64, client_id: u64) {
+        if let Some(sealer) = self.answer_sealer.as_mut() {
+            sealer.seal(datagram, now_unix_ns, &destination_context(client_id));
+        }
     }
 }
 

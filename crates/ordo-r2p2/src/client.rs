@@ -63,7 +63,9 @@ pub struct ClientConfig {
     pub idle: IdleStrategy,
     /// SO_RCVBUF / SO_SNDBUF to ask for; `None` keeps the OS default.
     pub socket_buffer_bytes: Option<usize>,
-    /// The client secret: requests are sealed with its MAC ([`crate::auth`]).
+    /// The client secret: requests are sealed with its MAC, and answers are
+    /// accepted only if sealed with it (servers holding the same client
+    /// secret seal every answer; [`crate::auth`]).
     pub secret: Option<ordo_auth::Secret>,
     /// The admin secret: [`Client::admin`] commands are sealed with it
     /// (servers refuse admin commands without it).
@@ -142,6 +144,9 @@ pub struct ClientStats {
     pub stale_responses: u64,
     /// Datagrams rejected by header validation.
     pub bad_datagrams: u64,
+    /// Answers dropped because they were not sealed with the client secret,
+    /// came from no listed server, or were replayed.
+    pub unauthenticated_answers: u64,
 }
 
 struct Pending {
@@ -174,6 +179,8 @@ pub struct Client {
     stats: ClientStats,
     request_sealer: Option<ordo_auth::Sealer>,
     admin_sealer: Option<ordo_auth::Sealer>,
+    /// With a client secret: one replay window per server.
+    answer_opener: Option<ordo_auth::Opener>,
 }
 
 const SOCKET: Token = Token(0);
@@ -215,6 +222,9 @@ impl Client {
                 .admin_secret
                 .as_ref()
                 .map(|s| ordo_auth::Sealer::new(s.derive(crate::auth::ADMIN_LABEL))),
+            answer_opener: config.secret.as_ref().map(|s| {
+                ordo_auth::Opener::for_peers(s.derive(crate::auth::ANSWER_LABEL), config.servers.len(), 0)
+            }),
             recv_buf: vec![0u8; MAX_DATAGRAM + 1],
             started: Instant::now(),
             stats: ClientStats::default(),
@@ -327,8 +337,25 @@ impl Client {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => continue, // ICMP errors from earlier sends; retries cover them.
             };
-            let message = match header::decode(&self.recv_buf[..len], self.config.reassembly.max_packets) {
-                Ok((header, payload)) => self.reassembler.on_packet(from, &header, payload, now_ns),
+            let datagram = &self.recv_buf[..len];
+            let message = match header::decode(datagram, self.config.reassembly.max_packets) {
+                Ok((header, payload)) => {
+                    if let Some(opener) = self.answer_opener.as_mut() {
+                        // Only answers sealed by a listed server for this client.
+                        let server = self.config.servers.iter().position(|s| *s == from);
+                        let sealed = header.flags & crate::header::FLAG_AUTH != 0;
+                        let context = crate::auth::destination_context(self.client_id);
+                        let verified = sealed
+                            && server.is_some_and(|i| {
+                                opener.open(i as u64, datagram, crate::auth::unix_now_ns(), &context).is_ok()
+                            });
+                        if !verified || header.client_id != self.client_id {
+                            self.stats.unauthenticated_answers += 1;
+                            continue;
+                        }
+                    }
+                    self.reassembler.on_packet(from, &header, payload, now_ns)
+                }
                 Err(_) => {
                     self.stats.bad_datagrams += 1;
                     None

@@ -72,6 +72,15 @@ pub struct CoreConfig {
     pub wall_clock: Option<fn() -> u64>,
 }
 
+/// How an outgoing message is sealed (when its header carries `FLAG_AUTH`).
+#[derive(Clone, Copy)]
+enum Seal {
+    /// A RAFT message to this replica.
+    Raft(u64),
+    /// An answer to this client.
+    Answer(u64),
+}
+
 /// Answers a [`RemoteResponder`] queue holds by default.
 pub const DEFAULT_REMOTE_QUEUE_DEPTH: usize = 4096;
 
@@ -519,10 +528,11 @@ impl<R: Replication> ServerCore<R> {
                 continue;
             }
             let hint = item.leader_hint.or(leader);
+            let sealed = if self.auth.seals_answers() { FLAG_AUTH } else { 0 };
             let header = Header {
                 message_type: item.message_type,
                 policy: item.policy,
-                flags: if hint.is_some() { FLAG_LEADER_HINT } else { 0 },
+                flags: sealed | if hint.is_some() { FLAG_LEADER_HINT } else { 0 },
                 packet_id: 0,
                 packet_count: 1,
                 client_id: item.client_id,
@@ -538,7 +548,7 @@ impl<R: Replication> ServerCore<R> {
             // Counted before the send so that an answer is never observed by
             // its client before it is counted (tests and monitors rely on it).
             Counters::bump(counter);
-            self.send_message(&header, &item.payload, item.to, None, net);
+            self.send_message(&header, &item.payload, item.to, Seal::Answer(item.client_id), net);
         }
         debug_assert!(self.outgoing.is_empty(), "nothing queues answers while they are sent");
         self.outgoing = outgoing;
@@ -566,7 +576,7 @@ impl<R: Replication> ServerCore<R> {
             payload_len: 0,
         };
         Counters::bump(&self.counters.peer_messages_sent);
-        self.send_message(&header, message, to, Some(peer as u64), net);
+        self.send_message(&header, message, to, Seal::Raft(peer as u64), net);
     }
 
     /// The wall clock for MAC counters.
@@ -574,14 +584,14 @@ impl<R: Replication> ServerCore<R> {
         self.config.wall_clock.map_or(self.now_ns, |clock| clock())
     }
 
-    /// Splits and sends one message (a RAFT one sealed for replica
-    /// `to_replica` when the header says so); false if it was dropped.
+    /// Splits and sends one message, each datagram sealed as `seal` says
+    /// when the header carries `FLAG_AUTH`; false if it was dropped.
     fn send_message(
         &mut self,
         header: &Header,
         payload: &[u8],
         to: SocketAddr,
-        to_replica: Option<u64>,
+        seal_as: Seal,
         net: &mut impl Transport,
     ) -> bool {
         let wall = self.wall_ns();
@@ -601,8 +611,11 @@ impl<R: Replication> ServerCore<R> {
             self.config.reassembly.max_packets,
             &mut self.scratch,
             |datagram| {
-                if seal && let Some(replica) = to_replica {
-                    auth.seal_raft(datagram, wall, replica);
+                if seal {
+                    match seal_as {
+                        Seal::Raft(replica) => auth.seal_raft(datagram, wall, replica),
+                        Seal::Answer(client_id) => auth.seal_answer(datagram, wall, client_id),
+                    }
                 }
                 match net.send_datagram(to, datagram) {
                     Ok(()) => Counters::bump(&counters.datagrams_sent),

@@ -225,11 +225,15 @@ fn a_server_that_requires_client_macs_serves_only_sealed_requests() {
         Err(ordo_r2p2::CallError::Refused { code: ordo_r2p2::ErrorCode::Unauthorized, .. }) => {}
         other => panic!("an unsealed request was served: {other:?}"),
     }
+    // A client with a wrong secret is refused too, and cannot even verify
+    // the server's (sealed) refusal: it drops it and times out.
     config.secret = Some(Secret::from_bytes(b"not the client secret").unwrap());
-    match Client::new(config.clone()).unwrap().call(P::FixedRoute, &put) {
-        Err(ordo_r2p2::CallError::Refused { code: ordo_r2p2::ErrorCode::Unauthorized, .. }) => {}
+    let mut wrong = Client::new(config.clone()).unwrap();
+    match wrong.call(P::FixedRoute, &put) {
+        Err(ordo_r2p2::CallError::Timeout { .. }) => {}
         other => panic!("a wrongly sealed request was served: {other:?}"),
     }
+    assert!(wrong.stats().unauthenticated_answers >= 1);
     assert_eq!(node.server().stats().requests, 0, "no refused request reached the handler");
     config.secret = Some(client_secret);
     let answer = Client::new(config).unwrap().call(P::FixedRoute, &put).expect("a sealed request is served");
@@ -346,4 +350,55 @@ fn a_captured_admin_command_is_refused_at_other_servers_and_on_replay() {
     for n in nodes {
         n.shutdown();
     }
+}
+
+/// A client that holds the client secret accepts only answers sealed with
+/// it by a listed server: a forged RESPONSE from a listed address (here a
+/// plain socket playing the server) is dropped, and the request times out
+/// rather than completing with the forgery.
+#[test]
+fn a_client_with_the_secret_ignores_forged_answers() {
+    let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
+    fake.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let server = fake.local_addr().unwrap();
+    let forger = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        let mut forged = 0;
+        while let Ok((n, from)) = fake.recv_from(&mut buf) {
+            let (h, _) = header::decode(&buf[..n], 1024).unwrap();
+            let payload = KvReply::Value(Some(b"FORGED".to_vec())).encode();
+            let answer = Header {
+                message_type: MessageType::Response,
+                policy: h.policy,
+                flags: 0,
+                packet_id: 0,
+                packet_count: 1,
+                client_id: h.client_id,
+                request_id: h.request_id,
+                leader_hint: 0,
+                payload_len: payload.len() as u16,
+            };
+            let mut d = vec![0u8; header::HEADER_SIZE];
+            header::encode(&answer, &mut d);
+            d.extend_from_slice(&payload);
+            fake.send_to(&d, from).unwrap();
+            forged += 1;
+            if forged == 3 {
+                break;
+            }
+        }
+        forged
+    });
+    let mut config = ClientConfig::new(vec![server]);
+    config.timeout = Duration::from_millis(50);
+    config.retries = 2;
+    config.secret = Some(Secret::from_bytes(b"forged tests' client secret").unwrap());
+    let mut client = Client::new(config).unwrap();
+    match client.call(P::FixedRoute, &KvOp::Get { key: b"k".to_vec() }.encode()) {
+        Err(ordo_r2p2::CallError::Timeout { .. }) => {}
+        other => panic!("a forged answer was accepted: {other:?}"),
+    }
+    assert_eq!(forger.join().unwrap(), 3);
+    assert_eq!(client.stats().unauthenticated_answers, 3);
+    assert_eq!(client.stats().responses, 0);
 }
