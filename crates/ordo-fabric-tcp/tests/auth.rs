@@ -9,7 +9,7 @@ mod common;
 use common::{FakePeer, hello, wait_for_event, wait_until};
 use ordo_auth::Secret;
 use ordo_auth::handshake::{self, Role};
-use ordo_fabric::{Fabric, FabricEvent, MemberId, ReconnectError, Write, WriteTag};
+use ordo_fabric::{Fabric, FabricEvent, ReconnectError, Write, WriteTag};
 use ordo_fabric_tcp::frame::{FrameHeader, encode_proof};
 use ordo_fabric_tcp::{HANDSHAKE_KEY_LABEL, TcpError, TcpFabric};
 use std::io::{Read, Write as _};
@@ -127,32 +127,41 @@ fn a_replayed_handshake_is_refused() {
 
 #[test]
 fn members_with_different_secrets_never_link() {
-    let bindings: Vec<_> = (0..2u32)
-        .map(|i| {
-            let mut o = common::options(i, REGION);
-            o.connect_timeout = Duration::from_millis(800);
-            if i == 1 {
-                o.secret = Some(Secret::from_bytes(b"an impostor's own secret").unwrap());
-            }
-            TcpFabric::bind(o).unwrap()
-        })
-        .collect();
-    let addrs: Vec<SocketAddr> = bindings.iter().map(|b| b.local_addr()).collect();
-    let results: Vec<Result<TcpFabric, TcpError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = bindings
-            .into_iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let other = 1 - i;
-                let peer = (other as MemberId, addrs[other]);
-                s.spawn(move || b.connect(vec![peer]))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let results = common::try_group(2, REGION, |i, o| {
+        o.connect_timeout = Duration::from_millis(800);
+        if i == 1 {
+            o.secret = Some(Secret::from_bytes(b"an impostor's own secret").unwrap());
+        }
     });
     for r in results {
         assert!(matches!(r, Err(TcpError::ConnectTimeout { .. })), "{r:?}");
     }
+}
+
+/// Member 0 of `g` (linked to member 1, listening at `addr1`) restarts as a
+/// new incarnation; checks that member 1 takes its new link within 5 s and
+/// that it carries a signaled write of `tag`; returns how long it took.
+fn restart_member_0(g: &mut Vec<TcpFabric>, addr1: SocketAddr, tag: u64) -> Duration {
+    drop(g.remove(0));
+    wait_for_event(&mut g[0], LIMIT, |e| matches!(e, FabricEvent::Suspected { .. }));
+    let started = Instant::now();
+    let mut o = common::options(0, REGION);
+    o.peers = vec![(1, addr1)];
+    let mut restarted = TcpFabric::connect(o).expect("member 0 gets in despite the flood");
+    let mut result = Err(ReconnectError::UnknownPeer(0));
+    wait_until(LIMIT, "member 1 to take member 0's new link", || {
+        result = g[0].reconnect(0);
+        result.is_ok()
+    });
+    let took = started.elapsed();
+    assert_eq!(result, Ok(restarted.incarnation()));
+    assert!(took < Duration::from_secs(5), "member 0 was kept out for {took:?}");
+    restarted.region().store_release(256, tag);
+    restarted.post_write(Write::signaled(1, 256, 8, WriteTag(tag))).unwrap();
+    let events = wait_for_event(&mut restarted, LIMIT, |_| true);
+    assert_eq!(events, vec![FabricEvent::Completed { peer: 1, tag: WriteTag(tag) }]);
+    assert_eq!(g[0].region().load_acquire(256), tag);
+    took
 }
 
 /// A TCP connection to `to` from the loopback address `127.0.0.<host>`
@@ -212,29 +221,11 @@ fn a_flood_of_half_open_connections_from_many_sources_keeps_no_member_out() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(200));
-    let old = g.remove(0);
-    drop(old);
-    wait_for_event(&mut g[0], LIMIT, |e| matches!(e, FabricEvent::Suspected { .. }));
-    let started = Instant::now();
-    let mut o = common::options(0, REGION);
-    o.peers = vec![(1, addr1)];
-    let mut restarted = TcpFabric::connect(o).expect("member 0 gets in despite the flood");
-    let mut result = Err(ReconnectError::UnknownPeer(0));
-    wait_until(LIMIT, "member 1 to take member 0's new link", || {
-        result = g[0].reconnect(0);
-        result.is_ok()
-    });
-    let took = started.elapsed();
+    let took = restart_member_0(&mut g, addr1, 78);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for f in flooders {
         f.join().unwrap();
     }
-    assert_eq!(result, Ok(restarted.incarnation()));
-    assert!(took < Duration::from_secs(5), "member 0 was kept out for {took:?}");
-    restarted.region().store_release(256, 78);
-    restarted.post_write(Write::signaled(1, 256, 8, WriteTag(78))).unwrap();
-    let events = wait_for_event(&mut restarted, LIMIT, |_| true);
-    assert_eq!(events, vec![FabricEvent::Completed { peer: 1, tag: WriteTag(78) }]);
     eprintln!(
         "member 0 relinked {took:?} after its restart, under a flood of {} connections from 31 addresses",
         opened.load(std::sync::atomic::Ordering::Relaxed)
@@ -266,28 +257,9 @@ fn a_flood_of_half_open_connections_from_one_source_keeps_no_member_out() {
         })
     };
     // Member 0 restarts (a new incarnation) and must get its link back.
-    let old = g.remove(0);
-    drop(old);
-    wait_for_event(&mut g[0], LIMIT, |e| matches!(e, FabricEvent::Suspected { .. }));
-    let started = Instant::now();
-    let mut o = common::options(0, REGION);
-    o.peers = vec![(1, addr1)];
-    let mut restarted = TcpFabric::connect(o).expect("member 0 gets in despite the flood");
-    let mut result = Err(ReconnectError::UnknownPeer(0));
-    wait_until(LIMIT, "member 1 to take member 0's new link", || {
-        result = g[0].reconnect(0);
-        result.is_ok()
-    });
-    let took = started.elapsed();
+    let took = restart_member_0(&mut g, addr1, 77);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     flooder.join().unwrap();
     drop(idle);
-    assert_eq!(result, Ok(restarted.incarnation()));
-    assert!(took < Duration::from_secs(5), "member 0 was kept out for {took:?}");
-    restarted.region().store_release(256, 77);
-    restarted.post_write(Write::signaled(1, 256, 8, WriteTag(77))).unwrap();
-    let events = wait_for_event(&mut restarted, LIMIT, |_| true);
-    assert_eq!(events, vec![FabricEvent::Completed { peer: 1, tag: WriteTag(77) }]);
-    assert_eq!(g[0].region().load_acquire(256), 77);
     eprintln!("member 0 relinked {took:?} after its restart, under a flood from the same address");
 }

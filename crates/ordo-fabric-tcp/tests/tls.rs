@@ -6,10 +6,10 @@ mod common;
 
 use common::tls::Pki;
 use common::{hello, wait_for_event};
-use ordo_fabric::{Fabric, FabricEvent, MemberId, Write, WriteTag};
+use ordo_fabric::{Fabric, FabricEvent, Write, WriteTag};
 use ordo_fabric_tcp::{TcpError, TcpFabric, TlsSettings};
 use std::io::{Read, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
 
 const REGION: usize = 4096;
@@ -21,25 +21,9 @@ fn pair(
     timeout: Duration,
 ) -> Vec<Result<TcpFabric, TcpError>> {
     let tls = [a, b];
-    let bindings: Vec<_> = (0..2u32)
-        .map(|i| {
-            let mut o = common::options(i, REGION);
-            o.connect_timeout = timeout;
-            o.tls = tls[i as usize].clone();
-            TcpFabric::bind(o).unwrap()
-        })
-        .collect();
-    let addrs: Vec<SocketAddr> = bindings.iter().map(|b| b.local_addr()).collect();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = bindings
-            .into_iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let peer = ((1 - i) as MemberId, addrs[1 - i]);
-                s.spawn(move || b.connect(vec![peer]))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    common::try_group(2, REGION, |i, o| {
+        o.connect_timeout = timeout;
+        o.tls = tls[i as usize].clone();
     })
 }
 

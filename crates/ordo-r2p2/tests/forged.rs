@@ -38,24 +38,60 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A RAFT datagram claiming to come from replica `from` (index).
-fn raft_datagram(from: usize, msg: &Message, seal_with: Option<(&Secret, u64)>) -> Vec<u8> {
-    let mut payload = Vec::new();
-    ordo_raft::encode(msg, &mut payload);
+/// Three (or `n`) replicas on fresh loopback ports with [`auth`], logs in
+/// memory; `tweak` adjusts each one's options.
+fn cluster(peers: &[SocketAddr], tweak: impl Fn(usize, &mut NodeOptions)) -> Vec<RunningNode> {
+    (0..peers.len())
+        .map(|id| {
+            let mut opts = NodeOptions::new(id, peers.to_vec(), None);
+            opts.durable = false;
+            opts.auth = auth();
+            tweak(id, &mut opts);
+            start_node(&opts).unwrap()
+        })
+        .collect()
+}
+
+/// A patient client of `servers`.
+fn client(servers: &[SocketAddr]) -> Client {
+    let mut config = ClientConfig::new(servers.to_vec());
+    config.timeout = Duration::from_millis(50);
+    config.retries = 100;
+    Client::new(config).unwrap()
+}
+
+/// One datagram, packet 0 of `packet_count`, written by hand.
+fn datagram(
+    message_type: MessageType,
+    policy: Policy,
+    flags: u8,
+    packet_count: u16,
+    (client_id, request_id): (u64, u32),
+    payload: &[u8],
+) -> Vec<u8> {
     let h = Header {
-        message_type: MessageType::Raft,
-        policy: Policy::FixedRoute,
-        flags: if seal_with.is_some() { FLAG_AUTH } else { 0 },
+        message_type,
+        policy,
+        flags,
         packet_id: 0,
-        packet_count: 1,
-        client_id: from as u64,
-        request_id: 1,
+        packet_count,
+        client_id,
+        request_id,
         leader_hint: 0,
         payload_len: payload.len() as u16,
     };
     let mut d = vec![0u8; header::HEADER_SIZE];
     header::encode(&h, &mut d);
-    d.extend_from_slice(&payload);
+    d.extend_from_slice(payload);
+    d
+}
+
+/// A RAFT datagram claiming to come from replica `from` (index).
+fn raft_datagram(from: usize, msg: &Message, seal_with: Option<(&Secret, u64)>) -> Vec<u8> {
+    let mut payload = Vec::new();
+    ordo_raft::encode(msg, &mut payload);
+    let flags = if seal_with.is_some() { FLAG_AUTH } else { 0 };
+    let mut d = datagram(MessageType::Raft, Policy::FixedRoute, flags, 1, (from as u64, 1), &payload);
     if let Some((secret, to)) = seal_with {
         let now = ordo_r2p2::auth::unix_now_ns();
         Sealer::new(secret.derive(RAFT_LABEL)).seal(&mut d, now, &to.to_be_bytes());
@@ -244,18 +280,8 @@ fn a_server_that_requires_client_macs_serves_only_sealed_requests() {
 #[test]
 fn a_fragment_flood_from_one_socket_holds_only_its_budget_while_the_cluster_serves() {
     let peers = free_addrs(3);
-    let nodes: Vec<RunningNode> = (0..3)
-        .map(|id| {
-            let mut opts = NodeOptions::new(id, peers.clone(), None);
-            opts.durable = false;
-            opts.auth = auth();
-            start_node(&opts).unwrap()
-        })
-        .collect();
-    let mut config = ClientConfig::new(peers.clone());
-    config.timeout = Duration::from_millis(50);
-    config.retries = 100;
-    let mut client = Client::new(config).unwrap();
+    let nodes = cluster(&peers, |_, _| {});
+    let mut client = client(&peers);
     let put = |c: &mut Client, v: &str| {
         c.call(P::ReplicatedRoute, &KvOp::Put { key: b"k".to_vec(), value: v.as_bytes().to_vec() }.encode())
             .expect("the cluster serves")
@@ -266,20 +292,7 @@ fn a_fragment_flood_from_one_socket_holds_only_its_budget_while_the_cluster_serv
     let budget = ordo_r2p2::ReassemblyConfig::default().max_partials_per_source as u64;
     for (i, to) in peers.iter().enumerate() {
         for request_id in 0..1333u32 {
-            let h = Header {
-                message_type: MessageType::Request,
-                policy: Policy::LbRoute,
-                flags: 0,
-                packet_id: 0,
-                packet_count: 1024,
-                client_id: 7,
-                request_id,
-                leader_hint: 0,
-                payload_len: 1000,
-            };
-            let mut d = vec![0u8; header::HEADER_SIZE];
-            header::encode(&h, &mut d);
-            d.extend_from_slice(&[0xAB; 1000]);
+            let d = datagram(MessageType::Request, Policy::LbRoute, 0, 1024, (7, request_id), &[0xAB; 1000]);
             flooder.send_to(&d, to).unwrap();
             if request_id % 200 == 0 {
                 put(&mut client, &format!("during {i} {request_id}"));
@@ -306,31 +319,10 @@ fn a_fragment_flood_from_one_socket_holds_only_its_budget_while_the_cluster_serv
 #[test]
 fn a_captured_admin_command_is_refused_at_other_servers_and_on_replay() {
     let peers = free_addrs(3);
-    let nodes: Vec<RunningNode> = (0..3)
-        .map(|id| {
-            let mut opts = NodeOptions::new(id, peers.clone(), None);
-            opts.durable = false;
-            opts.auth = auth();
-            start_node(&opts).unwrap()
-        })
-        .collect();
+    let nodes = cluster(&peers, |_, _| {});
     wait_for("a leader", || nodes.iter().any(|n| n.status().unwrap().is_leader()));
     let admin_key = auth().admin.unwrap().derive(ordo_r2p2::auth::ADMIN_LABEL);
-    let payload = b"status";
-    let h = Header {
-        message_type: MessageType::Admin,
-        policy: Policy::ReplicatedRoute,
-        flags: FLAG_AUTH,
-        packet_id: 0,
-        packet_count: 1,
-        client_id: 4242,
-        request_id: 1,
-        leader_hint: 0,
-        payload_len: payload.len() as u16,
-    };
-    let mut d = vec![0u8; header::HEADER_SIZE];
-    header::encode(&h, &mut d);
-    d.extend_from_slice(payload);
+    let mut d = datagram(MessageType::Admin, Policy::ReplicatedRoute, FLAG_AUTH, 1, (4242, 1), b"status");
     Sealer::new(admin_key).seal(&mut d, ordo_r2p2::auth::unix_now_ns(), &0u64.to_be_bytes());
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
@@ -367,20 +359,7 @@ fn a_client_with_the_secret_ignores_forged_answers() {
         while let Ok((n, from)) = fake.recv_from(&mut buf) {
             let (h, _) = header::decode(&buf[..n], 1024).unwrap();
             let payload = KvReply::Value(Some(b"FORGED".to_vec())).encode();
-            let answer = Header {
-                message_type: MessageType::Response,
-                policy: h.policy,
-                flags: 0,
-                packet_id: 0,
-                packet_count: 1,
-                client_id: h.client_id,
-                request_id: h.request_id,
-                leader_hint: 0,
-                payload_len: payload.len() as u16,
-            };
-            let mut d = vec![0u8; header::HEADER_SIZE];
-            header::encode(&answer, &mut d);
-            d.extend_from_slice(&payload);
+            let d = datagram(MessageType::Response, h.policy, 0, 1, (h.client_id, h.request_id), &payload);
             fake.send_to(&d, from).unwrap();
             forged += 1;
             if forged == 3 {

@@ -11,7 +11,7 @@ use ordo_fabric::{Fabric, FabricEvent, MemberId};
 use ordo_fabric_tcp::frame::{
     HELLO_FRAME_LEN, Hello, PROOF_FRAME_LEN, PROTOCOL_VERSION, cluster_hash, decode_proof, encode_proof,
 };
-use ordo_fabric_tcp::{HANDSHAKE_KEY_LABEL, Secret, TcpFabric, TcpOptions};
+use ordo_fabric_tcp::{HANDSHAKE_KEY_LABEL, Secret, TcpError, TcpFabric, TcpOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -38,10 +38,20 @@ pub fn options(member: MemberId, region_len: usize) -> TcpOptions {
 
 /// A group of `n` members (ids `0..n`), every link up; `tweak` adjusts options.
 pub fn group(n: usize, region_len: usize, tweak: impl Fn(&mut TcpOptions)) -> Vec<TcpFabric> {
+    try_group(n, region_len, |_, o| tweak(o)).into_iter().map(|r| r.expect("connect")).collect()
+}
+
+/// Starts `n` members (ids `0..n`) on loopback, each connecting on its own
+/// thread; `tweak` adjusts member `i`'s options. Returns each one's result.
+pub fn try_group(
+    n: usize,
+    region_len: usize,
+    tweak: impl Fn(MemberId, &mut TcpOptions),
+) -> Vec<Result<TcpFabric, TcpError>> {
     let bindings: Vec<_> = (0..n)
         .map(|i| {
             let mut o = options(i as MemberId, region_len);
-            tweak(&mut o);
+            tweak(i as MemberId, &mut o);
             TcpFabric::bind(o).expect("bind")
         })
         .collect();
@@ -53,7 +63,7 @@ pub fn group(n: usize, region_len: usize, tweak: impl Fn(&mut TcpOptions)) -> Ve
             .map(|(i, b)| {
                 let peers: Vec<(MemberId, SocketAddr)> =
                     (0..n).filter(|&j| j != i).map(|j| (j as MemberId, addrs[j])).collect();
-                s.spawn(move || b.connect(peers).expect("connect"))
+                s.spawn(move || b.connect(peers))
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("connect thread")).collect()
