@@ -171,12 +171,13 @@ impl ServerAuth {
     }
 
     /// Checks one decoded datagram (`header` from `datagram`) before it is
-    /// reassembled; `now_unix_ns` is the wall clock.
+    /// reassembled; `wall_clock` is read only for a datagram that has a MAC
+    /// to check (nothing else pays for a clock read).
     pub(crate) fn check(
         &mut self,
         header: &Header,
         datagram: &[u8],
-        now_unix_ns: u64,
+        wall_clock: impl FnOnce() -> u64,
     ) -> Result<(), Refusal> {
         let sealed = header.flags & FLAG_AUTH != 0;
         let opener = match header.message_type {
@@ -200,7 +201,10 @@ impl ServerAuth {
             return Err(Refusal::Missing);
         }
         let context = destination_context(self.node_id);
-        opener.open(header.client_id, datagram, now_unix_ns, &context).map(|_| ()).map_err(Refusal::from_open)
+        opener
+            .open(header.client_id, datagram, wall_clock(), &context)
+            .map(|_| ())
+            .map_err(Refusal::from_open)
     }
 
     /// Seals a RAFT datagram for replica `to` in place (a no-op without a

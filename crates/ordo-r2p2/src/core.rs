@@ -248,7 +248,7 @@ impl<R: Replication> ServerCore<R> {
         Counters::bump(&self.counters.datagrams_received);
         let message = match header::decode(datagram, self.config.reassembly.max_packets) {
             Ok((header, payload)) => {
-                let wall = self.config.wall_clock.map_or(now_ns, |clock| clock());
+                let wall = || self.config.wall_clock.map_or(now_ns, |clock| clock());
                 match self.auth.check(&header, datagram, wall) {
                     Ok(()) if header.message_type == MessageType::Raft => {
                         self.peer_reassembler.on_packet(from, &header, payload, now_ns)
@@ -594,10 +594,12 @@ impl<R: Replication> ServerCore<R> {
         seal_as: Seal,
         net: &mut impl Transport,
     ) -> bool {
-        let wall = self.wall_ns();
+        let seal = header.flags & FLAG_AUTH != 0;
+        // One clock read per sealed message (its datagrams share it: the
+        // sealer's counter still rises by one per datagram); none otherwise.
+        let wall = if seal { self.wall_ns() } else { 0 };
         let counters = &self.counters;
         let auth = &mut self.auth;
-        let seal = header.flags & FLAG_AUTH != 0;
         let mut all_sent = true;
         let mtu = if seal {
             self.config.mtu_payload.saturating_sub(ordo_auth::TRAILER_LEN).max(1)

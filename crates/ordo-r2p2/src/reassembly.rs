@@ -27,7 +27,7 @@
 //! - Single-datagram messages (the common case) never touch the table.
 
 use crate::header::{self, HEADER_SIZE, Header, MessageType, Policy};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 /// Bounds for a [`Reassembler`].
@@ -134,11 +134,12 @@ impl ReassemblyStats {
     }
 }
 
-/// What one source's incomplete messages hold.
-#[derive(Clone, Copy, Debug, Default)]
+/// What one source's incomplete messages hold, oldest first.
+#[derive(Debug, Default)]
 struct SourceUse {
-    partials: usize,
     bytes: usize,
+    /// Its partial messages by insertion sequence number.
+    order: BTreeMap<u64, MessageKey>,
 }
 
 struct Partial {
@@ -158,6 +159,9 @@ pub struct Reassembler {
     config: ReassemblyConfig,
     partials: HashMap<MessageKey, Partial>,
     sources: HashMap<SocketAddr, SourceUse>,
+    /// Every partial message by insertion sequence number: eviction order,
+    /// found without scanning the table (evictions happen under attack).
+    order: BTreeMap<u64, MessageKey>,
     charged_bytes: usize,
     next_seq: u64,
     stats: ReassemblyStats,
@@ -183,6 +187,7 @@ impl Reassembler {
             config,
             partials: HashMap::with_capacity(config.max_partial_messages.min(4096)),
             sources: HashMap::new(),
+            order: BTreeMap::new(),
             charged_bytes: 0,
             next_seq: 0,
             stats: ReassemblyStats::default(),
@@ -215,17 +220,18 @@ impl Reassembler {
 
     /// Incomplete messages held for `source`.
     pub fn partials_of(&self, source: SocketAddr) -> usize {
-        self.sources.get(&source).map_or(0, |u| u.partials)
+        self.sources.get(&source).map_or(0, |u| u.order.len())
     }
 
     fn uncharge(&mut self, key: &MessageKey) -> Option<Partial> {
         let partial = self.partials.remove(key)?;
         let c = charge(partial.packet_count, partial.bytes);
         self.charged_bytes -= c;
+        self.order.remove(&partial.seq);
         if let Some(u) = self.sources.get_mut(&key.from) {
-            u.partials -= 1;
+            u.order.remove(&partial.seq);
             u.bytes -= c;
-            if u.partials == 0 {
+            if u.order.is_empty() {
                 debug_assert_eq!(u.bytes, 0);
                 self.sources.remove(&key.from);
             }
@@ -240,12 +246,12 @@ impl Reassembler {
     }
 
     /// The oldest partial of `source` (or of all), except `keep`.
-    fn oldest(&self, source: Option<SocketAddr>, keep: Option<&MessageKey>) -> Option<MessageKey> {
-        self.partials
-            .iter()
-            .filter(|(k, _)| source.is_none_or(|s| k.from == s) && Some(*k) != keep)
-            .min_by_key(|(_, p)| p.seq)
-            .map(|(k, _)| *k)
+    fn oldest(&self, source: Option<SocketAddr>, keep: &MessageKey) -> Option<MessageKey> {
+        let order = match source {
+            Some(s) => &self.sources.get(&s)?.order,
+            None => &self.order,
+        };
+        order.values().find(|k| *k != keep).copied()
     }
 
     /// Makes room for `extra` charged bytes (and, `new_partial`, one more
@@ -254,12 +260,12 @@ impl Reassembler {
     fn make_room(&mut self, key: &MessageKey, extra: usize, new_partial: bool) -> bool {
         let c = self.config;
         loop {
-            let u = self.sources.get(&key.from).copied().unwrap_or_default();
-            let over_count = new_partial && u.partials >= c.max_partials_per_source;
-            if !over_count && u.bytes + extra <= c.max_partial_bytes_per_source {
+            let (partials, bytes) = self.sources.get(&key.from).map_or((0, 0), |u| (u.order.len(), u.bytes));
+            let over_count = new_partial && partials >= c.max_partials_per_source;
+            if !over_count && bytes + extra <= c.max_partial_bytes_per_source {
                 break;
             }
-            match self.oldest(Some(key.from), Some(key)) {
+            match self.oldest(Some(key.from), key) {
                 Some(victim) => {
                     self.uncharge(&victim);
                     self.stats.source_budget_drops += 1;
@@ -272,7 +278,7 @@ impl Reassembler {
             if !over_count && self.charged_bytes + extra <= c.max_partial_bytes {
                 return true;
             }
-            match self.oldest(None, Some(key)) {
+            match self.oldest(None, key) {
                 Some(victim) => {
                     self.uncharge(&victim);
                     self.stats.evicted_partials += 1;
@@ -346,8 +352,9 @@ impl Reassembler {
                 },
             );
             self.charged_bytes += table;
+            self.order.insert(seq, key);
             let u = self.sources.entry(from).or_default();
-            u.partials += 1;
+            u.order.insert(seq, key);
             u.bytes += table;
         }
         let partial = self.partials.get_mut(&key).expect("inserted above");
@@ -413,6 +420,7 @@ impl Reassembler {
         self.stats.timed_out_partials += expired.len() as u64;
         if self.partials.is_empty() {
             // Give back what a burst grew the tables to.
+            debug_assert!(self.order.is_empty() && self.sources.is_empty());
             self.partials.shrink_to(self.config.max_partial_messages.min(64));
             self.sources.shrink_to(64);
         }
@@ -645,6 +653,8 @@ mod tests {
                 }
                 let sum: usize = (0..4).map(|s| r.charged_bytes(Some(addr(s)))).sum();
                 proptest::prop_assert_eq!(sum, r.charged_bytes(None));
+                let held: usize = (0..4).map(|s| r.partials_of(addr(s))).sum();
+                proptest::prop_assert_eq!(held, r.partial_count());
             }
         }
     }
