@@ -25,6 +25,10 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 impl World {
+    fn current_view(&self, member: MemberId, incarnation: u64, view: u64) -> bool {
+        self.current(member, incarnation) && self.members[member as usize].view == view
+    }
+
     fn current(&self, member: MemberId, incarnation: u64) -> bool {
         let m = &self.members[member as usize];
         m.alive && m.incarnation == incarnation
@@ -34,6 +38,7 @@ impl World {
         &mut self,
         member: MemberId,
         incarnation: u64,
+        view: u64,
         w: Write,
     ) -> Result<(), PostError> {
         if w.peer == member || w.peer >= self.cfg.members {
@@ -44,10 +49,23 @@ impl World {
         if w.len > max {
             return Err(PostError::TooLarge { len: w.len, max });
         }
-        if !self.current(member, incarnation) {
+        if !self.current(member, incarnation) || self.members[member as usize].view != view {
+            // A crashed incarnation's endpoint, or one of a view left.
             return Err(PostError::PeerSuspected(w.peer));
         }
         let k = self.idx(member, w.peer);
+        let peer = &self.members[w.peer as usize];
+        if peer.alive && !self.is_cut(member, w.peer) && self.links[k].state == LinkState::Up {
+            if peer.view < view {
+                // The peer has not installed this view yet: retry.
+                return Err(PostError::Backpressure(w.peer));
+            }
+            if peer.view > view {
+                // The peer left this view: nobody reads the write.
+                self.stats.writes_stale += 1;
+                return Ok(());
+            }
+        }
         let limit = self.cfg.fabric.max_inflight_per_link;
         match self.links[k].state {
             LinkState::Down => return Err(PostError::PeerSuspected(w.peer)),
@@ -81,7 +99,13 @@ impl World {
         let land = (self.now_ns() + delay).max(self.flights[k].last_land_ns);
         self.flights[k].last_land_ns = land;
         let id = self.fresh_id();
-        self.flights[k].queue.push_back(InFlightWrite { id, offset: w.offset, bytes, signal: w.signal });
+        self.flights[k].queue.push_back(InFlightWrite {
+            id,
+            view,
+            offset: w.offset,
+            bytes,
+            signal: w.signal,
+        });
         self.schedule(land, crate::world::Event::Land { src: member, dst: w.peer, id });
         Ok(())
     }
@@ -128,8 +152,14 @@ impl World {
         }
     }
 
-    pub(crate) fn fabric_poll(&mut self, member: MemberId, incarnation: u64, out: &mut Vec<FabricEvent>) {
-        if self.current(member, incarnation) {
+    pub(crate) fn fabric_poll(
+        &mut self,
+        member: MemberId,
+        incarnation: u64,
+        view: u64,
+        out: &mut Vec<FabricEvent>,
+    ) {
+        if self.current_view(member, incarnation, view) {
             out.extend(self.members[member as usize].events.drain(..));
         }
     }
@@ -149,6 +179,7 @@ impl World {
 pub struct SimFabric {
     member: MemberId,
     incarnation: u64,
+    view: u64,
     peers: Vec<MemberId>,
     region: Region,
     world: Arc<Mutex<World>>,
@@ -171,10 +202,24 @@ impl SimFabric {
         SimFabric {
             member,
             incarnation: w.incarnation(member),
+            view: w.view_of(member),
             peers: (0..w.members()).filter(|p| *p != member).collect(),
             region: w.region(member),
             world: world.clone(),
         }
+    }
+
+    /// The endpoint of `member` in view `view`: the member moves to that
+    /// view ([`World::begin_view`]: a new zeroed region, fresh links); its
+    /// endpoints of earlier views post nothing more and report no events.
+    pub fn open_view(world: &Arc<Mutex<World>>, member: MemberId, view: u64) -> SimFabric {
+        world.lock().expect("world lock").begin_view(member, view);
+        SimFabric::attach(world, member)
+    }
+
+    /// The view this endpoint belongs to.
+    pub fn view(&self) -> u64 {
+        self.view
     }
 
     /// One endpoint per member of `world`, element `i` for member `i`.
@@ -212,11 +257,11 @@ impl Fabric for SimFabric {
     }
 
     fn post_write(&mut self, write: Write) -> Result<(), PostError> {
-        self.lock().fabric_post(self.member, self.incarnation, write)
+        self.lock().fabric_post(self.member, self.incarnation, self.view, write)
     }
 
     fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
-        self.lock().fabric_poll(self.member, self.incarnation, events)
+        self.lock().fabric_poll(self.member, self.incarnation, self.view, events)
     }
 
     fn doorbell(&self) -> Option<&Doorbell> {

@@ -150,6 +150,8 @@ pub struct WorldStats {
     pub writes_landed: u64,
     /// Writes dropped because their link broke (partition, crash, restart).
     pub writes_lost: u64,
+    /// Writes dropped because sender and receiver were in different views.
+    pub writes_stale: u64,
     /// `Completed` events.
     pub completions: u64,
     /// `Failed` events.
@@ -198,6 +200,8 @@ pub(crate) struct Link {
 #[derive(Debug)]
 pub(crate) struct InFlightWrite {
     pub(crate) id: u64,
+    /// The view of the endpoint that posted it.
+    pub(crate) view: u64,
     pub(crate) offset: usize,
     pub(crate) bytes: Vec<u8>,
     pub(crate) signal: Option<WriteTag>,
@@ -216,6 +220,8 @@ pub(crate) struct MemberState {
     pub(crate) incarnation: u64,
     pub(crate) region: Region,
     pub(crate) events: VecDeque<FabricEvent>,
+    /// The view whose region this member holds (0 until a view change).
+    pub(crate) view: u64,
 }
 
 /// A fault-schedule step, carried through the event queue (see `sim.rs`).
@@ -295,6 +301,7 @@ impl World {
                 incarnation: 1,
                 region: Region::new_heap(cfg.region_len),
                 events: VecDeque::new(),
+                view: 0,
             })
             .collect();
         let links = (0..n * n)
@@ -540,6 +547,7 @@ impl World {
         state.incarnation += 1;
         state.region = region;
         state.events.clear();
+        state.view = 0;
         for peer in 0..self.cfg.members {
             if peer == member {
                 continue;
@@ -553,6 +561,43 @@ impl World {
             link.pending.clear();
         }
         self.members[m].incarnation
+    }
+
+    /// `member` moves to view `view` (a vsync view change): a new zeroed
+    /// region (a new SST and ring layout, like a new registration), fresh
+    /// outgoing links to every peer's current incarnation, and no pending
+    /// events. Writes posted in another view never land in it: one in
+    /// flight from an earlier view is dropped on arrival, one posted to a
+    /// peer that has not reached this view yet is refused with
+    /// back-pressure (the peer is still cleaning up; retry), one posted from
+    /// an earlier view to a peer past it is dropped. Panics unless the
+    /// member is alive and `view` is later than its current one.
+    pub fn begin_view(&mut self, member: MemberId, view: u64) {
+        let m = member as usize;
+        assert!(self.members[m].alive, "view change of dead member {member}");
+        assert!(view > self.members[m].view, "views only move forward");
+        self.members[m].region = Region::new_heap(self.cfg.region_len);
+        self.members[m].events.clear();
+        self.members[m].view = view;
+        for peer in 0..self.cfg.members {
+            if peer == member {
+                continue;
+            }
+            let peer_incarnation = self.members[peer as usize].incarnation;
+            let out = self.idx(member, peer);
+            self.stats.writes_lost += self.flights[out].queue.len() as u64;
+            self.flights[out].queue.clear();
+            let link = &mut self.links[out];
+            link.peer_incarnation = peer_incarnation;
+            link.epoch += 1;
+            link.state = LinkState::Up;
+            link.pending.clear();
+        }
+    }
+
+    /// The view whose region `member` holds.
+    pub fn view_of(&self, member: MemberId) -> u64 {
+        self.members[member as usize].view
     }
 
     // ----- fabric internals -------------------------------------------
@@ -588,9 +633,16 @@ impl World {
                 && !self.is_cut(src, dst),
             "write in flight to an unreachable peer"
         );
-        self.members[dst as usize].region.write_bytes(write.offset, &write.bytes);
-        self.stats.writes_landed += 1;
-        self.wake(dst);
+        if write.view == self.members[dst as usize].view {
+            self.members[dst as usize].region.write_bytes(write.offset, &write.bytes);
+            self.stats.writes_landed += 1;
+            self.wake(dst);
+        } else {
+            // Posted in a view the destination has left: that region is
+            // gone (the write still completes, as RDMA to a deregistered
+            // region would fail only the new registration's users).
+            self.stats.writes_stale += 1;
+        }
         if let Some(tag) = write.signal {
             let epoch = self.links[k].epoch;
             let delay =

@@ -27,6 +27,7 @@ pub mod acuerdo;
 pub mod r3p2;
 pub mod scenario;
 pub mod vsync;
+pub mod vsync_views;
 
 use ordo_sim::{RunOptions, RunReport, SeedBatch};
 
@@ -111,6 +112,7 @@ pub static REGISTRY: &[Workload] = &[
     from_substrate::<1>(),
     from_substrate::<2>(),
     vsync::WORKLOAD,
+    vsync_views::WORKLOAD,
     acuerdo::WORKLOAD,
     r3p2::WORKLOAD,
 ];

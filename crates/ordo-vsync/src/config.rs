@@ -130,8 +130,18 @@ pub const MAX_WINDOW: usize = 1 << 16;
 pub const MAX_PAYLOAD: usize = 1 << 24;
 
 impl GroupConfig {
-    /// Checks the configuration.
+    /// Checks the configuration (at least one subgroup).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.subgroups.is_empty() {
+            return Err(ConfigError::Group("no subgroups".into()));
+        }
+        self.validate_view()
+    }
+
+    /// Checks the configuration of one view: as [`validate`](Self::validate)
+    /// but a view may have no active subgroup (every sender of each one
+    /// left; see [`crate::view::allocate`]).
+    pub fn validate_view(&self) -> Result<(), ConfigError> {
         let mut members = self.members.clone();
         members.sort_unstable();
         members.dedup();
@@ -140,9 +150,6 @@ impl GroupConfig {
                 "members {:?} must be non-empty and distinct",
                 self.members
             )));
-        }
-        if self.subgroups.is_empty() {
-            return Err(ConfigError::Group("no subgroups".into()));
         }
         for (g, s) in self.subgroups.iter().enumerate() {
             let bad = |why: String| Err(ConfigError::Subgroup { subgroup: g, why });

@@ -131,6 +131,21 @@ impl<F: Fabric> VsyncDriver<F> {
         work
     }
 
+    /// Wedges the engine (a view change started elsewhere).
+    pub fn wedge(&mut self) {
+        self.engine.wedge();
+    }
+
+    /// The ragged-edge delivery of a failed view, batched or one by one as
+    /// the switches say (see [`Engine::deliver_ragged`]).
+    pub fn deliver_ragged(&mut self, trims: &[Vec<u64>], sink: &mut impl DeliverySink) -> usize {
+        if self.batched_upcall {
+            self.engine.deliver_ragged(trims, sink)
+        } else {
+            self.engine.deliver_ragged(trims, &mut OneByOne(sink))
+        }
+    }
+
     /// One duty cycle with no lock: post, poll if allowed, post, events.
     pub fn do_work(&mut self, sink: &mut impl DeliverySink) -> usize {
         let mut work = self.post_backlog();

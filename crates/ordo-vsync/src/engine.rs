@@ -15,6 +15,19 @@
 //!   sender's: with no application sends, no nulls (quiescence).
 //! - A peer's bad ring data is recorded in [`Engine::faults`] and that
 //!   sender's ring is not consumed further; it never panics the engine.
+//! - **Wedged, frozen.** Once wedged the engine sends, receives and
+//!   delivers nothing more: its rounds received per sender
+//!   ([`Engine::received_rounds`]) and the `received_num` it pushed are
+//!   frozen. The view change relies on it: a member that reported its
+//!   counts to the view leader never advertises more, so no member still
+//!   running delivers a message beyond the ragged trim the leader computes
+//!   from those reports (see [`crate::view`]).
+//! - **Ragged edge.** [`Engine::deliver_ragged`] delivers, in seq order,
+//!   exactly the received messages whose round is below their sender's
+//!   trim, and only on a wedged engine; [`Engine::undelivered_own`] lists
+//!   the own application messages at or past the own trim (published or
+//!   only committed), in send order: what the sender resends in the next
+//!   view.
 
 use crate::config::{ConfigError, DeliveryMode, GroupConfig, Switches};
 use crate::layout::GroupLayout;
@@ -238,7 +251,7 @@ impl Engine {
         me: MemberId,
         region: Region,
     ) -> Result<(Engine, Vec<Option<Sender>>), ConfigError> {
-        cfg.validate()?;
+        cfg.validate_view()?;
         if !cfg.members.contains(&me) {
             return Err(ConfigError::Group(format!("member {me} is not in {:?}", cfg.members)));
         }
@@ -397,8 +410,9 @@ impl Engine {
         &self.faults
     }
 
-    /// Stops sending and delivering in every subgroup and tells the group
-    /// (the first step of a view change; spindle §II-A). Receiving goes on.
+    /// Stops sending, receiving and delivering in every subgroup and tells
+    /// the group (the first step of a view change; spindle §II-A). What was
+    /// received stays in the rings for [`Engine::deliver_ragged`].
     pub fn wedge(&mut self) {
         self.wedged.store(true, Ordering::Release);
     }
@@ -415,6 +429,144 @@ impl Engine {
         self.subgroups
             .iter()
             .all(|s| s.send.as_ref().is_none_or(|sp| sp.ready() == 0 && sp.reclaimable() == sp.published()))
+    }
+
+    /// Rounds received from each sender (by rank), per subgroup; empty for
+    /// subgroups this member is not in. Null rounds count. Frozen once the
+    /// engine is wedged: the report a member gives the view leader.
+    pub fn received_rounds(&self) -> Vec<Vec<u64>> {
+        self.subgroups
+            .iter()
+            .enumerate()
+            .map(|(g, s)| if self.mine.contains(&g) { s.rounds.clone() } else { Vec::new() })
+            .collect()
+    }
+
+    /// The ragged-edge cleanup of a failed view (spindle §II-A): delivers,
+    /// in seq order, every message of every ordered subgroup this member is
+    /// in whose round is below `trims[g][rank of its sender]` and that was
+    /// not delivered yet, in one batch per subgroup. Unordered subgroups
+    /// delivered on receipt and have no trim. Returns the messages
+    /// delivered.
+    ///
+    /// Panics unless the engine is wedged, `trims` has one entry per
+    /// subgroup (one count per sender for the subgroups this member is in),
+    /// and this member received every round the trims cover — the view
+    /// leader computes them as the minimum of the survivors' frozen reports,
+    /// so a violation is a bug.
+    pub fn deliver_ragged(&mut self, trims: &[Vec<u64>], sink: &mut impl DeliverySink) -> usize {
+        assert!(self.is_wedged(), "the ragged edge is delivered only on a wedged engine");
+        assert_eq!(trims.len(), self.subgroups.len(), "one trim per subgroup");
+        let mut total = 0;
+        for i in 0..self.mine.len() {
+            let g = self.mine[i];
+            let region = &self.region;
+            let s = &mut self.subgroups[g];
+            if !s.ordered {
+                continue;
+            }
+            let trim = &trims[g];
+            let n = s.n_senders;
+            assert_eq!(trim.len(), n as usize, "subgroup {g}: one trim per sender");
+            for (j, t) in trim.iter().enumerate() {
+                assert!(
+                    *t <= s.rounds[j],
+                    "subgroup {g}: trim {t} of rank {j} beyond the {} rounds received",
+                    s.rounds[j]
+                );
+            }
+            // One past the last seq the trims cover.
+            let end = trim
+                .iter()
+                .enumerate()
+                .map(|(j, t)| if *t == 0 { 0 } else { (t - 1) * n + j as u64 + 1 })
+                .max()
+                .unwrap_or(0) as i64;
+            let mut batch = std::mem::take(&mut self.scratch);
+            debug_assert!(batch.is_empty());
+            let mut seq = s.delivered_num + 1;
+            let mut last = s.delivered_num;
+            while seq < end {
+                let j = (seq as u64 % n) as usize;
+                let round = seq as u64 / n;
+                if round < trim[j] {
+                    let entry = *s.pending[j].front().expect("a round below the trim was received here");
+                    assert!(
+                        entry.round_start <= round && round < entry.round_start + entry.rounds,
+                        "seq {seq}: sender rank {j} round {round} not in {entry:?}"
+                    );
+                    if let Some((offset, len)) = entry.payload {
+                        // SAFETY: as in `deliver`: the slot is not reused
+                        // (wedged: nothing is reclaimed past delivered_num
+                        // everywhere), and the region outlives the call.
+                        let bytes: &'static [u8] = unsafe { &*(region.slice(offset, len) as *const [u8]) };
+                        batch.push(Delivered {
+                            subgroup: g,
+                            sender: s.senders[j],
+                            seq,
+                            round,
+                            payload: bytes,
+                        });
+                    }
+                    if round + 1 == entry.round_start + entry.rounds {
+                        s.pending[j].pop_front();
+                    }
+                    last = seq;
+                }
+                seq += 1;
+            }
+            if !batch.is_empty() {
+                s.stats.messages_delivered += batch.len() as u64;
+                s.stats.bytes_delivered += batch.iter().map(|d| d.payload.len() as u64).sum::<u64>();
+                s.stats.delivery_batches.record(batch.len() as u64);
+                total += batch.len();
+                sink.deliver(&batch);
+            }
+            batch.clear();
+            self.scratch = batch;
+            assert!(last >= self.subgroups[g].delivered_num, "delivered_num never goes back");
+            self.subgroups[g].delivered_num = last;
+        }
+        total
+    }
+
+    /// This member's own application messages that the ragged trim leaves
+    /// undelivered, per subgroup it sends in, in send order: those at or
+    /// past its round `trims[g][own rank]` that it published, then those
+    /// committed but never published. (Abandoned slots and null rounds are
+    /// not messages.) The sender resends them in the next view. Panics
+    /// unless wedged.
+    pub fn undelivered_own(&self, trims: &[Vec<u64>]) -> Vec<(usize, Vec<u8>)> {
+        assert!(self.is_wedged(), "resends are collected only on a wedged engine");
+        assert_eq!(trims.len(), self.subgroups.len(), "one trim per subgroup");
+        let mut out = Vec::new();
+        for &g in &self.mine {
+            let s = &self.subgroups[g];
+            let (Some(rank), Some(sp), true) = (s.my_rank, s.send.as_ref(), s.ordered) else { continue };
+            let trim = trims[g][rank];
+            for e in &s.pending[rank] {
+                if let Some((offset, len)) = e.payload
+                    && e.round_start >= trim
+                {
+                    // SAFETY: own slot, not reclaimed (never delivered
+                    // everywhere); the engine is wedged, no producer writes
+                    // a slot that is not free.
+                    out.push((g, unsafe { self.region.slice(offset, len) }.to_vec()));
+                }
+            }
+            // Published but not yet scanned by the own receiver: the own
+            // ring is scanned every poll before wedging stops it, so only a
+            // message published in the last poll can be here.
+            let ring =
+                RingReceiver::new(self.region.clone(), self.layout.ring(g, rank), self.layout.rings[g]);
+            for k in s.receivers[rank].consumed()..sp.published() + sp.ready() {
+                let meta = ring.meta(k).expect("own ring slots are well formed");
+                if meta.flags & (NULL_FLAG | SlotGuard::ABANDONED) == 0 {
+                    out.push((g, ring.payload(&meta).to_vec()));
+                }
+            }
+        }
+        out
     }
 
     /// One evaluation of every predicate of every subgroup: send, receive
@@ -443,8 +595,8 @@ impl Engine {
             if !wedged {
                 work += self.send(g, switches, effects);
             }
-            work += self.receive(g, switches, effects, sink);
             if !wedged {
+                work += self.receive(g, switches, effects, sink);
                 work += self.send_nulls(g, switches.null_sends);
             }
             if !wedged && self.subgroups[g].ordered {

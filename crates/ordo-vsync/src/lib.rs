@@ -25,10 +25,13 @@
 //! (posting after unlocking, lock-free sends, batched upcalls) are carried
 //! out by the runtime, which owns threads and locks.
 //!
-//! **Views.** This engine covers one view (the failure-free path). It can be
-//! **wedged** ([`Engine::wedge`]): sends and deliveries stop, the `wedged`
-//! SST flag is pushed, receiving continues — the state a view change starts
-//! from (ragged-edge cleanup reads `received_num` and the rings as they are).
+//! **Views.** An engine serves one view. It can be **wedged**
+//! ([`Engine::wedge`]): sends, receives and deliveries stop, the `wedged`
+//! SST flag is pushed — the state a view change starts from. The view
+//! change itself ([`view`]: suspicion, a Paxos-decided next view and ragged
+//! trim, partition safety) delivers the failed view's ragged edge
+//! ([`Engine::deliver_ragged`]), collects what the survivors resend
+//! ([`Engine::undelivered_own`]) and starts a new engine for the next view.
 
 #![warn(missing_docs)]
 
@@ -36,7 +39,9 @@ mod config;
 mod driver;
 mod engine;
 mod layout;
+mod membership;
 mod stats;
+pub mod view;
 
 pub use config::{ConfigError, DeliveryMode, GroupConfig, MAX_PAYLOAD, MAX_WINDOW, SubgroupConfig, Switches};
 pub use driver::VsyncDriver;
@@ -44,6 +49,7 @@ pub use engine::{
     Delivered, DeliverySink, Effects, Engine, NULL_COUNT_MASK, NULL_FLAG, PeerFault, Push, SendError, Sender,
 };
 pub use layout::{GroupLayout, SubgroupColumns};
+pub use membership::{MembershipEvent, ViewMember};
 pub use stats::{BatchHistogram, SubgroupStats};
 
 #[cfg(test)]

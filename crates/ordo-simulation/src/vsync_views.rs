@@ -1,0 +1,1124 @@
+//! `vsync-views`: seeded simulation of vsync's **virtual synchrony** —
+//! view changes under crashes and partitions — through the production
+//! [`ViewMember`] (the view-change state machine of `ordo_vsync::view`
+//! driving one `VsyncDriver` per view).
+//!
+//! `ordo sim --workload vsync-views --seed N` replays a seed.
+//!
+//! # What one seed draws
+//! - 3..=5 members, 1..=2 subgroups (members ≥ 2 of them, senders a
+//!   non-empty subset in a random rank order, window 1..=8, payload
+//!   8..=64 bytes, mostly ordered, sometimes unordered), the Spindle
+//!   switches (all, none, or a mix — always with null-sends: without them
+//!   round-robin delivery waits for senders in lockstep, which a view
+//!   change breaks), the fabric's delays and completion
+//!   timeout; per sender 1..=40 messages at a random pace.
+//! - Faults until a calm at 0.5..4 ms: crashes of random members (up to
+//!   `n - 1` in all, so some seeds lose their majority), crashes aimed at
+//!   the **view leader while a view change is under way** (every step of
+//!   the change is hit over many seeds: before, during and after its
+//!   prepare, accept and commit), splits of the group (a minority, a
+//!   majority or half of it cut off, healed later) and single cut links.
+//!   The control plane is the simulated datagram network (lossy,
+//!   duplicating, reordering: the protocol retransmits). Crashed members do
+//!   not come back (joins are not built yet); at the calm every partition
+//!   heals.
+//!
+//! # Checked
+//! - **anomalies**: none (no ring faults, no undecodable control message,
+//!   no refused send other than back-pressure or a wedge).
+//! - **view agreement**: members that install view `v` install the same
+//!   member list; each member installs views `1, 2, ...` in order.
+//! - **partition safety**: every installed view holds a majority of the
+//!   view before it and only its members; a member that stopped in a
+//!   minority installs nothing afterwards.
+//! - **membership**: a member delivers in view `v` only if it is in `v` and
+//!   in the subgroup, and only messages of the subgroup's senders in `v`.
+//! - **virtual synchrony**: the members that survive view `v` (install
+//!   `v + 1`) delivered exactly the same messages in `v`, in the same order
+//!   (ordered subgroups).
+//! - **failure atomicity**: a message delivered in view `v` by anyone —
+//!   crashed or removed members included — is delivered in `v` by every
+//!   survivor of `v`.
+//! - **no duplication / integrity / FIFO**: each member delivers each
+//!   message at most once, with the bytes its sender sent, each sender's
+//!   messages in send order (ordered subgroups, across views).
+//! - **total order**: any two members deliver any two messages they both
+//!   delivered in the same order (ordered subgroups, across views).
+//! - **no loss for survivors**: every message sent by a member running at
+//!   the end is delivered by every member running at the end that is in
+//!   its subgroup (ordered subgroups: a message the trim aborted was resent).
+//! - **liveness**: members running at the end (alive, not removed, not in a
+//!   minority) agree on the final view and are finished: all their sends
+//!   made, every own slot reclaimed, no view change pending.
+
+use crate::SeedReport;
+use crate::Workload;
+use ordo_fabric::MemberId;
+use ordo_sim::rng::{SimRng, derive_seed, splitmix64, stream};
+use ordo_sim::{
+    Checker, Ctx, FabricConfig, FaultNote, History, NetAddr, Sim, SimConfig, SimFabric, SimProcess,
+    SimSocket, Undo, UndoQueue, Violation, fnv64,
+};
+use ordo_vsync::view::{ControlMsg, View, ViewGroup};
+use ordo_vsync::{
+    Delivered, DeliveryMode, GroupConfig, GroupLayout, MembershipEvent, SendError, SubgroupConfig, Switches,
+    ViewMember,
+};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+/// The workload's name.
+pub const NAME: &str = "vsync-views";
+
+/// The registry entry (`ordo sim --workload vsync-views`). It drives its
+/// own faults; the options' switches do not apply.
+pub const WORKLOAD: Workload = Workload {
+    name: NAME,
+    summary: "vsync view changes through ViewMember: crashes (the view leader mid-change too), partitions, \
+              lossy control plane; view agreement, partition safety, virtual synchrony, failure atomicity, \
+              resend, total order, liveness",
+    run: |seed, _| {
+        let (digest, summary) = run(seed)?;
+        Ok(SeedReport { workload: NAME.into(), seed, history_digest: digest, summary })
+    },
+};
+
+/// The control plane's port on every member.
+pub const CONTROL_PORT: u16 = 7100;
+/// Retransmission interval of the view change.
+const TICK_NS: u64 = 40_000;
+/// Retry interval while writes are held back.
+const RETRY_NS: u64 = 1_000;
+
+/// What a member records.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ViewsEvent {
+    /// Own message `index` of configured subgroup `subgroup` was committed.
+    Sent {
+        /// Configured subgroup.
+        subgroup: usize,
+        /// Index among the sender's messages there.
+        index: u64,
+    },
+    /// A message was delivered.
+    Delivered {
+        /// Configured subgroup.
+        subgroup: usize,
+        /// Its sender.
+        sender: MemberId,
+        /// Its index among the sender's messages.
+        index: u64,
+        /// The view it was delivered in.
+        view: u64,
+        /// FNV-1a of the payload.
+        digest: u64,
+    },
+    /// A view change started here.
+    Wedged {
+        /// The view being changed.
+        view: u64,
+    },
+    /// A view was installed.
+    Installed {
+        /// Its number.
+        view: u64,
+        /// Its members.
+        members: Vec<MemberId>,
+        /// Messages delivered in the ragged-edge cleanup.
+        ragged: usize,
+        /// Own messages resent.
+        resent: usize,
+    },
+    /// Left out of the next view: stopped.
+    Removed {
+        /// The next view.
+        next: u64,
+    },
+    /// In a minority: stopped.
+    Minority {
+        /// The view.
+        view: u64,
+    },
+    /// Finished (see the liveness checker).
+    Finished,
+    /// Left the finished state.
+    Resumed,
+    /// Something unexpected.
+    Anomaly {
+        /// What.
+        what: String,
+    },
+}
+
+/// One sender's plan in one configured subgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendPlan {
+    /// Configured subgroup.
+    pub subgroup: usize,
+    /// Messages.
+    pub count: u64,
+    /// Least time between two sends.
+    pub interval_ns: u64,
+}
+
+/// Everything a seed decides.
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// The configured group.
+    pub group: GroupConfig,
+    /// Per member: its sends.
+    pub sends: Vec<Vec<SendPlan>>,
+    /// The fabric.
+    pub fabric: FabricConfig,
+    /// Most crashes in the run.
+    pub max_crashes: usize,
+    /// Weights of crash, crash-the-leader-mid-change, split, cut, nothing.
+    pub weights: [u32; 5],
+    /// Faults stop and partitions heal here.
+    pub calm_ns: u64,
+    /// The run ends here.
+    pub end_ns: u64,
+}
+
+impl Params {
+    /// The parameters of `seed`.
+    pub fn draw(seed: u64) -> Params {
+        let mut rng = SimRng::new(derive_seed(seed, stream::SCENARIO));
+        let n = rng.range(3, 5) as u32;
+        // Null-sends are always on: without them round-robin delivery waits
+        // for every sender's next round (spindle §III-B), and senders whose
+        // counts differ — as they do after a view change moves the rounds —
+        // stall it legitimately.
+        let switches = match rng.below(3) {
+            0 => Switches::SPINDLE,
+            1 => Switches { null_sends: true, ..Switches::BASELINE },
+            _ => {
+                let mut b = || rng.chance(500_000);
+                Switches {
+                    send_batching: b(),
+                    receive_batching: b(),
+                    delivery_batching: b(),
+                    null_sends: true,
+                    post_after_unlock: b(),
+                    lock_free_send: b(),
+                    batched_upcall: b(),
+                }
+            }
+        };
+        let mut sends: Vec<Vec<SendPlan>> = vec![Vec::new(); n as usize];
+        let mut subgroups = Vec::new();
+        for g in 0..rng.range(1, 2) as usize {
+            let mut all: Vec<MemberId> = (0..n).collect();
+            rng.shuffle(&mut all);
+            let size = rng.range(2, u64::from(n)) as usize;
+            let mut members = all[..size].to_vec();
+            let mut senders = members.clone();
+            senders.truncate(rng.range(1, size as u64) as usize);
+            rng.shuffle(&mut senders);
+            members.sort_unstable();
+            let mode = if rng.chance(200_000) { DeliveryMode::Unordered } else { DeliveryMode::Ordered };
+            subgroups.push(SubgroupConfig {
+                members,
+                senders: senders.clone(),
+                window: rng.range(1, 8) as usize,
+                max_payload: rng.range(8, 64) as usize,
+                mode,
+            });
+            for s in senders {
+                let interval_ns = if rng.chance(500_000) { rng.range(1_000, 60_000) } else { 0 };
+                sends[s as usize].push(SendPlan { subgroup: g, count: rng.range(1, 40), interval_ns });
+            }
+        }
+        let fabric = FabricConfig {
+            delay_min_ns: rng.range(300, 2_000),
+            delay_max_ns: rng.range(3_000, 20_000),
+            spike_ppm: rng.range(0, 5_000) as u32,
+            spike_max_ns: rng.range(10_000, 200_000),
+            completion_timeout_ns: rng.range(60_000, 300_000),
+            ..FabricConfig::default()
+        };
+        let group = GroupConfig { members: (0..n).collect(), subgroups, switches };
+        group.validate().expect("drawn groups are valid");
+        let calm_ns = rng.range(500_000, 4_000_000);
+        Params {
+            group,
+            sends,
+            fabric,
+            max_crashes: rng.range(1, u64::from(n - 1)) as usize,
+            weights: [
+                rng.range(0, 3) as u32,
+                rng.range(0, 4) as u32,
+                rng.range(0, 2) as u32,
+                rng.range(0, 2) as u32,
+                2,
+            ],
+            calm_ns,
+            end_ns: calm_ns + 8_000_000,
+        }
+    }
+}
+
+/// The payload of message `index` of `sender` in configured subgroup `g`:
+/// the index (8 bytes, little-endian), then bytes that are a pure function
+/// of all three, 8..=`max_payload` bytes in all.
+pub fn payload(g: usize, sender: MemberId, index: u64, max_payload: usize) -> Vec<u8> {
+    let mut state = (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (u64::from(sender) << 40) ^ index;
+    let len = 8 + (splitmix64(&mut state) as usize) % (max_payload - 7);
+    let mut out = index.to_le_bytes().to_vec();
+    while out.len() < len {
+        let w = splitmix64(&mut state).to_le_bytes();
+        let take = (len - out.len()).min(8);
+        out.extend_from_slice(&w[..take]);
+    }
+    out
+}
+
+/// What the fault driver may know of the members (shared, one thread).
+#[derive(Debug, Default)]
+struct Shared {
+    /// Per member: current view members while a change is under way.
+    changing: Vec<Option<Vec<MemberId>>>,
+}
+
+type Opener = Box<dyn FnMut(&ViewGroup, usize) -> SimFabric>;
+
+struct Member {
+    me: MemberId,
+    vm: ViewMember<SimFabric, Opener>,
+    sock: SimSocket,
+    plans: Vec<SendPlan>,
+    sent: Vec<u64>,
+    next_at: Vec<u64>,
+    next_tick: u64,
+    stopped: bool,
+    finished: bool,
+    template: Arc<GroupConfig>,
+    got: Rc<RefCell<Vec<(usize, MemberId, Vec<u8>)>>>,
+    shared: Rc<RefCell<Shared>>,
+}
+
+/// A restarted incarnation: joins are not built yet, so it does nothing.
+struct Idle;
+
+impl SimProcess<ViewsEvent> for Idle {
+    fn poll(&mut self, _ctx: &mut Ctx<'_, ViewsEvent>) -> usize {
+        0
+    }
+    fn done(&self) -> bool {
+        true
+    }
+}
+
+impl Member {
+    fn new(ctx: &mut Ctx<'_, ViewsEvent>, params: &Params, shared: Rc<RefCell<Shared>>) -> Member {
+        let me = ctx.member();
+        let world = ctx.fabric().world().clone();
+        let region_len = world.lock().expect("world").config().region_len;
+        let first = Arc::new(Mutex::new(Some(ctx.fabric().clone())));
+        let open: Opener = Box::new(move |group: &ViewGroup, len: usize| {
+            assert!(len <= region_len, "a view's region ({len} bytes) fits the simulated one ({region_len})");
+            if let Some(f) = first.lock().expect("first").take() {
+                assert_eq!(group.view.id, 0, "the first endpoint serves view 0");
+                return f;
+            }
+            SimFabric::open_view(&world, me, group.view.id)
+        });
+        let view = View { id: 0, members: params.group.members.clone() };
+        let vm = ViewMember::new(me, params.group.clone(), view, open).expect("a valid group");
+        let sock = ctx.bind(CONTROL_PORT).expect("the control port is free");
+        let plans = params.sends[me as usize].clone();
+        Member {
+            me,
+            vm,
+            sock,
+            sent: vec![0; plans.len()],
+            next_at: vec![0; plans.len()],
+            plans,
+            next_tick: 0,
+            stopped: false,
+            finished: false,
+            template: Arc::new(params.group.clone()),
+            got: Rc::new(RefCell::new(Vec::new())),
+            shared,
+        }
+    }
+
+    /// Records what the sink collected, as delivered in `view`.
+    fn record_deliveries(&mut self, ctx: &mut Ctx<'_, ViewsEvent>, view: u64) {
+        for (g, sender, bytes) in self.got.borrow_mut().drain(..) {
+            let Some(index) = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            else {
+                ctx.record(ViewsEvent::Anomaly {
+                    what: format!("a {}-byte payload from m{sender}", bytes.len()),
+                });
+                continue;
+            };
+            ctx.record(ViewsEvent::Delivered { subgroup: g, sender, index, view, digest: fnv64(&bytes) });
+        }
+    }
+
+    fn record_membership(&mut self, ctx: &mut Ctx<'_, ViewsEvent>) {
+        for e in self.vm.take_events() {
+            ctx.record(match e {
+                MembershipEvent::Wedged { view } => ViewsEvent::Wedged { view },
+                MembershipEvent::Installed { view, ragged, resent, .. } => {
+                    ViewsEvent::Installed { view: view.id, members: view.members, ragged, resent }
+                }
+                MembershipEvent::Removed { next } => {
+                    self.stopped = true;
+                    ViewsEvent::Removed { next: next.id }
+                }
+                MembershipEvent::Minority { view, .. } => {
+                    self.stopped = true;
+                    ViewsEvent::Minority { view: view.id }
+                }
+            });
+        }
+        if self.stopped {
+            // The daemon exits: its links and sockets close, so peers that
+            // still count on it suspect it.
+            let world = ctx.fabric().world().clone();
+            world.lock().expect("world").crash(self.me);
+        }
+    }
+
+    fn flush_outbox(&mut self) {
+        for (to, msg) in self.vm.take_outbox() {
+            // A closed socket (this member crashed) or a full network: the
+            // protocol retransmits.
+            let _ = self.sock.send(NetAddr::new(to, CONTROL_PORT), &msg.to_bytes());
+        }
+    }
+
+    fn send(&mut self, ctx: &mut Ctx<'_, ViewsEvent>) -> usize {
+        let now = ctx.now();
+        let mut work = 0;
+        for i in 0..self.plans.len() {
+            let g = self.plans[i].subgroup;
+            while self.sent[i] < self.plans[i].count && now >= self.next_at[i] {
+                let Some(handle) = self.vm.sender(g) else { break };
+                let max = self.template.subgroups[g].max_payload;
+                let bytes = payload(g, self.me, self.sent[i], max);
+                match handle.try_send_with(bytes.len(), |buf| buf.copy_from_slice(&bytes)) {
+                    Ok(()) => {
+                        ctx.record(ViewsEvent::Sent { subgroup: g, index: self.sent[i] });
+                        self.sent[i] += 1;
+                        work += 1;
+                        if self.plans[i].interval_ns > 0 {
+                            self.next_at[i] = now + self.plans[i].interval_ns;
+                        }
+                    }
+                    // Back-pressure: slots free up in a poll that reports
+                    // work. Wedged: a view change is under way; the new
+                    // view's handle takes the message afterwards.
+                    Err(SendError::WouldBlock | SendError::Wedged) => break,
+                    Err(e) => {
+                        ctx.record(ViewsEvent::Anomaly { what: format!("send in subgroup {g}: {e}") });
+                        self.sent[i] = self.plans[i].count;
+                    }
+                }
+            }
+            if self.sent[i] < self.plans[i].count && self.next_at[i] > now {
+                ctx.wake_at(self.next_at[i]);
+            }
+        }
+        work
+    }
+
+    fn is_finished(&self) -> bool {
+        !self.vm.is_changing()
+            && self.sent.iter().zip(&self.plans).all(|(s, p)| *s == p.count)
+            && self.vm.driver().is_idle()
+    }
+}
+
+/// Collects deliveries with their configured subgroup and a copy of the
+/// payload.
+fn sink(got: &Rc<RefCell<Vec<(usize, MemberId, Vec<u8>)>>>) -> impl FnMut(&[Delivered<'_>]) + '_ {
+    move |batch: &[Delivered<'_>]| {
+        let mut g = got.borrow_mut();
+        for d in batch {
+            g.push((d.subgroup, d.sender, d.payload.to_vec()));
+        }
+    }
+}
+
+impl SimProcess<ViewsEvent> for Member {
+    fn poll(&mut self, ctx: &mut Ctx<'_, ViewsEvent>) -> usize {
+        if self.stopped {
+            return 0;
+        }
+        let now = ctx.now();
+        let got = self.got.clone();
+        let mut work = 0;
+        // Control plane.
+        while let Some((from, bytes)) = self.sock.recv() {
+            let view = self.vm.view().id;
+            match ControlMsg::decode(&bytes) {
+                Ok(msg) => work += self.vm.on_control(from.member, msg, &mut sink(&got)),
+                Err(e) => ctx.record(ViewsEvent::Anomaly { what: format!("control frame from {from}: {e}") }),
+            }
+            self.record_deliveries(ctx, view);
+            self.record_membership(ctx);
+            if self.stopped {
+                return work + 1;
+            }
+        }
+        // Heartbeats, retransmissions, response timeouts.
+        if now >= self.next_tick {
+            let view = self.vm.view().id;
+            self.vm.tick(&mut sink(&got));
+            self.next_tick = now + TICK_NS;
+            self.record_deliveries(ctx, view);
+            self.record_membership(ctx);
+            if self.stopped {
+                return work + 1;
+            }
+        }
+        // The engine.
+        let view = self.vm.view().id;
+        work += self.vm.do_work(&mut sink(&got));
+        self.record_deliveries(ctx, view);
+        for f in self.vm.driver().engine().faults() {
+            ctx.record(ViewsEvent::Anomaly { what: format!("ring fault: {f:?}") });
+        }
+        self.record_membership(ctx);
+        if self.stopped {
+            return work + 1;
+        }
+        work += self.send(ctx);
+        self.flush_outbox();
+        self.shared.borrow_mut().changing[self.me as usize] =
+            self.vm.is_changing().then(|| self.vm.view().members.clone());
+        ctx.wake_at(self.next_tick.max(now + 1));
+        if !self.vm.driver().can_poll() {
+            ctx.wake_at(now + RETRY_NS);
+        }
+        let done = self.is_finished();
+        if done != self.finished {
+            self.finished = done;
+            ctx.record(if done { ViewsEvent::Finished } else { ViewsEvent::Resumed });
+        }
+        work
+    }
+
+    fn done(&self) -> bool {
+        self.stopped || self.finished
+    }
+}
+
+/// Runs one seed: the group, then the fault driver until the calm, then
+/// the settling time. Returns the history.
+pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
+    let n = params.group.members.len() as u32;
+    let shared = Rc::new(RefCell::new(Shared { changing: vec![None; n as usize] }));
+    let region_len = GroupLayout::new(&params.group).region_len;
+    let mut net = ordo_sim::NetConfig::default();
+    net.max_datagram_len = net.max_datagram_len.max(1472);
+    let config =
+        SimConfig { members: n, region_len, fabric: params.fabric.clone(), net, ..SimConfig::default() };
+    let p = Arc::new(params.clone());
+    let sh = shared.clone();
+    let factory: ordo_sim::Factory<ViewsEvent> = Box::new(move |ctx| {
+        if ctx.incarnation() > 1 { Box::new(Idle) } else { Box::new(Member::new(ctx, &p, sh.clone())) }
+    });
+    let injector = ordo_fault::Injector::new(derive_seed(seed, stream::FAULT_POINTS), 20_000);
+    let guard = ordo_fault::install(injector);
+    let mut sim = Sim::new(seed, config, None, factory);
+    let mut rng = SimRng::new(derive_seed(seed, stream::NEMESIS));
+    let mut later = UndoQueue::default();
+    let mut crashes = 0;
+    let mut t = rng.range(20_000, 300_000);
+    while t < params.calm_ns {
+        later.run_due(&mut sim, t);
+        sim.run_until(t);
+        let alive: Vec<MemberId> = {
+            let w = sim.world().lock().expect("world");
+            (0..n).filter(|m| w.is_alive(*m)).collect()
+        };
+        let changing: Option<Vec<MemberId>> = shared
+            .borrow()
+            .changing
+            .iter()
+            .enumerate()
+            .find_map(|(m, c)| c.clone().filter(|_| alive.contains(&(m as u32))));
+        let mut step = rng.range(50_000, 400_000);
+        match rng.weighted(&params.weights) {
+            0 if crashes < params.max_crashes && !alive.is_empty() => {
+                sim.crash(alive[rng.index(alive.len())]);
+                crashes += 1;
+            }
+            1 if crashes < params.max_crashes => {
+                // The view leader, while a change is under way (or soon).
+                if let Some(view) = changing {
+                    if let Some(leader) = view.into_iter().find(|m| alive.contains(m)) {
+                        sim.crash(leader);
+                        crashes += 1;
+                    }
+                } else {
+                    step = rng.range(5_000, 60_000);
+                }
+            }
+            2 if n >= 2 => {
+                let mut members: Vec<MemberId> = (0..n).collect();
+                rng.shuffle(&mut members);
+                let size = 1 + rng.below(u64::from(n - 1)) as usize;
+                let mut side = members[..size].to_vec();
+                side.sort_unstable();
+                sim.split(side.clone());
+                later.push(t + rng.range(50_000, 1_000_000), Undo::HealSplit(side));
+            }
+            3 => {
+                let a = rng.below(u64::from(n)) as MemberId;
+                let b = (a + 1 + rng.below(u64::from(n - 1)) as MemberId) % n;
+                sim.cut(a, b);
+                later.push(t + rng.range(50_000, 1_000_000), Undo::Heal(a, b));
+            }
+            _ => {}
+        }
+        t += step;
+    }
+    later.run_due(&mut sim, params.calm_ns);
+    later.clear();
+    sim.run_until(params.calm_ns);
+    {
+        let mut w = sim.world().lock().expect("world");
+        w.heal_all();
+    }
+    sim.run_until(params.end_ns);
+    drop(guard.finish());
+    sim.into_history()
+}
+
+/// Every checker, in order.
+pub fn checkers(group: &GroupConfig) -> Vec<Box<dyn Checker<ViewsEvent>>> {
+    let g = Arc::new(group.clone());
+    vec![
+        Box::new(Anomalies),
+        Box::new(ViewAgreement { group: g.clone() }),
+        Box::new(Membership { group: g.clone() }),
+        Box::new(Integrity { group: g.clone() }),
+        Box::new(VirtualSynchrony { group: g.clone() }),
+        Box::new(TotalOrder { group: g.clone() }),
+        Box::new(NoLossForSurvivors { group: g.clone() }),
+        Box::new(Liveness { group: g }),
+    ]
+}
+
+/// Runs and checks one seed: (history digest, summary).
+pub fn run(seed: u64) -> Result<(u64, String), String> {
+    let params = Params::draw(seed);
+    let history = std::panic::catch_unwind(|| simulate(seed, &params)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("seed {seed}: panicked: {msg}")
+    })?;
+    ordo_sim::check_all(&history, &checkers(&params.group)).map_err(|v| format!("seed {seed}: {v}"))?;
+    let views = history
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            ViewsEvent::Installed { view, .. } => Some(*view),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let crashes = history.faults.iter().filter(|f| matches!(f.fault, FaultNote::Crash { .. })).count();
+    let summary = format!(
+        "{NAME} seed {seed}: passed — {} members, {} views installed, {} crashes, {} history entries \
+         (digest {:#018x})",
+        params.group.members.len(),
+        views,
+        crashes,
+        history.entries.len(),
+        history.digest()
+    );
+    Ok((history.digest(), summary))
+}
+
+// ---------------------------------------------------------------------------
+// Checkers
+// ---------------------------------------------------------------------------
+
+/// A message: (configured subgroup, sender, index).
+type Msg = (usize, MemberId, u64);
+
+fn violation(checker: &'static str, message: String) -> Result<(), Violation> {
+    Err(Violation { checker, message })
+}
+
+/// Per member: its deliveries in order, with their view.
+fn deliveries(h: &History<ViewsEvent>) -> BTreeMap<MemberId, Vec<(Msg, u64, u64)>> {
+    let mut out: BTreeMap<MemberId, Vec<(Msg, u64, u64)>> = BTreeMap::new();
+    for e in &h.entries {
+        if let ViewsEvent::Delivered { subgroup, sender, index, view, digest } = e.event {
+            out.entry(e.member).or_default().push(((subgroup, sender, index), view, digest));
+        }
+    }
+    out
+}
+
+/// Installed views: id → members; and per member the ids it installed.
+fn views(h: &History<ViewsEvent>, group: &GroupConfig) -> BTreeMap<u64, Vec<MemberId>> {
+    let mut out = BTreeMap::new();
+    out.insert(0, group.members.clone());
+    for e in &h.entries {
+        if let ViewsEvent::Installed { view, members, .. } = &e.event {
+            out.entry(*view).or_insert_with(|| members.clone());
+        }
+    }
+    out
+}
+
+/// Members that installed view `v + 1` (the survivors of `v`).
+fn survivors(h: &History<ViewsEvent>, v: u64) -> BTreeSet<MemberId> {
+    h.entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            ViewsEvent::Installed { view, .. } if *view == v + 1 => Some(e.member),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Members running at the end: alive (never crashed) and never stopped.
+fn running(h: &History<ViewsEvent>) -> BTreeSet<MemberId> {
+    let crashed: BTreeSet<MemberId> = h
+        .faults
+        .iter()
+        .filter_map(|f| match f.fault {
+            FaultNote::Crash { member } => Some(member),
+            _ => None,
+        })
+        .collect();
+    let stopped: BTreeSet<MemberId> = h
+        .entries
+        .iter()
+        .filter(|e| matches!(e.event, ViewsEvent::Removed { .. } | ViewsEvent::Minority { .. }))
+        .map(|e| e.member)
+        .collect();
+    (0..h.members).filter(|m| !crashed.contains(m) && !stopped.contains(m)).collect()
+}
+
+fn ordered(group: &GroupConfig, g: usize) -> bool {
+    group.subgroups[g].mode == DeliveryMode::Ordered
+}
+
+struct Anomalies;
+
+impl Checker<ViewsEvent> for Anomalies {
+    fn name(&self) -> &'static str {
+        "anomalies"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        for e in &h.entries {
+            if let ViewsEvent::Anomaly { what } = &e.event {
+                return violation(self.name(), format!("m{} at {} ns: {what}", e.member, e.time_ns));
+            }
+        }
+        Ok(())
+    }
+}
+
+struct ViewAgreement {
+    group: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for ViewAgreement {
+    fn name(&self) -> &'static str {
+        "view agreement and partition safety"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        let mut seen: BTreeMap<u64, Vec<MemberId>> = BTreeMap::new();
+        seen.insert(0, self.group.members.clone());
+        let mut last: BTreeMap<MemberId, u64> = BTreeMap::new();
+        let mut stopped: BTreeSet<MemberId> = BTreeSet::new();
+        for e in &h.entries {
+            match &e.event {
+                ViewsEvent::Installed { view, members, .. } => {
+                    if stopped.contains(&e.member) {
+                        return violation(
+                            self.name(),
+                            format!("m{} installed view {view} after it stopped", e.member),
+                        );
+                    }
+                    let prev = last.get(&e.member).copied().unwrap_or(0);
+                    if *view != prev + 1 {
+                        return violation(
+                            self.name(),
+                            format!("m{} installed view {view} after view {prev}", e.member),
+                        );
+                    }
+                    last.insert(e.member, *view);
+                    if let Some(other) = seen.get(view) {
+                        if other != members {
+                            return violation(
+                                self.name(),
+                                format!(
+                                    "view {view}: m{} installed {members:?}, another member {other:?}",
+                                    e.member
+                                ),
+                            );
+                        }
+                    } else {
+                        seen.insert(*view, members.clone());
+                    }
+                    if !members.contains(&e.member) {
+                        return violation(
+                            self.name(),
+                            format!("m{} installed view {view} without itself", e.member),
+                        );
+                    }
+                    let before = &seen[&(view - 1)];
+                    if members.iter().any(|m| !before.contains(m)) {
+                        return violation(self.name(), format!("view {view} {members:?} adds to {before:?}"));
+                    }
+                    if members.len() < before.len() / 2 + 1 {
+                        return violation(
+                            self.name(),
+                            format!("view {view} {members:?} is no majority of view {} {before:?}", view - 1),
+                        );
+                    }
+                }
+                ViewsEvent::Removed { .. } | ViewsEvent::Minority { .. } => {
+                    stopped.insert(e.member);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Membership {
+    group: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for Membership {
+    fn name(&self) -> &'static str {
+        "delivery by members only"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        let views = views(h, &self.group);
+        for e in &h.entries {
+            if let ViewsEvent::Delivered { subgroup, sender, view, .. } = e.event {
+                let Some(members) = views.get(&view) else {
+                    return violation(self.name(), format!("m{} delivered in unknown view {view}", e.member));
+                };
+                let s = &self.group.subgroups[subgroup];
+                let ok = members.contains(&e.member)
+                    && members.contains(&sender)
+                    && s.members.contains(&e.member)
+                    && s.senders.contains(&sender);
+                if !ok {
+                    return violation(
+                        self.name(),
+                        format!(
+                            "m{} delivered from m{sender} in subgroup {subgroup}, view {view} {members:?}",
+                            e.member
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Integrity {
+    group: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for Integrity {
+    fn name(&self) -> &'static str {
+        "integrity, no duplication, FIFO"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        let mut sent: BTreeMap<(usize, MemberId), u64> = BTreeMap::new();
+        let mut got: BTreeSet<(MemberId, Msg)> = BTreeSet::new();
+        let mut fifo: BTreeMap<(MemberId, usize, MemberId), u64> = BTreeMap::new();
+        for e in &h.entries {
+            match e.event {
+                ViewsEvent::Sent { subgroup, index } => {
+                    let next = sent.entry((subgroup, e.member)).or_insert(0);
+                    if index != *next {
+                        return violation(
+                            self.name(),
+                            format!("m{} sent index {index}, expected {next}", e.member),
+                        );
+                    }
+                    *next += 1;
+                }
+                ViewsEvent::Delivered { subgroup, sender, index, digest, .. } => {
+                    if index >= sent.get(&(subgroup, sender)).copied().unwrap_or(0) {
+                        return violation(
+                            self.name(),
+                            format!("m{} delivered unsent ({subgroup}, m{sender}, {index})", e.member),
+                        );
+                    }
+                    let want =
+                        fnv64(&payload(subgroup, sender, index, self.group.subgroups[subgroup].max_payload));
+                    if digest != want {
+                        return violation(
+                            self.name(),
+                            format!(
+                                "m{} delivered other bytes for ({subgroup}, m{sender}, {index})",
+                                e.member
+                            ),
+                        );
+                    }
+                    if !got.insert((e.member, (subgroup, sender, index))) {
+                        return violation(
+                            self.name(),
+                            format!("m{} delivered ({subgroup}, m{sender}, {index}) twice", e.member),
+                        );
+                    }
+                    if ordered(&self.group, subgroup) {
+                        let last = fifo.entry((e.member, subgroup, sender)).or_insert(0);
+                        if index + 1 <= *last {
+                            return violation(
+                                self.name(),
+                                format!(
+                                    "m{} delivered ({subgroup}, m{sender}, {index}) after index {}",
+                                    e.member,
+                                    *last - 1
+                                ),
+                            );
+                        }
+                        *last = index + 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+struct VirtualSynchrony {
+    group: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for VirtualSynchrony {
+    fn name(&self) -> &'static str {
+        "virtual synchrony and failure atomicity"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        let all = deliveries(h);
+        let views = views(h, &self.group);
+        for &v in views.keys() {
+            let surv = survivors(h, v);
+            if surv.is_empty() {
+                continue;
+            }
+            for g in 0..self.group.subgroups.len() {
+                let of = |m: MemberId| -> Vec<Msg> {
+                    all.get(&m)
+                        .map(|d| {
+                            d.iter()
+                                .filter(|(x, view, _)| *view == v && x.0 == g)
+                                .map(|(x, _, _)| *x)
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                // Survivors that are in the subgroup deliver the same
+                // sequence (ordered) or set (unordered: no guarantee
+                // beyond integrity; skipped).
+                if !ordered(&self.group, g) {
+                    continue;
+                }
+                let in_g: Vec<MemberId> =
+                    surv.iter().copied().filter(|m| self.group.subgroups[g].members.contains(m)).collect();
+                let Some(&first) = in_g.first() else { continue };
+                let reference = of(first);
+                for &m in &in_g[1..] {
+                    let seq = of(m);
+                    if seq != reference {
+                        return violation(
+                            self.name(),
+                            format!(
+                                "view {v} subgroup {g}: survivors m{first} and m{m} delivered {reference:?} vs {seq:?}"
+                            ),
+                        );
+                    }
+                }
+                // Anything anyone delivered in v is delivered by the survivors.
+                let set: BTreeSet<Msg> = reference.iter().copied().collect();
+                for (&m, d) in &all {
+                    for (x, view, _) in d {
+                        if *view == v && x.0 == g && !set.contains(x) {
+                            return violation(
+                                self.name(),
+                                format!(
+                                    "view {v}: m{m} delivered {x:?}, which survivor m{first} did not deliver in it"
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct TotalOrder {
+    group: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for TotalOrder {
+    fn name(&self) -> &'static str {
+        "total order across views"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        let all = deliveries(h);
+        for g in 0..self.group.subgroups.len() {
+            if !ordered(&self.group, g) {
+                continue;
+            }
+            let pos: Vec<(MemberId, BTreeMap<Msg, usize>)> = all
+                .iter()
+                .map(|(m, d)| {
+                    let p = d
+                        .iter()
+                        .filter(|(x, _, _)| x.0 == g)
+                        .enumerate()
+                        .map(|(i, (x, _, _))| (*x, i))
+                        .collect();
+                    (*m, p)
+                })
+                .collect();
+            for (i, (a, pa)) in pos.iter().enumerate() {
+                for (b, pb) in &pos[i + 1..] {
+                    // Common messages in a's order must be increasing in b's.
+                    let mut common: Vec<(usize, usize, Msg)> =
+                        pa.iter().filter_map(|(x, ia)| pb.get(x).map(|ib| (*ia, *ib, *x))).collect();
+                    common.sort_unstable();
+                    for w in common.windows(2) {
+                        if w[1].1 < w[0].1 {
+                            return violation(
+                                self.name(),
+                                format!(
+                                    "subgroup {g}: m{a} delivered {:?} before {:?}, m{b} after",
+                                    w[0].2, w[1].2
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct NoLossForSurvivors {
+    group: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for NoLossForSurvivors {
+    fn name(&self) -> &'static str {
+        "no loss for survivors (resend)"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        let run = running(h);
+        let all = deliveries(h);
+        let mut sent: BTreeMap<(usize, MemberId), u64> = BTreeMap::new();
+        for e in &h.entries {
+            if let ViewsEvent::Sent { subgroup, .. } = e.event {
+                *sent.entry((subgroup, e.member)).or_insert(0) += 1;
+            }
+        }
+        for (&(g, sender), &count) in &sent {
+            if !run.contains(&sender) || !ordered(&self.group, g) {
+                continue;
+            }
+            for &m in run.iter().filter(|m| self.group.subgroups[g].members.contains(m)) {
+                let got: BTreeSet<u64> = all
+                    .get(&m)
+                    .map(|d| {
+                        d.iter().filter(|(x, _, _)| x.0 == g && x.1 == sender).map(|(x, _, _)| x.2).collect()
+                    })
+                    .unwrap_or_default();
+                if let Some(missing) = (0..count).find(|i| !got.contains(i)) {
+                    return violation(
+                        self.name(),
+                        format!(
+                            "m{m} never delivered message {missing} of m{sender} in subgroup {g} (both running at the end)"
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Liveness {
+    group: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for Liveness {
+    fn name(&self) -> &'static str {
+        "liveness"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        let _ = &self.group;
+        let run = running(h);
+        let mut last_view: BTreeMap<MemberId, u64> = BTreeMap::new();
+        let mut finished: BTreeMap<MemberId, bool> = BTreeMap::new();
+        for e in &h.entries {
+            match e.event {
+                ViewsEvent::Installed { view, .. } => {
+                    last_view.insert(e.member, view);
+                }
+                ViewsEvent::Finished => {
+                    finished.insert(e.member, true);
+                }
+                ViewsEvent::Resumed => {
+                    finished.insert(e.member, false);
+                }
+                _ => {}
+            }
+        }
+        let mut final_view = None;
+        for &m in &run {
+            let v = last_view.get(&m).copied().unwrap_or(0);
+            if *final_view.get_or_insert(v) != v {
+                return violation(
+                    self.name(),
+                    format!("running members end in different views ({last_view:?})"),
+                );
+            }
+            if !finished.get(&m).copied().unwrap_or(false) {
+                return violation(
+                    self.name(),
+                    format!("m{m} (running, view {v}) is not finished at {} ns", h.end_ns),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_carry_their_index_and_are_pure() {
+        for k in [0u64, 1, 77] {
+            let a = payload(1, 2, k, 40);
+            assert_eq!(a, payload(1, 2, k, 40));
+            assert!((8..=40).contains(&a.len()));
+            assert_eq!(u64::from_le_bytes(a[..8].try_into().unwrap()), k);
+        }
+    }
+}

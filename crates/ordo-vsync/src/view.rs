@@ -1,0 +1,1222 @@
+//! Virtual synchrony: the view-change protocol of a vsync group, sans-I/O
+//! (spindle §II-A; Derecho's view change, reworked as a single-decree Paxos
+//! per view).
+//!
+//! A **view** is a numbered list of members in rank order. When a member is
+//! suspected (a fabric timeout, a missed heartbeat, an explicit leave) the
+//! group moves to view `id + 1` without it. The protocol decides, once per
+//! view, a [`Decision`]: the next view and the **ragged trim** — per
+//! subgroup and sender, how many rounds of the failed view every survivor
+//! delivers. Messages past the trim are delivered by nobody in the failed
+//! view; their senders, if they survive, resend them in the next one.
+//!
+//! # The protocol (messages are [`ControlMsg`]; transport: the control plane)
+//! 1. **Suspicion.** A member that suspects a peer adds it to its suspects,
+//!    **wedges** (its engine stops sending, receiving and delivering, so its
+//!    received counts freeze) and tells every member of the view
+//!    (`Suspect`). A member adopts every suspicion it hears of.
+//! 2. **Prepare.** The **view leader** — the lowest-ranked member it does not
+//!    suspect — picks a ballot above any it has seen and sends `Prepare`.
+//!    A member that has promised nothing higher wedges and answers `Promise`
+//!    with its frozen received counts, its suspects, and the decision it
+//!    accepted in this view, if any; else `Nack`.
+//! 3. **Decide.** With a promise from every member it does not suspect (a
+//!    majority of the view at least), the leader proposes the decision of
+//!    the highest ballot any promise carried (a leader that died during the
+//!    change is replaced and its cleanup finished), or else a fresh one:
+//!    next view = the unsuspected members that promised, in rank order;
+//!    trim = per subgroup and sender the minimum of their received counts.
+//! 4. **Accept.** `Accept` to the members of the next view; each accepts
+//!    unless it promised a higher ballot. With every unsuspected member of
+//!    the next view accepted (a majority of the view at least) the decision
+//!    is chosen: `Commit` to every member of the view.
+//! 5. **Install.** A member that learns the decision delivers the ragged
+//!    edge (`Engine::deliver_ragged`), collects its own messages to resend
+//!    (`Engine::undelivered_own`) and installs the next view (a new SST and
+//!    ring layout); it answers `Installed`. A member left out of the next
+//!    view is **removed** and stops. The leader resends `Commit` until every
+//!    unsuspected member of the next view answered.
+//!
+//! # Invariants
+//! - **Agreement.** At most one decision is chosen per view (Paxos: a
+//!   chosen decision was accepted by a majority of the view, every later
+//!   ballot's promise quorum — a majority too — meets it, and a leader
+//!   proposes the highest accepted decision it hears of). Every member that
+//!   installs view `v + 1` installs the same one.
+//! - **Partition safety** (on, always): a leader needs promises and accepts
+//!   from a majority of the view; a member whose unsuspected members are no
+//!   majority stops with [`ViewEvent::Minority`] and never installs a view.
+//! - **The trim is safe to deliver.** Every member of the next view promised
+//!   received counts at least the trim (the trim is their minimum; counts
+//!   are frozen at the wedge and reported after it), so every survivor
+//!   holds every message it must deliver.
+//! - **Nothing delivered beyond the trim.** Any member delivered only
+//!   messages every member had received, as advertised in the SST; a
+//!   wedged member advertises no more than it reports, so everything any
+//!   member (alive or not) delivered in the view is within the trim of every
+//!   later decision: survivors deliver a superset of what anyone delivered.
+//! - Messages of another view are answered (a straggler gets the `Commit`
+//!   of its view) or dropped, never applied to this one. Decoded messages
+//!   are bounded ([`MAX_MEMBERS`], [`MAX_SUBGROUPS`], [`MAX_SENDERS`]);
+//!   a malformed frame is a [`DecodeError`] and changes nothing.
+
+use crate::config::{ConfigError, GroupConfig, SubgroupConfig};
+use ordo_fabric::MemberId;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Most members a view may have (a bound of the decoder).
+pub const MAX_MEMBERS: usize = 1024;
+/// Most subgroups a decision may carry trims for.
+pub const MAX_SUBGROUPS: usize = 1024;
+/// Most senders a subgroup may have.
+pub const MAX_SENDERS: usize = 1024;
+/// Decisions kept to answer stragglers of earlier views.
+pub const KEPT_DECISIONS: usize = 16;
+
+/// A view: its number and its members in rank order (rank 0 leads).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct View {
+    /// The view number; the first view is 0.
+    pub id: u64,
+    /// Members, in rank order.
+    pub members: Vec<MemberId>,
+}
+
+impl View {
+    /// Members needed for a majority of this view.
+    pub fn majority(&self) -> usize {
+        self.members.len() / 2 + 1
+    }
+
+    /// Whether `m` is a member.
+    pub fn contains(&self, m: MemberId) -> bool {
+        self.members.contains(&m)
+    }
+}
+
+impl fmt::Display for View {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "view {} {:?}", self.id, self.members)
+    }
+}
+
+/// A Paxos ballot: a round, then the proposing leader (ties broken by id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ballot {
+    /// The round.
+    pub round: u64,
+    /// The leader that proposes under it.
+    pub leader: MemberId,
+}
+
+/// What a view change decides.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Decision {
+    /// The next view.
+    pub next: View,
+    /// Per subgroup of the failed view (its engine's indices) and sender
+    /// rank: rounds every survivor delivers. Empty for a subgroup with no
+    /// survivor.
+    pub trims: Vec<Vec<u64>>,
+}
+
+/// A control-plane message of the view change (see the module docs).
+/// `view` is the number of the view being changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlMsg {
+    /// The sender suspects these members.
+    Suspect {
+        /// View.
+        view: u64,
+        /// Suspected members.
+        suspects: Vec<MemberId>,
+    },
+    /// Phase 1a.
+    Prepare {
+        /// View.
+        view: u64,
+        /// The leader's ballot.
+        ballot: Ballot,
+    },
+    /// Phase 1b.
+    Promise {
+        /// View.
+        view: u64,
+        /// The ballot promised.
+        ballot: Ballot,
+        /// The decision accepted in this view, with its ballot.
+        accepted: Option<(Ballot, Decision)>,
+        /// Frozen rounds received, per subgroup and sender rank.
+        received: Vec<Vec<u64>>,
+        /// Members the sender suspects.
+        suspects: Vec<MemberId>,
+    },
+    /// A ballot refused: the sender promised `promised`.
+    Nack {
+        /// View.
+        view: u64,
+        /// The higher ballot promised.
+        promised: Ballot,
+    },
+    /// Phase 2a.
+    Accept {
+        /// View.
+        view: u64,
+        /// The leader's ballot.
+        ballot: Ballot,
+        /// The proposed decision.
+        decision: Decision,
+    },
+    /// Phase 2b.
+    Accepted {
+        /// View.
+        view: u64,
+        /// The ballot accepted.
+        ballot: Ballot,
+    },
+    /// The decision of view `view` is chosen.
+    Commit {
+        /// View.
+        view: u64,
+        /// The decision.
+        decision: Decision,
+    },
+    /// The sender installed the decision of view `view`.
+    Installed {
+        /// View.
+        view: u64,
+    },
+    /// The sender is alive in view `view` (sent every few ticks; a member
+    /// silent for too long is suspected).
+    Heartbeat {
+        /// View.
+        view: u64,
+    },
+}
+
+impl ControlMsg {
+    /// The view this message is about.
+    pub fn view(&self) -> u64 {
+        match self {
+            ControlMsg::Suspect { view, .. }
+            | ControlMsg::Prepare { view, .. }
+            | ControlMsg::Promise { view, .. }
+            | ControlMsg::Nack { view, .. }
+            | ControlMsg::Accept { view, .. }
+            | ControlMsg::Accepted { view, .. }
+            | ControlMsg::Commit { view, .. }
+            | ControlMsg::Installed { view }
+            | ControlMsg::Heartbeat { view } => *view,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Wire format: little-endian; a tag byte; lists as u32 count + items.
+// ---------------------------------------------------------------------------
+
+/// A control frame that does not decode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The frame ended inside a field.
+    #[error("control frame truncated")]
+    Truncated,
+    /// Unknown message tag.
+    #[error("unknown control message tag {0}")]
+    UnknownTag(u8),
+    /// A list longer than its bound.
+    #[error("{what}: {len} entries exceed the bound of {max}")]
+    TooLong {
+        /// Which list.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// Bytes after the message.
+    #[error("{0} bytes after the control message")]
+    Trailing(usize),
+    /// A field out of its domain.
+    #[error("invalid control message: {0}")]
+    Invalid(&'static str),
+}
+
+const TAG_SUSPECT: u8 = 1;
+const TAG_PREPARE: u8 = 2;
+const TAG_PROMISE: u8 = 3;
+const TAG_NACK: u8 = 4;
+const TAG_ACCEPT: u8 = 5;
+const TAG_ACCEPTED: u8 = 6;
+const TAG_COMMIT: u8 = 7;
+const TAG_INSTALLED: u8 = 8;
+const TAG_HEARTBEAT: u8 = 9;
+
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn members(&mut self, m: &[MemberId]) {
+        self.u32(m.len() as u32);
+        m.iter().for_each(|x| self.u32(*x));
+    }
+    fn ballot(&mut self, b: &Ballot) {
+        self.u64(b.round);
+        self.u32(b.leader);
+    }
+    fn counts(&mut self, c: &[Vec<u64>]) {
+        self.u32(c.len() as u32);
+        for s in c {
+            self.u32(s.len() as u32);
+            s.iter().for_each(|x| self.u64(*x));
+        }
+    }
+    fn decision(&mut self, d: &Decision) {
+        self.u64(d.next.id);
+        self.members(&d.next.members);
+        self.counts(&d.trims);
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let (head, rest) = self.0.split_first_chunk::<N>().ok_or(DecodeError::Truncated)?;
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+    /// A list count, checked against its bound and against the bytes left
+    /// (`item` bytes each), before anything is allocated.
+    fn count(&mut self, what: &'static str, max: usize, item: usize) -> Result<usize, DecodeError> {
+        let len = self.u32()? as usize;
+        if len > max {
+            return Err(DecodeError::TooLong { what, len, max });
+        }
+        if len.saturating_mul(item) > self.0.len() {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(len)
+    }
+    fn members(&mut self, what: &'static str) -> Result<Vec<MemberId>, DecodeError> {
+        let n = self.count(what, MAX_MEMBERS, 4)?;
+        let m = (0..n).map(|_| self.u32()).collect::<Result<Vec<_>, _>>()?;
+        let mut sorted = m.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != m.len() {
+            return Err(DecodeError::Invalid("a member listed twice"));
+        }
+        Ok(m)
+    }
+    fn ballot(&mut self) -> Result<Ballot, DecodeError> {
+        Ok(Ballot { round: self.u64()?, leader: self.u32()? })
+    }
+    fn counts(&mut self) -> Result<Vec<Vec<u64>>, DecodeError> {
+        let n = self.count("subgroups", MAX_SUBGROUPS, 4)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = self.count("senders", MAX_SENDERS, 8)?;
+            out.push((0..k).map(|_| self.u64()).collect::<Result<Vec<_>, _>>()?);
+        }
+        Ok(out)
+    }
+    fn decision(&mut self) -> Result<Decision, DecodeError> {
+        let id = self.u64()?;
+        let members = self.members("view members")?;
+        if members.is_empty() {
+            return Err(DecodeError::Invalid("a view without members"));
+        }
+        Ok(Decision { next: View { id, members }, trims: self.counts()? })
+    }
+}
+
+impl ControlMsg {
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut w = Writer(out);
+        match self {
+            ControlMsg::Suspect { view, suspects } => {
+                w.u8(TAG_SUSPECT);
+                w.u64(*view);
+                w.members(suspects);
+            }
+            ControlMsg::Prepare { view, ballot } => {
+                w.u8(TAG_PREPARE);
+                w.u64(*view);
+                w.ballot(ballot);
+            }
+            ControlMsg::Promise { view, ballot, accepted, received, suspects } => {
+                w.u8(TAG_PROMISE);
+                w.u64(*view);
+                w.ballot(ballot);
+                match accepted {
+                    None => w.u8(0),
+                    Some((b, d)) => {
+                        w.u8(1);
+                        w.ballot(b);
+                        w.decision(d);
+                    }
+                }
+                w.counts(received);
+                w.members(suspects);
+            }
+            ControlMsg::Nack { view, promised } => {
+                w.u8(TAG_NACK);
+                w.u64(*view);
+                w.ballot(promised);
+            }
+            ControlMsg::Accept { view, ballot, decision } => {
+                w.u8(TAG_ACCEPT);
+                w.u64(*view);
+                w.ballot(ballot);
+                w.decision(decision);
+            }
+            ControlMsg::Accepted { view, ballot } => {
+                w.u8(TAG_ACCEPTED);
+                w.u64(*view);
+                w.ballot(ballot);
+            }
+            ControlMsg::Commit { view, decision } => {
+                w.u8(TAG_COMMIT);
+                w.u64(*view);
+                w.decision(decision);
+            }
+            ControlMsg::Installed { view } => {
+                w.u8(TAG_INSTALLED);
+                w.u64(*view);
+            }
+            ControlMsg::Heartbeat { view } => {
+                w.u8(TAG_HEARTBEAT);
+                w.u64(*view);
+            }
+        }
+    }
+
+    /// The encoding as a new vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes one whole message; bounded, never panics.
+    pub fn decode(bytes: &[u8]) -> Result<ControlMsg, DecodeError> {
+        let mut r = Reader(bytes);
+        let tag = r.u8()?;
+        let view = r.u64()?;
+        let msg = match tag {
+            TAG_SUSPECT => ControlMsg::Suspect { view, suspects: r.members("suspects")? },
+            TAG_PREPARE => ControlMsg::Prepare { view, ballot: r.ballot()? },
+            TAG_PROMISE => {
+                let ballot = r.ballot()?;
+                let accepted = match r.u8()? {
+                    0 => None,
+                    1 => Some((r.ballot()?, r.decision()?)),
+                    _ => return Err(DecodeError::Invalid("accepted flag")),
+                };
+                ControlMsg::Promise {
+                    view,
+                    ballot,
+                    accepted,
+                    received: r.counts()?,
+                    suspects: r.members("suspects")?,
+                }
+            }
+            TAG_NACK => ControlMsg::Nack { view, promised: r.ballot()? },
+            TAG_ACCEPT => ControlMsg::Accept { view, ballot: r.ballot()?, decision: r.decision()? },
+            TAG_ACCEPTED => ControlMsg::Accepted { view, ballot: r.ballot()? },
+            TAG_COMMIT => ControlMsg::Commit { view, decision: r.decision()? },
+            TAG_INSTALLED => ControlMsg::Installed { view },
+            TAG_HEARTBEAT => ControlMsg::Heartbeat { view },
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        if !r.0.is_empty() {
+            return Err(DecodeError::Trailing(r.0.len()));
+        }
+        Ok(msg)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The allocation rule
+// ---------------------------------------------------------------------------
+
+/// The group a view runs: the configured group restricted to the view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewGroup {
+    /// The view.
+    pub view: View,
+    /// The engine's configuration for the view: top-level members are the
+    /// view's (rank order); each configured subgroup keeps its members and
+    /// senders that are in the view (in their configured order) and is
+    /// **active** if at least one of each remains; inactive subgroups are
+    /// left out.
+    pub config: GroupConfig,
+    /// Per configured subgroup, its index in `config` (None: inactive).
+    pub index: Vec<Option<usize>>,
+    /// Per subgroup of `config`, its configured index.
+    pub configured: Vec<usize>,
+}
+
+/// The allocation rule: which subgroups the members of `view` form, from
+/// the configured `template` (every member that may ever belong, subgroups
+/// with configured member and sender lists). Documented in [`ViewGroup`].
+pub fn allocate(template: &GroupConfig, view: &View) -> ViewGroup {
+    let mut subgroups = Vec::new();
+    let mut index = Vec::with_capacity(template.subgroups.len());
+    let mut configured = Vec::new();
+    for (g, s) in template.subgroups.iter().enumerate() {
+        let members: Vec<MemberId> = s.members.iter().copied().filter(|m| view.contains(*m)).collect();
+        let senders: Vec<MemberId> = s.senders.iter().copied().filter(|m| view.contains(*m)).collect();
+        if members.is_empty() || senders.is_empty() {
+            index.push(None);
+            continue;
+        }
+        index.push(Some(subgroups.len()));
+        configured.push(g);
+        subgroups.push(SubgroupConfig { members, senders, ..s.clone() });
+    }
+    let config = GroupConfig { members: view.members.clone(), subgroups, switches: template.switches };
+    debug_assert!(config.validate_view().is_ok(), "an allocation of a valid template is valid");
+    ViewGroup { view: view.clone(), config, index, configured }
+}
+
+// ---------------------------------------------------------------------------
+// The state machine
+// ---------------------------------------------------------------------------
+
+/// What the view change asks of the member that runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ViewEvent {
+    /// Wedge the engine now (before its next poll).
+    Wedge,
+    /// Deliver the ragged edge of `old` with `decision.trims`, collect the
+    /// own messages to resend, and install `decision.next`.
+    Install {
+        /// The failed view.
+        old: ViewGroup,
+        /// What was decided.
+        decision: Decision,
+    },
+    /// This member is not in the next view: it stops (a removed member
+    /// rejoins only as a new incarnation).
+    Removed {
+        /// The view it was in.
+        view: View,
+        /// The next view, without it.
+        next: View,
+    },
+    /// The members this one does not suspect are no majority of the view:
+    /// it stops and never installs a view (partition safety).
+    Minority {
+        /// The view.
+        view: View,
+        /// Its suspects.
+        suspects: Vec<MemberId>,
+    },
+}
+
+/// Where a member's view change stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// In a view (changing it or not).
+    Running,
+    /// Left out of a view: stopped.
+    Removed,
+    /// In a minority: stopped.
+    Minority,
+}
+
+/// Ticks without an answer after which a member suspects whoever it waits
+/// for (see [`ViewChange::set_patience`]).
+pub const DEFAULT_PATIENCE: u32 = 4;
+/// A member sends a heartbeat every this many ticks.
+pub const HEARTBEAT_TICKS: u64 = 2;
+/// A member silent for this many patiences is suspected (missed
+/// heartbeats: with the default patience, 8 ticks, 4 heartbeats).
+pub const SILENCE_PATIENCES: u32 = 2;
+
+#[derive(Clone, Debug)]
+struct PromiseInfo {
+    accepted: Option<(Ballot, Decision)>,
+    received: Vec<Vec<u64>>,
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    Promises(BTreeMap<MemberId, PromiseInfo>),
+    Accepts { decision: Decision, accepted: BTreeSet<MemberId> },
+}
+
+#[derive(Clone, Debug)]
+struct Lead {
+    ballot: Ballot,
+    phase: Phase,
+    /// Ticks since the phase began.
+    ticks: u32,
+}
+
+/// One member's view-change state machine. Inputs: [`suspect`](Self::suspect),
+/// [`leave`](Self::leave), [`on_message`](Self::on_message),
+/// [`tick`](Self::tick) (retransmissions and response timeouts). Outputs:
+/// [`take_outbox`](Self::take_outbox) (messages to send) and
+/// [`take_events`](Self::take_events) (what the member must do), drained
+/// after every input.
+///
+/// # Suspicions
+/// A member's **own** suspicions (its fabric's timeouts, heartbeats, and a
+/// peer that does not answer it for [`patience`](Self::set_patience)
+/// ticks while it waits on it) are final for the view. Suspicions
+/// **reported** by others (gossip, promises) wedge it and steer the choice
+/// of the leader (the lowest-ranked member nobody it trusts suspects), but
+/// never count towards its minority check and never make a leader wait for
+/// fewer members: a member about to find itself in a minority reports
+/// suspicions of the majority before it stops, and adopting them would
+/// stop the majority too. Reports from a member it suspects are ignored.
+#[derive(Debug)]
+pub struct ViewChange {
+    me: MemberId,
+    template: GroupConfig,
+    group: ViewGroup,
+    suspects: BTreeSet<MemberId>,
+    reports: BTreeMap<MemberId, BTreeSet<MemberId>>,
+    wedged: bool,
+    leaving: bool,
+    promised: Option<Ballot>,
+    accepted: Option<(Ballot, Decision)>,
+    max_round: u64,
+    lead: Option<Lead>,
+    /// Ticks since this (wedged, not leading) member last heard from a
+    /// leader of the view.
+    waiting_ticks: u32,
+    patience: u32,
+    /// Ticks since each member of the view was last heard from.
+    silent: BTreeMap<MemberId, u32>,
+    ticks: u64,
+    /// Decided views, to answer stragglers (the last [`KEPT_DECISIONS`]).
+    decisions: BTreeMap<u64, Decision>,
+    /// Commits of earlier views not yet acknowledged, by member.
+    unacked: BTreeMap<u64, BTreeSet<MemberId>>,
+    status: Status,
+    outbox: Vec<(MemberId, ControlMsg)>,
+    events: Vec<ViewEvent>,
+}
+
+impl ViewChange {
+    /// Member `me` in `view` of the configured group `template`.
+    pub fn new(me: MemberId, template: GroupConfig, view: View) -> Result<ViewChange, ConfigError> {
+        template.validate()?;
+        if !view.contains(me) {
+            return Err(ConfigError::Group(format!("member {me} is not in {view}")));
+        }
+        if let Some(x) = view.members.iter().find(|m| !template.members.contains(m)) {
+            return Err(ConfigError::Group(format!("{view}: member {x} is not configured")));
+        }
+        let group = allocate(&template, &view);
+        group.config.validate_view()?;
+        Ok(ViewChange {
+            me,
+            template,
+            group,
+            suspects: BTreeSet::new(),
+            reports: BTreeMap::new(),
+            wedged: false,
+            leaving: false,
+            promised: None,
+            accepted: None,
+            max_round: 0,
+            lead: None,
+            waiting_ticks: 0,
+            patience: DEFAULT_PATIENCE,
+            silent: BTreeMap::new(),
+            ticks: 0,
+            decisions: BTreeMap::new(),
+            unacked: BTreeMap::new(),
+            status: Status::Running,
+            outbox: Vec::new(),
+            events: Vec::new(),
+        })
+    }
+
+    /// Ticks without an answer after which a member suspects whoever it
+    /// waits for (at least 1; default [`DEFAULT_PATIENCE`]). With ticks every
+    /// `t`, a silent member is suspected after about `patience × t`.
+    pub fn set_patience(&mut self, ticks: u32) {
+        self.patience = ticks.max(1);
+    }
+
+    /// The current view.
+    pub fn view(&self) -> &View {
+        &self.group.view
+    }
+
+    /// The current view's group (engine configuration and index maps).
+    pub fn group(&self) -> &ViewGroup {
+        &self.group
+    }
+
+    /// This member.
+    pub fn member(&self) -> MemberId {
+        self.me
+    }
+
+    /// Running, removed or in a minority.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// Whether retransmissions are due: a view change is under way or a
+    /// commit awaits acknowledgements. (Ticks are due regardless, for
+    /// heartbeats.)
+    pub fn has_pending(&self) -> bool {
+        self.status == Status::Running && (self.wedged || !self.unacked.is_empty())
+    }
+
+    /// Whether a view change is under way (this member is wedged).
+    pub fn is_changing(&self) -> bool {
+        self.wedged
+    }
+
+    /// Members this one suspects in the current view.
+    pub fn suspects(&self) -> impl Iterator<Item = MemberId> + '_ {
+        self.suspects.iter().copied()
+    }
+
+    /// Own suspicions and those reported by members not suspected.
+    fn excluded(&self) -> BTreeSet<MemberId> {
+        let mut out = self.suspects.clone();
+        for (from, set) in &self.reports {
+            if !self.suspects.contains(from) {
+                out.extend(set.iter().copied());
+            }
+        }
+        out
+    }
+
+    /// The view leader as this member sees it: the lowest-ranked member
+    /// neither it nor anyone it trusts suspects (or, if that excludes
+    /// everyone, the lowest-ranked it does not suspect itself).
+    pub fn leader(&self) -> Option<MemberId> {
+        let excluded = self.excluded();
+        let members = &self.group.view.members;
+        members
+            .iter()
+            .copied()
+            .find(|m| !excluded.contains(m))
+            .or_else(|| members.iter().copied().find(|m| !self.suspects.contains(m)))
+    }
+
+    /// Messages to send, as (destination, message).
+    pub fn take_outbox(&mut self) -> Vec<(MemberId, ControlMsg)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// What the member must do, in order.
+    pub fn take_events(&mut self) -> Vec<ViewEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Local suspicion of `peer` (fabric timeout, missed heartbeats).
+    /// `received` is this member's engine's
+    /// [`received_rounds`](crate::Engine::received_rounds), read with the
+    /// engine still: the caller wedges the engine on [`ViewEvent::Wedge`]
+    /// before it polls again, so these counts are the frozen ones.
+    pub fn suspect(&mut self, peer: MemberId, received: &[Vec<u64>]) {
+        if self.status != Status::Running || !self.group.view.contains(peer) || peer == self.me {
+            return;
+        }
+        if self.add_suspects([peer]) {
+            self.gossip_suspects();
+        }
+        self.drive(received);
+    }
+
+    /// This member leaves the group gracefully: it tells the others to
+    /// suspect it; the view change that follows removes it.
+    pub fn leave(&mut self, received: &[Vec<u64>]) {
+        if self.status != Status::Running {
+            return;
+        }
+        self.leaving = true;
+        self.lead = None;
+        self.wedge();
+        self.broadcast(ControlMsg::Suspect { view: self.group.view.id, suspects: vec![self.me] });
+        self.drive(received);
+    }
+
+    /// Retransmits what may have been lost — suspicions while changing, the
+    /// leader's current phase to members that have not answered, commits
+    /// not yet acknowledged — and suspects whoever this member waited on
+    /// for its patience. Call periodically.
+    pub fn tick(&mut self, received: &[Vec<u64>]) {
+        if self.status != Status::Running {
+            return;
+        }
+        let view = self.group.view.id;
+        for (&v, waiting) in &self.unacked {
+            let decision = self.decisions[&v].clone();
+            for &m in waiting {
+                self.outbox.push((m, ControlMsg::Commit { view: v, decision: decision.clone() }));
+            }
+        }
+        self.ticks += 1;
+        if self.ticks.is_multiple_of(HEARTBEAT_TICKS) {
+            self.broadcast(ControlMsg::Heartbeat { view });
+        }
+        let limit = self.patience.saturating_mul(SILENCE_PATIENCES);
+        let mut quiet = Vec::new();
+        for &m in &self.group.view.members {
+            if m != self.me && !self.suspects.contains(&m) {
+                let t = self.silent.entry(m).or_insert(0);
+                *t += 1;
+                if *t > limit {
+                    quiet.push(m);
+                }
+            }
+        }
+        if self.add_suspects(quiet) {
+            self.gossip_suspects();
+        }
+        if !self.wedged {
+            return;
+        }
+        if self.leaving {
+            self.broadcast(ControlMsg::Suspect { view, suspects: vec![self.me] });
+        } else if !self.suspects.is_empty() {
+            self.gossip_suspects();
+        }
+        let patience = self.patience;
+        let mut silent = Vec::new();
+        if let Some(lead) = &mut self.lead {
+            lead.ticks += 1;
+            let ballot = lead.ballot;
+            let expired = lead.ticks >= patience;
+            match &lead.phase {
+                Phase::Promises(got) => {
+                    for m in self.group.view.members.iter().copied() {
+                        if m != self.me && !self.suspects.contains(&m) && !got.contains_key(&m) {
+                            self.outbox.push((m, ControlMsg::Prepare { view, ballot }));
+                            if expired {
+                                silent.push(m);
+                            }
+                        }
+                    }
+                }
+                Phase::Accepts { decision, accepted } => {
+                    for m in decision.next.members.iter().copied() {
+                        if !accepted.contains(&m) && !self.suspects.contains(&m) {
+                            let msg = ControlMsg::Accept { view, ballot, decision: decision.clone() };
+                            self.outbox.push((m, msg));
+                            if expired {
+                                silent.push(m);
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            self.waiting_ticks += 1;
+            if self.waiting_ticks >= patience
+                && let Some(l) = self.leader()
+                && l != self.me
+            {
+                // The leader this member waits for has not prepared or
+                // answered: suspect it, so the next one takes over.
+                silent.push(l);
+                self.waiting_ticks = 0;
+            }
+        }
+        if self.add_suspects(silent) {
+            self.gossip_suspects();
+        }
+        self.drive(received);
+    }
+
+    /// A message from `from`. `received` as for [`suspect`](Self::suspect).
+    pub fn on_message(&mut self, from: MemberId, msg: ControlMsg, received: &[Vec<u64>]) {
+        if self.status != Status::Running || from == self.me {
+            return;
+        }
+        let view = self.group.view.id;
+        let v = msg.view();
+        if v < view {
+            // A straggler of an earlier view: tell it what was decided.
+            match msg {
+                ControlMsg::Installed { view: old } => {
+                    if let Some(w) = self.unacked.get_mut(&old) {
+                        w.remove(&from);
+                        if w.is_empty() {
+                            self.unacked.remove(&old);
+                        }
+                    }
+                }
+                ControlMsg::Commit { .. } => self.outbox.push((from, ControlMsg::Installed { view: v })),
+                _ => {
+                    if let Some(d) = self.decisions.get(&v) {
+                        self.outbox.push((from, ControlMsg::Commit { view: v, decision: d.clone() }));
+                    }
+                }
+            }
+            return;
+        }
+        if v > view || !self.group.view.contains(from) {
+            // A later view this member has not installed yet (its commit is
+            // retransmitted to it), or a non-member: nothing to apply.
+            return;
+        }
+        self.silent.insert(from, 0);
+        match msg {
+            ControlMsg::Suspect { suspects, .. } => {
+                if !self.suspects.contains(&from) {
+                    self.report(from, suspects);
+                }
+            }
+            ControlMsg::Prepare { ballot, .. } => {
+                self.max_round = self.max_round.max(ballot.round);
+                if self.promised.is_some_and(|p| p > ballot) {
+                    let promised = self.promised.expect("checked");
+                    self.outbox.push((from, ControlMsg::Nack { view, promised }));
+                } else {
+                    self.wedge();
+                    self.waiting_ticks = 0;
+                    self.promised = Some(ballot);
+                    if self.lead.as_ref().is_some_and(|l| l.ballot < ballot) {
+                        self.lead = None;
+                    }
+                    let promise = ControlMsg::Promise {
+                        view,
+                        ballot,
+                        accepted: self.accepted.clone(),
+                        received: received.to_vec(),
+                        suspects: self.suspects.iter().copied().collect(),
+                    };
+                    self.outbox.push((from, promise));
+                }
+            }
+            ControlMsg::Promise { ballot, accepted, received: theirs, suspects, .. } => {
+                let shape_ok = self.shape_ok(from, &theirs);
+                if let Some(Lead { ballot: b, phase: Phase::Promises(got), .. }) = &mut self.lead
+                    && *b == ballot
+                    && shape_ok
+                {
+                    got.insert(from, PromiseInfo { accepted, received: theirs });
+                }
+                if !self.suspects.contains(&from) && !suspects.is_empty() {
+                    self.report(from, suspects);
+                }
+            }
+            ControlMsg::Nack { promised, .. } => {
+                self.max_round = self.max_round.max(promised.round);
+                if self.lead.as_ref().is_some_and(|l| l.ballot < promised) {
+                    // Outbid: step back; try again (higher) if still the
+                    // leader after waiting for the other one.
+                    self.lead = None;
+                    self.waiting_ticks = 0;
+                }
+            }
+            ControlMsg::Accept { ballot, decision, .. } => {
+                self.max_round = self.max_round.max(ballot.round);
+                if self.promised.is_some_and(|p| p > ballot) {
+                    let promised = self.promised.expect("checked");
+                    self.outbox.push((from, ControlMsg::Nack { view, promised }));
+                } else if self.decision_ok(&decision) {
+                    self.wedge();
+                    self.waiting_ticks = 0;
+                    self.promised = Some(ballot);
+                    if self.lead.as_ref().is_some_and(|l| l.ballot < ballot) {
+                        self.lead = None;
+                    }
+                    self.accepted = Some((ballot, decision));
+                    self.outbox.push((from, ControlMsg::Accepted { view, ballot }));
+                }
+            }
+            ControlMsg::Accepted { ballot, .. } => {
+                if let Some(Lead { ballot: b, phase: Phase::Accepts { accepted, .. }, .. }) = &mut self.lead
+                    && *b == ballot
+                {
+                    accepted.insert(from);
+                }
+            }
+            ControlMsg::Commit { decision, .. } => {
+                if self.decision_ok(&decision) {
+                    self.learn(decision);
+                    return;
+                }
+            }
+            ControlMsg::Installed { .. } | ControlMsg::Heartbeat { .. } => {}
+        }
+        self.drive(received);
+    }
+
+    /// `from` suspects `suspects`: wedge, and remember it for the choice of
+    /// the leader.
+    fn report(&mut self, from: MemberId, suspects: Vec<MemberId>) {
+        let known: Vec<MemberId> = suspects.into_iter().filter(|m| self.group.view.contains(*m)).collect();
+        if known.is_empty() {
+            return;
+        }
+        self.reports.entry(from).or_default().extend(known);
+        self.wedge();
+    }
+
+    /// A promise's counts fit the view's subgroups: one list per subgroup,
+    /// one count per sender for the subgroups `from` is in, none elsewhere.
+    fn shape_ok(&self, from: MemberId, counts: &[Vec<u64>]) -> bool {
+        let subs = &self.group.config.subgroups;
+        counts.len() == subs.len()
+            && subs.iter().zip(counts).all(|(s, c)| {
+                if s.members.contains(&from) { c.len() == s.senders.len() } else { c.is_empty() }
+            })
+    }
+
+    /// A decision fits this view: the next view numbered after it, its
+    /// members members of this one, trims shaped like its subgroups.
+    fn decision_ok(&self, d: &Decision) -> bool {
+        let subs = &self.group.config.subgroups;
+        d.next.id == self.group.view.id + 1
+            && !d.next.members.is_empty()
+            && d.next.members.iter().all(|m| self.group.view.contains(*m))
+            && d.trims.len() == subs.len()
+            && subs.iter().zip(&d.trims).all(|(s, t)| t.is_empty() || t.len() == s.senders.len())
+    }
+
+    fn add_suspects(&mut self, peers: impl IntoIterator<Item = MemberId>) -> bool {
+        let mut new = false;
+        for p in peers {
+            if p != self.me && self.group.view.contains(p) && self.suspects.insert(p) {
+                new = true;
+                for w in self.unacked.values_mut() {
+                    w.remove(&p);
+                }
+            }
+        }
+        self.unacked.retain(|_, w| !w.is_empty());
+        if new {
+            self.wedge();
+        }
+        new
+    }
+
+    fn wedge(&mut self) {
+        if !self.wedged {
+            self.wedged = true;
+            self.waiting_ticks = 0;
+            self.events.push(ViewEvent::Wedge);
+        }
+    }
+
+    fn broadcast(&mut self, msg: ControlMsg) {
+        for &m in &self.group.view.members {
+            if m != self.me {
+                self.outbox.push((m, msg.clone()));
+            }
+        }
+    }
+
+    fn gossip_suspects(&mut self) {
+        let msg = ControlMsg::Suspect {
+            view: self.group.view.id,
+            suspects: self.suspects.iter().copied().collect(),
+        };
+        let targets: Vec<MemberId> = self
+            .group
+            .view
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != self.me && !self.suspects.contains(m))
+            .collect();
+        for m in targets {
+            self.outbox.push((m, msg.clone()));
+        }
+    }
+
+    /// Members this member does not suspect itself (it needs each one's
+    /// answer while it leads).
+    fn trusted(&self) -> impl Iterator<Item = MemberId> + '_ {
+        self.group.view.members.iter().copied().filter(|m| !self.suspects.contains(m))
+    }
+
+    /// The leader's progress and the minority check, after every input.
+    fn drive(&mut self, received: &[Vec<u64>]) {
+        if self.status != Status::Running || !self.wedged {
+            return;
+        }
+        let view = self.group.view.clone();
+        if self.trusted().count() < view.majority() {
+            self.status = Status::Minority;
+            self.lead = None;
+            self.events.push(ViewEvent::Minority { view, suspects: self.suspects.iter().copied().collect() });
+            return;
+        }
+        if self.leaving || self.leader() != Some(self.me) {
+            self.lead = None;
+            return;
+        }
+        if self.lead.is_none() {
+            // A lower-ranked leader this member does not suspect is at work
+            // (it promised its ballot lately): let it finish.
+            let rank = |m: MemberId| view.members.iter().position(|x| *x == m);
+            if self.promised.is_some_and(|p| p.leader != self.me && rank(p.leader) < rank(self.me))
+                && self.waiting_ticks < self.patience
+                && !self.suspects.contains(&self.promised.expect("checked").leader)
+            {
+                return;
+            }
+            let round = self.max_round.max(self.promised.map_or(0, |p| p.round)) + 1;
+            self.max_round = round;
+            let ballot = Ballot { round, leader: self.me };
+            self.promised = Some(ballot);
+            let mut got = BTreeMap::new();
+            got.insert(self.me, PromiseInfo { accepted: self.accepted.clone(), received: received.to_vec() });
+            self.lead = Some(Lead { ballot, phase: Phase::Promises(got), ticks: 0 });
+            let targets: Vec<MemberId> = self.trusted().filter(|m| *m != self.me).collect();
+            for m in targets {
+                self.outbox.push((m, ControlMsg::Prepare { view: view.id, ballot }));
+            }
+        }
+        let lead = self.lead.as_ref().expect("leading");
+        let ballot = lead.ballot;
+        match &lead.phase {
+            Phase::Promises(got) => {
+                if !self.trusted().all(|m| got.contains_key(&m)) {
+                    return;
+                }
+                let promisers: Vec<MemberId> = self.trusted().collect();
+                assert!(promisers.len() >= view.majority(), "a promise quorum is a majority of the view");
+                let adopted = got.values().filter_map(|p| p.accepted.as_ref()).max_by_key(|(b, _)| *b);
+                let decision = match adopted {
+                    Some((_, d)) => d.clone(),
+                    None => self.fresh_decision(&promisers, got),
+                };
+                assert!(self.decision_ok(&decision), "a proposed decision fits the view");
+                self.accepted = Some((ballot, decision.clone()));
+                let mut accepted = BTreeSet::new();
+                accepted.insert(self.me);
+                for &m in &decision.next.members {
+                    if m != self.me && !self.suspects.contains(&m) {
+                        let msg = ControlMsg::Accept { view: view.id, ballot, decision: decision.clone() };
+                        self.outbox.push((m, msg));
+                    }
+                }
+                self.lead = Some(Lead { ballot, phase: Phase::Accepts { decision, accepted }, ticks: 0 });
+                self.drive(received);
+            }
+            Phase::Accepts { decision, accepted } => {
+                let waiting =
+                    decision.next.members.iter().any(|m| !accepted.contains(m) && !self.suspects.contains(m));
+                if waiting || accepted.len() < view.majority() {
+                    return;
+                }
+                let decision = decision.clone();
+                self.learn(decision);
+            }
+        }
+    }
+
+    /// Next view = the promisers in rank order; trim = per subgroup and
+    /// sender the minimum count over the promisers in the subgroup.
+    fn fresh_decision(&self, promisers: &[MemberId], got: &BTreeMap<MemberId, PromiseInfo>) -> Decision {
+        let next = View {
+            id: self.group.view.id + 1,
+            members: self.group.view.members.iter().copied().filter(|m| promisers.contains(m)).collect(),
+        };
+        let trims = self
+            .group
+            .config
+            .subgroups
+            .iter()
+            .enumerate()
+            .map(|(g, s)| {
+                let mut trim: Option<Vec<u64>> = None;
+                for m in s.members.iter().filter(|m| promisers.contains(m)) {
+                    let c = &got[m].received[g];
+                    trim = Some(match trim {
+                        None => c.clone(),
+                        Some(t) => t.iter().zip(c).map(|(a, b)| *a.min(b)).collect(),
+                    });
+                }
+                trim.unwrap_or_default()
+            })
+            .collect();
+        Decision { next, trims }
+    }
+
+    /// The decision of the current view is known: install it or stop.
+    fn learn(&mut self, decision: Decision) {
+        let old = self.group.clone();
+        let v = old.view.id;
+        assert_eq!(decision.next.id, v + 1, "a decision moves to the next view");
+        // Relay the commit once: if the leader died while sending it, the
+        // members it did not reach learn it from those it did.
+        for &m in &old.view.members {
+            if m != self.me {
+                self.outbox.push((m, ControlMsg::Commit { view: v, decision: decision.clone() }));
+            }
+        }
+        self.decisions.insert(v, decision.clone());
+        while self.decisions.len() > KEPT_DECISIONS {
+            let first = *self.decisions.keys().next().expect("non-empty");
+            self.decisions.remove(&first);
+            self.unacked.remove(&first);
+        }
+        if !decision.next.contains(self.me) {
+            self.status = Status::Removed;
+            self.events.push(ViewEvent::Removed { view: old.view, next: decision.next });
+            return;
+        }
+        let waiting: BTreeSet<MemberId> = decision
+            .next
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != self.me && !self.suspects.contains(m))
+            .collect();
+        if self.lead.is_some() && !waiting.is_empty() {
+            self.unacked.insert(v, waiting);
+        }
+        self.group = allocate(&self.template, &decision.next);
+        self.suspects.clear();
+        self.reports.clear();
+        self.silent.clear();
+        self.wedged = false;
+        self.leaving = false;
+        self.promised = None;
+        self.accepted = None;
+        self.lead = None;
+        self.max_round = 0;
+        self.waiting_ticks = 0;
+        self.events.push(ViewEvent::Install { old, decision });
+    }
+
+    /// Acknowledges the installed view to its members (whoever retransmits
+    /// its commit stops); the member calls it after applying
+    /// [`ViewEvent::Install`].
+    pub fn installed(&mut self) {
+        let v = self.group.view.id;
+        assert!(v > 0, "installed only after a view change");
+        self.broadcast(ControlMsg::Installed { view: v - 1 });
+    }
+}
+
+#[cfg(test)]
+mod tests;
