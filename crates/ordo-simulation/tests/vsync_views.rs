@@ -5,9 +5,128 @@
 
 use ordo_simulation::vsync_views as sim;
 
+use ordo_fabric::MemberId;
+use ordo_sim::{Checker, History};
+use sim::ViewsEvent;
+
 #[test]
 fn fresh_seeds() {
     ordo_simulation::assert_fresh_seeds(sim::NAME, 500);
+}
+
+/// Seeds that must keep passing (add every seed that ever failed, with a
+/// note).
+const PINNED: &[u64] = &[0, 1, 2, 3, 42, 5000, 12345, 0xDEAD_BEEF];
+
+#[test]
+fn pinned_seeds() {
+    ordo_simulation::assert_pinned_seeds(sim::NAME, PINNED);
+}
+
+#[test]
+fn same_seed_same_history_and_different_seeds_differ() {
+    let p = sim::Params::draw(31);
+    let a = sim::simulate(31, &p);
+    let b = sim::simulate(31, &p);
+    assert_eq!(a, b, "histories entry by entry");
+    let c = sim::run(32).unwrap();
+    assert_ne!(sim::run(31).unwrap().0, c.0);
+}
+
+fn history(entries: Vec<(MemberId, ViewsEvent)>) -> History<ViewsEvent> {
+    let mut h = History::new(3);
+    for (i, (m, e)) in entries.into_iter().enumerate() {
+        h.record(i as u64, m, 1, e);
+    }
+    h
+}
+
+/// Three members, all senders of one ordered subgroup.
+fn three() -> ordo_vsync::GroupConfig {
+    ordo_vsync::GroupConfig {
+        members: vec![0, 1, 2],
+        subgroups: vec![ordo_vsync::SubgroupConfig {
+            members: vec![0, 1, 2],
+            senders: vec![0, 1, 2],
+            window: 4,
+            max_payload: 32,
+            mode: ordo_vsync::DeliveryMode::Ordered,
+        }],
+        switches: ordo_vsync::Switches::SPINDLE,
+    }
+}
+
+fn checker(name: &str) -> Box<dyn Checker<ViewsEvent>> {
+    sim::checkers(&three())
+        .into_iter()
+        .find(|c| c.name().starts_with(name))
+        .unwrap_or_else(|| panic!("{name}"))
+}
+
+fn sent(m: MemberId, index: u64) -> (MemberId, ViewsEvent) {
+    (m, ViewsEvent::Sent { subgroup: 0, index })
+}
+
+fn delivered(m: MemberId, sender: MemberId, index: u64, view: u64) -> (MemberId, ViewsEvent) {
+    let digest = ordo_sim::fnv64(&sim::payload(0, sender, index, 32));
+    (m, ViewsEvent::Delivered { subgroup: 0, sender, index, view, digest })
+}
+
+fn installed(m: MemberId, view: u64, members: Vec<MemberId>) -> (MemberId, ViewsEvent) {
+    (m, ViewsEvent::Installed { view, members, ragged: 0, resent: 0 })
+}
+
+#[test]
+fn every_checker_catches_its_violation() {
+    // Two members install different views 1.
+    let h = history(vec![installed(0, 1, vec![0, 1]), installed(1, 1, vec![1, 2])]);
+    assert!(checker("view agreement").check(&h).is_err());
+    // A view of one member out of three is no majority.
+    let h = history(vec![installed(0, 1, vec![0])]);
+    assert!(checker("view agreement").check(&h).is_err());
+    // Survivors of view 0 delivered different messages in it.
+    let h = history(vec![
+        sent(2, 0),
+        delivered(0, 2, 0, 0),
+        installed(0, 1, vec![0, 1]),
+        installed(1, 1, vec![0, 1]),
+    ]);
+    assert!(checker("virtual synchrony").check(&h).is_err());
+    // A member removed in view 1 delivered there.
+    let h = history(vec![sent(0, 0), installed(1, 1, vec![0, 1]), delivered(2, 0, 0, 1)]);
+    assert!(checker("delivery by members").check(&h).is_err());
+    // Duplicate delivery across views.
+    let h = history(vec![sent(0, 0), delivered(1, 0, 0, 0), delivered(1, 0, 0, 1)]);
+    assert!(checker("integrity").check(&h).is_err());
+    // Two members deliver two messages in opposite orders.
+    let h = history(vec![
+        sent(0, 0),
+        sent(1, 0),
+        delivered(0, 0, 0, 0),
+        delivered(0, 1, 0, 0),
+        delivered(2, 1, 0, 0),
+        delivered(2, 0, 0, 0),
+    ]);
+    assert!(checker("total order").check(&h).is_err());
+    // A running sender's message never delivered at a running member.
+    let h = history(vec![sent(0, 0), delivered(0, 0, 0, 0)]);
+    assert!(checker("no loss").check(&h).is_err());
+    // Running members not finished.
+    let h = history(vec![sent(0, 0)]);
+    assert!(checker("liveness").check(&h).is_err());
+    // And the same checkers accept a consistent history.
+    let ok = history(vec![
+        sent(0, 0),
+        delivered(0, 0, 0, 0),
+        delivered(1, 0, 0, 0),
+        delivered(2, 0, 0, 0),
+        (0, ViewsEvent::Finished),
+        (1, ViewsEvent::Finished),
+        (2, ViewsEvent::Finished),
+    ]);
+    for c in sim::checkers(&three()) {
+        c.check(&ok).unwrap_or_else(|v| panic!("{v}"));
+    }
 }
 
 /// Prints the history of `ORDO_DEBUG_SEED` (a debugging aid, not a check).

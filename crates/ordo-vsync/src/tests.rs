@@ -322,3 +322,67 @@ fn oversize_sends_and_bad_configs_are_refused() {
     let small = ordo_fabric::Region::new_heap(64);
     assert!(Engine::new(c, 0, small).is_err(), "region too small");
 }
+
+#[test]
+fn the_ragged_edge_is_delivered_alike_and_the_rest_is_listed_for_resending() {
+    let mut nodes = group(cfg(3, &[0, 1], 8, Switches::SPINDLE));
+    // Member 2 stops polling (it "dies") after the first messages: nothing
+    // is stable beyond what it received, so the survivors hold a ragged
+    // edge of received, undelivered messages.
+    let s0 = nodes[0].senders[0].clone().unwrap();
+    let s1 = nodes[1].senders[0].clone().unwrap();
+    s0.try_send_with(3, |b| b.copy_from_slice(b"a-0")).unwrap();
+    s1.try_send_with(3, |b| b.copy_from_slice(b"b-0")).unwrap();
+    for _ in 0..10 {
+        step(&mut nodes);
+    }
+    let (alive, _dead) = nodes.split_at_mut(2);
+    for k in 1..4u8 {
+        s0.try_send_with(3, |b| b.copy_from_slice(&[b'a', b'-', b'0' + k])).unwrap();
+    }
+    s1.try_send_with(3, |b| b.copy_from_slice(b"b-1")).unwrap();
+    for _ in 0..10 {
+        step(alive);
+    }
+    // Sender 0 commits one more message that it never publishes.
+    alive[0].engine.wedge();
+    alive[1].engine.wedge();
+    s0.try_send_with(3, |b| b.copy_from_slice(b"a-9")).expect_err("a wedged member's handle refuses");
+    let before: Vec<usize> = alive.iter().map(|n| n.got.len()).collect();
+    assert_eq!(before, vec![2, 2], "only round 0 was stable while member 2 lived");
+    let r0 = alive[0].engine.received_rounds();
+    let r1 = alive[1].engine.received_rounds();
+    // Sender 1 answered sender 0's rounds with nulls (null-sends on).
+    assert_eq!(r0[0][0], 4);
+    assert!(r0[0][1] >= 2);
+    assert_eq!(r0, r1);
+    step(alive);
+    assert_eq!(alive[0].engine.received_rounds(), r0, "a wedged engine's counts are frozen");
+    // The leader's trim for sender 0 is lower than what both received, as
+    // when another survivor had received less.
+    let trims = vec![vec![2, r0[0][1]]];
+    for n in alive.iter_mut() {
+        let got = &mut n.got;
+        let delivered = n.engine.deliver_ragged(&trims, &mut |batch: &[Delivered<'_>]| {
+            for d in batch {
+                got.push(Got {
+                    subgroup: 0,
+                    sender: d.sender,
+                    seq: d.seq,
+                    round: d.round,
+                    payload: d.payload.to_vec(),
+                });
+            }
+        });
+        assert_eq!(delivered, 2, "rounds 1 of both senders");
+    }
+    assert_eq!(alive[0].got, alive[1].got, "both survivors deliver the same ragged edge");
+    let order: Vec<&[u8]> = alive[0].got.iter().map(|g| g.payload.as_slice()).collect();
+    assert_eq!(order, vec![&b"a-0"[..], b"b-0", b"a-1", b"b-1"]);
+    assert_eq!(
+        alive[0].engine.undelivered_own(&trims),
+        vec![(0, b"a-2".to_vec()), (0, b"a-3".to_vec())],
+        "sender 0 resends its messages past the trim, in order"
+    );
+    assert!(alive[1].engine.undelivered_own(&trims).is_empty(), "sender 1 lost nothing");
+}

@@ -886,7 +886,12 @@ impl ViewChange {
         self.silent.insert(from, 0);
         match msg {
             ControlMsg::Suspect { suspects, .. } => {
-                if !self.suspects.contains(&from) {
+                if suspects.contains(&from) {
+                    // A graceful leave: a member is trusted about itself.
+                    if self.add_suspects([from]) {
+                        self.gossip_suspects();
+                    }
+                } else if !self.suspects.contains(&from) {
                     self.report(from, suspects);
                 }
             }

@@ -1,1 +1,360 @@
+use super::*;
+use crate::config::{DeliveryMode, Switches};
+use std::collections::VecDeque;
 
+fn template(n: u32) -> GroupConfig {
+    GroupConfig {
+        members: (0..n).collect(),
+        subgroups: vec![SubgroupConfig {
+            members: (0..n).collect(),
+            senders: (0..n).collect(),
+            window: 4,
+            max_payload: 16,
+            mode: DeliveryMode::Ordered,
+        }],
+        switches: Switches::SPINDLE,
+    }
+}
+
+/// A group of view-change state machines on a FIFO network that can drop
+/// everything to and from dead members, or only some messages.
+struct Net {
+    vcs: Vec<ViewChange>,
+    /// Frozen received counts per member (one subgroup, one count per sender).
+    received: Vec<Vec<Vec<u64>>>,
+    dead: BTreeSet<MemberId>,
+    queue: VecDeque<(MemberId, MemberId, ControlMsg)>,
+    events: Vec<Vec<ViewEvent>>,
+    /// Messages `(from, to)` are dropped while this says so.
+    drop: Box<dyn FnMut(MemberId, MemberId, &ControlMsg) -> bool>,
+}
+
+impl Net {
+    fn new(n: u32, received: Vec<Vec<u64>>) -> Net {
+        let t = template(n);
+        let view = View { id: 0, members: (0..n).collect() };
+        Net {
+            vcs: (0..n).map(|m| ViewChange::new(m, t.clone(), view.clone()).unwrap()).collect(),
+            received: received.into_iter().map(|r| vec![r]).collect(),
+            dead: BTreeSet::new(),
+            queue: VecDeque::new(),
+            events: vec![Vec::new(); n as usize],
+            drop: Box::new(|_, _, _| false),
+        }
+    }
+
+    fn collect(&mut self, m: MemberId) {
+        let out = self.vcs[m as usize].take_outbox();
+        for (to, msg) in out {
+            // Every message goes through the wire format.
+            let msg = ControlMsg::decode(&msg.to_bytes()).expect("round trip");
+            self.queue.push_back((m, to, msg));
+        }
+        let ev = self.vcs[m as usize].take_events();
+        for e in &ev {
+            if let ViewEvent::Install { decision, .. } = e {
+                // A new view: the engine starts from zero counts.
+                let subs = self.vcs[m as usize].group().config.subgroups.len();
+                let g = &self.vcs[m as usize].group().config;
+                self.received[m as usize] = (0..subs)
+                    .map(|s| {
+                        if g.subgroups[s].members.contains(&m) {
+                            vec![0; g.subgroups[s].senders.len()]
+                        } else {
+                            vec![]
+                        }
+                    })
+                    .collect();
+                let _ = decision;
+            }
+        }
+        let installed = ev.iter().any(|e| matches!(e, ViewEvent::Install { .. }));
+        self.events[m as usize].extend(ev);
+        if installed {
+            self.vcs[m as usize].installed();
+            self.collect(m);
+        }
+    }
+
+    fn suspect(&mut self, m: MemberId, peer: MemberId) {
+        let r = self.received[m as usize].clone();
+        self.vcs[m as usize].suspect(peer, &r);
+        self.collect(m);
+    }
+
+    fn tick_all(&mut self) {
+        for m in 0..self.vcs.len() as MemberId {
+            if !self.dead.contains(&m) {
+                let r = self.received[m as usize].clone();
+                self.vcs[m as usize].tick(&r);
+                self.collect(m);
+            }
+        }
+    }
+
+    /// Delivers queued messages until none is left (at most `limit`).
+    fn run(&mut self, limit: usize) {
+        for _ in 0..limit {
+            let Some((from, to, msg)) = self.queue.pop_front() else { return };
+            if self.dead.contains(&from) || self.dead.contains(&to) || (self.drop)(from, to, &msg) {
+                continue;
+            }
+            let r = self.received[to as usize].clone();
+            self.vcs[to as usize].on_message(from, msg, &r);
+            self.collect(to);
+        }
+        panic!("the network did not quiesce");
+    }
+
+    /// Runs and ticks until quiet for a while.
+    fn settle(&mut self, rounds: usize) {
+        for _ in 0..rounds {
+            self.run(100_000);
+            self.tick_all();
+        }
+        self.run(100_000);
+    }
+
+    fn installs(&self, m: MemberId) -> Vec<Decision> {
+        self.events[m as usize]
+            .iter()
+            .filter_map(|e| match e {
+                ViewEvent::Install { decision, .. } => Some(decision.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn every_message_round_trips_and_every_truncation_is_refused() {
+    let d = Decision { next: View { id: 4, members: vec![0, 2, 5] }, trims: vec![vec![3, 1, 0], vec![]] };
+    let b = Ballot { round: 7, leader: 2 };
+    let msgs = vec![
+        ControlMsg::Suspect { view: 3, suspects: vec![1, 4] },
+        ControlMsg::Prepare { view: 3, ballot: b },
+        ControlMsg::Promise {
+            view: 3,
+            ballot: b,
+            accepted: None,
+            received: vec![vec![5, 6]],
+            suspects: vec![],
+        },
+        ControlMsg::Promise {
+            view: 3,
+            ballot: b,
+            accepted: Some((Ballot { round: 2, leader: 0 }, d.clone())),
+            received: vec![vec![], vec![1]],
+            suspects: vec![9],
+        },
+        ControlMsg::Nack { view: 3, promised: b },
+        ControlMsg::Accept { view: 3, ballot: b, decision: d.clone() },
+        ControlMsg::Accepted { view: 3, ballot: b },
+        ControlMsg::Commit { view: 3, decision: d },
+        ControlMsg::Installed { view: 3 },
+        ControlMsg::Heartbeat { view: 3 },
+    ];
+    for m in msgs {
+        let bytes = m.to_bytes();
+        assert_eq!(ControlMsg::decode(&bytes), Ok(m.clone()));
+        for cut in 0..bytes.len() {
+            assert!(ControlMsg::decode(&bytes[..cut]).is_err(), "{m:?} cut at {cut} decoded");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(ControlMsg::decode(&longer), Err(DecodeError::Trailing(1)));
+    }
+}
+
+#[test]
+fn malformed_frames_are_refused_before_allocating() {
+    assert_eq!(ControlMsg::decode(&[]), Err(DecodeError::Truncated));
+    let mut unknown = vec![42];
+    unknown.extend_from_slice(&0u64.to_le_bytes());
+    assert_eq!(ControlMsg::decode(&unknown), Err(DecodeError::UnknownTag(42)));
+    // A suspect list claiming 2^32-1 members in 4 bytes.
+    let mut huge = vec![TAG_SUSPECT];
+    huge.extend_from_slice(&0u64.to_le_bytes());
+    huge.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(ControlMsg::decode(&huge), Err(DecodeError::TooLong { .. })));
+    // Within the bound but longer than the bytes left.
+    let mut lying = vec![TAG_SUSPECT];
+    lying.extend_from_slice(&0u64.to_le_bytes());
+    lying.extend_from_slice(&1000u32.to_le_bytes());
+    assert_eq!(ControlMsg::decode(&lying), Err(DecodeError::Truncated));
+    let dup = ControlMsg::Suspect { view: 0, suspects: vec![3, 3] }.to_bytes();
+    assert!(matches!(ControlMsg::decode(&dup), Err(DecodeError::Invalid(_))));
+    let empty_view = ControlMsg::Commit {
+        view: 0,
+        decision: Decision { next: View { id: 1, members: vec![] }, trims: vec![] },
+    };
+    assert!(matches!(ControlMsg::decode(&empty_view.to_bytes()), Err(DecodeError::Invalid(_))));
+}
+
+#[test]
+fn a_crashed_member_is_removed_and_the_trim_is_the_survivors_minimum() {
+    // Rounds received from senders 0, 1, 2 at members 0, 1, 2.
+    let mut net = Net::new(3, vec![vec![5, 3, 9], vec![4, 6, 9], vec![9, 9, 9]]);
+    net.dead.insert(2);
+    net.suspect(0, 2);
+    net.suspect(1, 2);
+    net.settle(3);
+    for m in [0, 1] {
+        let d = net.installs(m);
+        assert_eq!(d.len(), 1, "m{m} installs one view");
+        assert_eq!(d[0].next, View { id: 1, members: vec![0, 1] });
+        assert_eq!(d[0].trims, vec![vec![4, 3, 9]], "per sender, the minimum over the survivors");
+    }
+}
+
+#[test]
+fn a_dead_leader_is_replaced() {
+    let mut net = Net::new(3, vec![vec![1, 1, 1]; 3]);
+    net.dead.insert(0);
+    net.suspect(1, 0);
+    net.settle(3);
+    for m in [1, 2] {
+        assert_eq!(net.installs(m)[0].next, View { id: 1, members: vec![1, 2] }, "m{m}");
+    }
+}
+
+#[test]
+fn a_decision_accepted_before_the_leader_died_is_adopted_by_the_next_leader() {
+    // Member 4 is suspected; leader 0 gets every promise, sends Accept to 1
+    // only, and dies before committing.
+    let mut net = Net::new(5, vec![vec![2; 5]; 5]);
+    net.dead.insert(4);
+    net.drop = Box::new(|from, to, msg| from == 0 && to >= 2 && matches!(msg, ControlMsg::Accept { .. }));
+    for m in 0..4 {
+        net.suspect(m, 4);
+    }
+    net.run(10_000);
+    let accepted = net.vcs[1].accepted.clone().expect("member 1 accepted the leader's decision");
+    assert_eq!(accepted.1.next.members, vec![0, 1, 2, 3]);
+    assert!(net.installs(1).is_empty(), "nothing committed yet");
+    net.dead.insert(0);
+    net.drop = Box::new(|_, _, _| false);
+    for m in 1..4 {
+        net.suspect(m, 0);
+    }
+    net.settle(4);
+    for m in 1..4 {
+        let d = net.installs(m);
+        assert_eq!(d[0], accepted.1, "m{m} installs the decision member 1 accepted, dead leader included");
+    }
+    // In that view the dead leader is suspected again and removed.
+    for m in 1..4 {
+        net.suspect(m, 0);
+    }
+    net.settle(4);
+    for m in 1..4 {
+        assert_eq!(net.installs(m)[1].next, View { id: 2, members: vec![1, 2, 3] });
+    }
+}
+
+#[test]
+fn a_member_that_suspects_a_majority_stops_in_a_minority_and_installs_nothing() {
+    let mut net = Net::new(5, vec![vec![0; 5]; 5]);
+    for p in [2, 3, 4] {
+        net.suspect(0, p);
+    }
+    assert!(net.events[0].iter().any(|e| matches!(e, ViewEvent::Minority { .. })));
+    assert_eq!(net.vcs[0].status(), Status::Minority);
+    net.settle(2);
+    assert!(net.installs(0).is_empty());
+}
+
+#[test]
+fn the_majority_side_of_a_split_goes_on_and_the_minority_stops() {
+    let mut net = Net::new(5, vec![vec![3; 5]; 5]);
+    let side = |m: MemberId| m < 2;
+    net.drop = Box::new(move |a, b, _| side(a) != side(b));
+    for a in 0..5 {
+        for b in 0..5 {
+            if a != b && side(a) != side(b) {
+                net.suspect(a, b);
+            }
+        }
+    }
+    net.settle(4);
+    for m in [0, 1] {
+        assert_eq!(net.vcs[m as usize].status(), Status::Minority, "m{m}");
+        assert!(net.installs(m).is_empty());
+    }
+    for m in [2, 3, 4] {
+        assert_eq!(net.installs(m)[0].next, View { id: 1, members: vec![2, 3, 4] }, "m{m}");
+    }
+}
+
+#[test]
+fn a_suspected_member_that_is_alive_learns_it_was_removed() {
+    let mut net = Net::new(3, vec![vec![0; 3]; 3]);
+    // Member 1 suspects 2 falsely; 0 and 1 decide without 2; 2 learns it.
+    net.drop = Box::new(|_, to, msg| to == 2 && matches!(msg, ControlMsg::Prepare { .. }));
+    net.suspect(0, 2);
+    net.settle(3);
+    assert_eq!(net.installs(0)[0].next.members, vec![0, 1]);
+    assert!(
+        net.events[2]
+            .iter()
+            .any(|e| matches!(e, ViewEvent::Removed { next, .. } if next.members == vec![0, 1])),
+        "{:?}",
+        net.events[2]
+    );
+    assert_eq!(net.vcs[2].status(), Status::Removed);
+}
+
+#[test]
+fn a_silent_member_is_suspected_after_missed_heartbeats() {
+    let mut net = Net::new(3, vec![vec![0; 3]; 3]);
+    net.dead.insert(2);
+    let limit = DEFAULT_PATIENCE * SILENCE_PATIENCES;
+    for _ in 0..limit {
+        net.tick_all();
+        net.run(10_000);
+    }
+    assert!(net.installs(0).is_empty(), "no suspicion before the limit");
+    net.settle(6);
+    assert_eq!(net.installs(0)[0].next.members, vec![0, 1]);
+}
+
+#[test]
+fn a_straggler_gets_the_commit_of_its_view() {
+    let mut net = Net::new(3, vec![vec![0; 3]; 3]);
+    net.dead.insert(2);
+    net.suspect(0, 2);
+    net.settle(3);
+    // A stale prepare of view 0 reaches member 1, now in view 1.
+    let r = net.received[1].clone();
+    net.vcs[1].on_message(0, ControlMsg::Prepare { view: 0, ballot: Ballot { round: 9, leader: 0 } }, &r);
+    let out = net.vcs[1].take_outbox();
+    assert!(out.iter().any(|(to, m)| *to == 0 && matches!(m, ControlMsg::Commit { view: 0, .. })), "{out:?}");
+}
+
+#[test]
+fn a_graceful_leave_removes_the_member() {
+    let mut net = Net::new(3, vec![vec![0; 3]; 3]);
+    let r = net.received[1].clone();
+    net.vcs[1].leave(&r);
+    net.collect(1);
+    net.settle(3);
+    assert_eq!(net.installs(0)[0].next.members, vec![0, 2]);
+    assert_eq!(net.vcs[1].status(), Status::Removed);
+}
+
+#[test]
+fn allocation_keeps_configured_indices_and_drops_subgroups_without_senders() {
+    let mut t = template(4);
+    t.subgroups.push(SubgroupConfig {
+        members: vec![1, 2, 3],
+        senders: vec![3],
+        window: 2,
+        max_payload: 8,
+        mode: DeliveryMode::Unordered,
+    });
+    let g = allocate(&t, &View { id: 5, members: vec![0, 1, 2] });
+    assert_eq!(g.index, vec![Some(0), None], "subgroup 1 lost its only sender");
+    assert_eq!(g.configured, vec![0]);
+    assert_eq!(g.config.subgroups[0].senders, vec![0, 1, 2]);
+    assert_eq!(g.config.members, vec![0, 1, 2]);
+}
