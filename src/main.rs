@@ -15,6 +15,7 @@
 //! - `ordo fabric-peer` — the remote member that benchmarks and the
 //!   multi-process tests spawn (hidden from help).
 
+mod node;
 mod r3p2;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -44,6 +45,13 @@ enum Command {
     Config(ConfigArgs),
     /// Join the group named by the configuration and report peers' heartbeats.
     Member(MemberArgs),
+    /// One vsync member daemon from a configuration file (`[node]`:
+    /// control-plane addresses, status endpoint, load): it survives
+    /// failures by view changes (virtual synchrony).
+    Node(node::NodeArgs),
+    /// A local cluster of `ordo node` daemons: up, status, kill, down.
+    #[command(subcommand)]
+    Cluster(node::Cluster),
     /// Cluster secrets: `ordo secret new FILE` writes a fresh random one
     /// (mode 600) for `security.secret_file` or `--secret-file`.
     #[command(subcommand)]
@@ -109,13 +117,13 @@ struct DemoMemberArgs {
 }
 
 #[derive(Args)]
-struct ConfigArgs {
+pub struct ConfigArgs {
     /// TOML configuration file (every key has a default).
     #[arg(long, short)]
-    config: Option<PathBuf>,
+    pub config: Option<PathBuf>,
     /// Override a key, e.g. --set fabric.backend=tcp (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
-    sets: Vec<String>,
+    pub sets: Vec<String>,
 }
 
 #[derive(Args)]
@@ -275,6 +283,8 @@ fn main() -> ExitCode {
         Command::DemoMember(args) => demo_member(args),
         Command::Config(args) => load_config(&args).map(|c| print!("{}", c.to_toml_string())),
         Command::Member(args) => member(args),
+        Command::Node(args) => node::node(args),
+        Command::Cluster(cmd) => node::cluster(cmd),
         Command::Secret(SecretCmd::New { file }) => new_secret(&file),
         #[cfg(feature = "sim")]
         Command::Sim(args) => sim(args),

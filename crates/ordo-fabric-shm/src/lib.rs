@@ -101,6 +101,11 @@ pub struct ShmOptions {
     pub open_timeout: Duration,
     /// Minimum time between two liveness checks of one peer.
     pub liveness_check_interval: Duration,
+    /// A peer whose file is not ready within `open_timeout` is suspected
+    /// (a [`FabricEvent::Suspected`] on the first poll, posts to it refused)
+    /// instead of failing [`ShmFabric::create`] — for a new view whose
+    /// member may have died after the view was decided. Default false.
+    pub suspect_missing_peers: bool,
 }
 
 impl ShmOptions {
@@ -120,6 +125,7 @@ impl ShmOptions {
             doorbell_owner: None,
             open_timeout: Duration::from_secs(10),
             liveness_check_interval: Duration::from_millis(1),
+            suspect_missing_peers: false,
         }
     }
 
@@ -308,7 +314,9 @@ impl Drop for OwnFile {
 
 struct PeerLink {
     id: MemberId,
-    mapping: Arc<Mapping>,
+    /// None only for a peer that was missing at creation
+    /// ([`ShmOptions::suspect_missing_peers`]); such a link is suspected.
+    mapping: Option<Arc<Mapping>>,
     /// The mapping that holds the doorbell this peer parks on.
     bell: Option<Doorbell>,
     suspected: bool,
@@ -394,24 +402,39 @@ impl ShmFabric {
         };
         let deadline = Instant::now() + fabric.options.open_timeout;
         for &peer in &peer_ids {
-            let mapping = fabric.open_peer(peer, deadline)?;
+            let (mapping, suspected) = match fabric.open_peer(peer, deadline) {
+                Ok(m) => (Some(Arc::new(m)), false),
+                Err(ShmError::PeerNotReady { .. })
+                    if fabric.options.suspect_missing_peers && peer != bell_owner =>
+                {
+                    let cause = FailureCause::TimedOut;
+                    tracing::warn!(member = fabric.options.member, peer, %cause, "peer missing at creation; suspected");
+                    fabric.events.push(FabricEvent::Suspected { peer, cause });
+                    (None, true)
+                }
+                Err(e) => return Err(e),
+            };
             fabric.links.push(PeerLink {
                 id: peer,
-                mapping: Arc::new(mapping),
+                mapping,
                 bell: None,
-                suspected: false,
+                suspected,
                 last_check: Instant::now(),
             });
         }
         // Resolve each peer's doorbell (it may live in a third member's header).
         for i in 0..fabric.links.len() {
-            let bell = fabric.bell_of(&fabric.links[i].mapping);
+            let bell = fabric.links[i].mapping.as_ref().and_then(|m| fabric.bell_of(m));
             fabric.links[i].bell = bell;
         }
         // Our own bell, if another member owns it, lives in that mapping.
         if bell_owner != fabric.options.member {
-            let m =
-                fabric.links.iter().find(|l| l.id == bell_owner).expect("owner is a peer").mapping.clone();
+            let m = fabric
+                .links
+                .iter()
+                .find(|l| l.id == bell_owner)
+                .and_then(|l| l.mapping.clone())
+                .expect("the doorbell owner is a peer that was opened");
             // SAFETY: the words live in the peer's mapping, which `m` keeps alive.
             fabric.doorbell = unsafe { Doorbell::from_raw(m.doorbell_words(), m.clone(), m.inode) };
         }
@@ -561,7 +584,7 @@ impl ShmFabric {
                 )
             });
         } else {
-            self.links.iter().find(|l| l.id == owner)?.mapping.clone()
+            self.links.iter().find(|l| l.id == owner)?.mapping.clone()?
         };
         // SAFETY: the words live in `holder`'s mapping, kept alive by the Arc.
         let key = holder.inode;
@@ -599,7 +622,7 @@ impl ShmFabric {
             return;
         }
         link.last_check = now;
-        if !link.mapping.owner_alive() {
+        if !link.mapping.as_ref().is_some_and(|m| m.owner_alive()) {
             self.suspect(i, FailureCause::PeerDead);
         }
     }
@@ -635,7 +658,7 @@ impl Fabric for ShmFabric {
         // region_len bytes; copy_untorn stores word-atomically.
         unsafe {
             copy_untorn(
-                link.mapping.region_ptr().add(write.offset),
+                link.mapping.as_ref().expect("an unsuspected link is mapped").region_ptr().add(write.offset),
                 self.region.as_ptr().add(write.offset) as *const u8,
                 write.len,
             );
@@ -690,20 +713,20 @@ impl Fabric for ShmFabric {
     fn reconnect(&mut self, peer: MemberId) -> Result<u64, ReconnectError> {
         let i = self.link_index(peer).ok_or(ReconnectError::UnknownPeer(peer))?;
         if !self.links[i].suspected {
-            return Ok(self.links[i].mapping.incarnation);
+            return Ok(self.links[i].mapping.as_ref().expect("an unsuspected link is mapped").incarnation);
         }
         let path = self.options.path_of(peer);
         let mapping = self
             .try_open_peer(peer, &path)
             .map_err(|why| ReconnectError::Unreachable(peer, why.to_string()))?;
-        if mapping.inode == self.links[i].mapping.inode {
+        if self.links[i].mapping.as_ref().is_some_and(|m| m.inode == mapping.inode) {
             return Err(ReconnectError::Unreachable(peer, "no new incarnation yet".into()));
         }
         let mapping = Arc::new(mapping);
         let incarnation = mapping.incarnation;
         let bell = self.bell_of(&mapping);
         let link = &mut self.links[i];
-        link.mapping = mapping;
+        link.mapping = Some(mapping);
         link.bell = bell;
         link.suspected = false;
         link.last_check = Instant::now();

@@ -70,6 +70,12 @@ pub struct TcpOptions {
     /// TLS for every connection (mutual, certificates from one CA; see
     /// [`TlsSettings`](crate::TlsSettings)); `None` (default): plain TCP.
     pub tls: Option<crate::tls::TlsSettings>,
+    /// A peer not linked within `connect_timeout` is suspected (a
+    /// [`FabricEvent::Suspected`](ordo_fabric::FabricEvent::Suspected) on the
+    /// first poll, posts to it refused) instead of failing `connect` — for a
+    /// new view whose member may have died after the view was decided.
+    /// Default false.
+    pub suspect_missing_peers: bool,
 }
 
 /// The label of the tcp fabric's handshake key (see SECURITY.md).
@@ -97,6 +103,7 @@ impl TcpOptions {
             handshake_timeout: Duration::from_secs(1),
             max_handshakes_per_source: 8,
             tls: None,
+            suspect_missing_peers: false,
         }
     }
 
@@ -358,6 +365,24 @@ impl TcpFabric {
                 return Ok(());
             }
             let now = Instant::now();
+            if now >= deadline && self.options.suspect_missing_peers {
+                for link in &self.shared.links {
+                    let mut state = link.lock();
+                    if missing.contains(&link.id) {
+                        tracing::warn!(
+                            member = self.options.member,
+                            peer = link.id,
+                            "peer missing at start; suspected"
+                        );
+                        state.status = Status::Suspected;
+                        state.events.push_back(ordo_fabric::FabricEvent::Suspected {
+                            peer: link.id,
+                            cause: ordo_fabric::FailureCause::TimedOut,
+                        });
+                    }
+                }
+                return Ok(());
+            }
             if now >= deadline {
                 return Err(TcpError::ConnectTimeout { member: self.options.member, missing, timeout });
             }

@@ -52,6 +52,64 @@ pub struct OrdoConfig {
     pub vsync: VsyncConfig,
     /// `[security]`: where the cluster secret comes from (SECURITY.md).
     pub security: SecurityConfig,
+    /// `[node]`: the member daemon (`ordo node`): control plane, views,
+    /// status endpoint, load.
+    pub node: NodeConfig,
+}
+
+/// `[node]`: what `ordo node` needs beyond the group: every member's
+/// control-plane address (view changes travel there, sealed with the
+/// cluster secret), the view change's timing, the status endpoint, and an
+/// optional load generator and delivery log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    /// `control`: `[{ id, addr }]`, one per group member (this one
+    /// included): where its control plane listens (TCP).
+    pub control: Vec<TcpPeer>,
+    /// `status`: `host:port` of this member's HTTP endpoint (`/metrics` in
+    /// Prometheus text, `/status` in JSON); absent: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// `tick_ms`: the view change's clock (default 20): heartbeats every 2
+    /// ticks, retransmissions every tick.
+    pub tick_ms: u64,
+    /// `patience`: ticks without an answer before the member waited on is
+    /// suspected (default 4); a member silent for twice that is suspected
+    /// too (missed heartbeats).
+    pub patience: u32,
+    /// `send_rate`: messages per second this member sends in every
+    /// subgroup it sends in (default 0: none). A load generator for demos,
+    /// tests and `ordo bench failover`.
+    pub send_rate: u64,
+    /// `message_bytes`: size of those messages (default 1024; at least 8,
+    /// at most the subgroup's `max_payload`).
+    pub message_bytes: usize,
+    /// `delivery_log`: append one line per delivered message to this file
+    /// (`view subgroup sender index bytes digest`); absent: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery_log: Option<PathBuf>,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            control: Vec::new(),
+            status: None,
+            tick_ms: 20,
+            patience: 4,
+            send_rate: 0,
+            message_bytes: 1024,
+            delivery_log: None,
+        }
+    }
+}
+
+impl NodeConfig {
+    /// The control address of `member`.
+    pub fn control_addr(&self, member: MemberId) -> Option<&str> {
+        self.control.iter().find(|p| p.id == member).map(|p| p.addr.as_str())
+    }
 }
 
 /// `[security]`: the cluster secret every member holds. It is read from a
@@ -473,6 +531,12 @@ fn location(path: &Path, line: Option<usize>, column: Option<usize>) -> String {
 /// the key at fault.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationError {
+    /// The `[node]` section is wrong.
+    #[error("`node`: {reason}")]
+    NodeControl {
+        /// What is wrong.
+        reason: String,
+    },
     /// `group.members` is empty.
     #[error("`group.members` is empty; a group needs at least one member")]
     EmptyGroup,
@@ -603,6 +667,7 @@ impl ValidationError {
             ValidationError::Vsync { .. } => "vsync".into(),
             ValidationError::SecretMissing => "security.secret_file".into(),
             ValidationError::SecretTwice => "security.secret_env".into(),
+            ValidationError::NodeControl { .. } => "node".into(),
         }
     }
 }
@@ -829,6 +894,7 @@ impl OrdoConfig {
             return Err(ValidationError::SecretMissing);
         }
 
+        self.validate_node()?;
         let idle = &self.runtime.idle;
         positive(idle.park_min_us, "runtime.idle.park_min_us")?;
         positive(idle.park_max_us, "runtime.idle.park_max_us")?;
@@ -837,6 +903,61 @@ impl OrdoConfig {
                 park_min_us: idle.park_min_us,
                 park_max_us: idle.park_max_us,
             });
+        }
+        Ok(())
+    }
+
+    fn validate_node(&self) -> Result<(), ValidationError> {
+        let node = &self.node;
+        let mut seen = HashSet::new();
+        for (i, peer) in node.control.iter().enumerate() {
+            if !seen.insert(peer.id) {
+                return Err(ValidationError::NodeControl {
+                    reason: format!("member {} listed twice", peer.id),
+                });
+            }
+            if !self.group.members.contains(&peer.id) {
+                return Err(ValidationError::NodeControl {
+                    reason: format!("member {} is not in group.members", peer.id),
+                });
+            }
+            check_address(&format!("node.control[{i}].addr"), &peer.addr)?;
+        }
+        if let Some(status) = &node.status {
+            check_address("node.status", status)?;
+        }
+        positive(node.tick_ms, "node.tick_ms")?;
+        positive(u64::from(node.patience), "node.patience")?;
+        if node.message_bytes < 8 {
+            return Err(ValidationError::NodeControl {
+                reason: format!("node.message_bytes {} is below 8", node.message_bytes),
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks what `ordo node` needs beyond [`validate`](Self::validate): a
+    /// control address for every member, and messages that fit every
+    /// subgroup this member sends in when it generates load.
+    pub fn validate_node_daemon(&self) -> Result<(), ValidationError> {
+        self.validate()?;
+        if let Some(&id) = self.group.members.iter().find(|&&id| self.node.control_addr(id).is_none()) {
+            return Err(ValidationError::NodeControl {
+                reason: format!("member {id} has no node.control address"),
+            });
+        }
+        let group = self.vsync_group()?;
+        if self.node.send_rate > 0 {
+            for (g, s) in group.subgroups.iter().enumerate() {
+                if s.senders.contains(&self.member.id) && s.max_payload < self.node.message_bytes {
+                    return Err(ValidationError::NodeControl {
+                        reason: format!(
+                            "node.message_bytes {} exceeds subgroup {g}'s max_payload {}",
+                            self.node.message_bytes, s.max_payload
+                        ),
+                    });
+                }
+            }
         }
         Ok(())
     }

@@ -19,23 +19,30 @@
 
 pub mod acuerdo;
 pub mod config;
+pub mod control;
+pub mod node;
+pub mod status;
 pub mod vsync;
 pub mod wiring;
 
 pub use config::{
-    Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, MemberConfig, OrdoConfig,
-    OverrideOrigin, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, TlsFiles, ValidationError,
-    VsyncConfig,
+    Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, MemberConfig, NodeConfig,
+    OrdoConfig, OverrideOrigin, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, TlsFiles,
+    ValidationError, VsyncConfig,
 };
+pub use control::{ControlError, ControlPlane};
+pub use node::{Node, NodeError, NodeExit, NodeStatus};
 pub use ordo_agent::{
     Agent, AgentLoop, AgentPanic, Clock, CorePinning, IdleAction, IdleStrategy, Idler, Joined,
     MonotonicClock, ParkBell, Runner, RunnerError, RunnerHandle, RunnerOptions, RunnerStats, Step,
     ThreadingMode,
 };
 pub use ordo_auth::{Secret, SecretError, SecretSource};
+pub use status::StatusServer;
 pub use vsync::{Delivery, Group, GroupError, LiveCounters, OwnedMessage, SubgroupHandle, VsyncMember};
 pub use wiring::{
-    HeartbeatAgent, MemberFabric, SECRET_ENV, WiringError, connect_fabric, connect_local_group, tcp_options,
+    HeartbeatAgent, MemberFabric, SECRET_ENV, WiringError, connect_fabric, connect_local_group,
+    connect_view_fabric, tcp_options,
 };
 
 /// The example configuration shown in the crate docs (every key, with

@@ -97,6 +97,24 @@ fn resolve(addr: &str) -> Result<SocketAddr, WiringError> {
 
 /// Creates this member's endpoint as the config says, waiting for peers.
 pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> {
+    connect_fabric_with(config, None)
+}
+
+/// Creates the endpoint of a new view: as [`connect_fabric`], but a peer
+/// that does not come up within `wait` is suspected rather than failing the
+/// whole endpoint (it may have died after the view was decided; the next
+/// view change removes it).
+pub fn connect_view_fabric(
+    config: &OrdoConfig,
+    wait: std::time::Duration,
+) -> Result<MemberFabric, WiringError> {
+    connect_fabric_with(config, Some(wait))
+}
+
+fn connect_fabric_with(
+    config: &OrdoConfig,
+    missing_after: Option<std::time::Duration>,
+) -> Result<MemberFabric, WiringError> {
     config.validate()?;
     let me = config.member.id;
     let f = &config.fabric;
@@ -107,6 +125,10 @@ pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> 
             o.dir = f.shm.dir.clone();
             o.open_timeout = f.shm.open_timeout();
             o.liveness_check_interval = f.shm.liveness_check_interval();
+            if let Some(wait) = missing_after {
+                o.open_timeout = wait;
+                o.suspect_missing_peers = true;
+            }
             Ok(MemberFabric::Shm(ShmFabric::create(o)?))
         }
         Backend::Tcp => {
@@ -121,6 +143,10 @@ pub fn connect_fabric(config: &OrdoConfig) -> Result<MemberFabric, WiringError> 
             o.max_handshakes_per_source = f.tcp.max_handshakes_per_source;
             o.cluster = f.shm.cluster.clone();
             o.secret = config.security.load_secret()?;
+            if let Some(wait) = missing_after {
+                o.connect_timeout = wait;
+                o.suspect_missing_peers = true;
+            }
             if let Some(t) = &f.tcp.tls {
                 o.tls = Some(ordo_fabric_tcp::TlsSettings::from_pem_files(&t.cert, &t.key, &t.ca)?);
             }

@@ -283,7 +283,7 @@ struct Shared {
     changing: Vec<Option<Vec<MemberId>>>,
 }
 
-type Opener = Box<dyn FnMut(&ViewGroup, usize) -> SimFabric>;
+type Opener = Box<dyn FnMut(&ViewGroup, usize) -> Result<SimFabric, String>>;
 
 struct Member {
     me: MemberId,
@@ -322,9 +322,9 @@ impl Member {
             assert!(len <= region_len, "a view's region ({len} bytes) fits the simulated one ({region_len})");
             if let Some(f) = first.lock().expect("first").take() {
                 assert_eq!(group.view.id, 0, "the first endpoint serves view 0");
-                return f;
+                return Ok(f);
             }
-            SimFabric::open_view(&world, me, group.view.id)
+            Ok(SimFabric::open_view(&world, me, group.view.id))
         });
         let view = View { id: 0, members: params.group.members.clone() };
         let vm = ViewMember::new(me, params.group.clone(), view, open).expect("a valid group");
@@ -374,6 +374,10 @@ impl Member {
                 MembershipEvent::Minority { view, .. } => {
                     self.stopped = true;
                     ViewsEvent::Minority { view: view.id }
+                }
+                MembershipEvent::Failed { view, why } => {
+                    self.stopped = true;
+                    ViewsEvent::Anomaly { what: format!("view {} could not be opened: {why}", view.id) }
                 }
             });
         }

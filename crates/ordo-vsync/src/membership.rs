@@ -67,16 +67,30 @@ pub enum MembershipEvent {
         /// The members it suspected.
         suspects: Vec<MemberId>,
     },
+    /// The next view's fabric endpoint could not be opened (a member of it
+    /// never came up): this member stops; the others suspect it.
+    Failed {
+        /// The view it could not install.
+        view: View,
+        /// Why.
+        why: String,
+    },
 }
 
+/// Makes the fabric endpoint of a view: (the view's group, bytes its
+/// region needs) → the endpoint, or why it could not be opened.
+pub type OpenResult<F> = Result<F, String>;
+
 /// One member of a vsync group across views. `open` makes the fabric
-/// endpoint of a view: (the view's group, bytes its region needs).
-pub struct ViewMember<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> {
+/// endpoint of a view.
+pub struct ViewMember<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> {
     vc: ViewChange,
-    driver: VsyncDriver<F>,
+    /// None once a view's endpoint could not be opened (stopped).
+    driver: Option<VsyncDriver<F>>,
     /// Send handles of the current view, by configured subgroup.
     senders: Vec<Option<Sender>>,
     open: O,
+    opening: Option<Opening>,
     events: Vec<MembershipEvent>,
     suspicions: Vec<(MemberId, FailureCause)>,
 }
@@ -98,21 +112,37 @@ impl<S: DeliverySink + ?Sized> DeliverySink for Remap<'_, S> {
     }
 }
 
-impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
+impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     /// Member `me` of the configured group `template`, starting in `view`.
     pub fn new(me: MemberId, template: GroupConfig, view: View, mut open: O) -> Result<Self, ConfigError> {
         let vc = ViewChange::new(me, template, view)?;
         let (driver, senders) = Self::start(&vc, &mut open)?;
-        Ok(ViewMember { vc, driver, senders, open, events: Vec::new(), suspicions: Vec::new() })
+        Ok(ViewMember {
+            vc,
+            driver: Some(driver),
+            senders,
+            open,
+            opening: None,
+            events: Vec::new(),
+            suspicions: Vec::new(),
+        })
     }
 
     fn start(vc: &ViewChange, open: &mut O) -> Result<(VsyncDriver<F>, Vec<Option<Sender>>), ConfigError> {
         let group = vc.group();
         let len = GroupLayout::new(&group.config).region_len;
-        let fabric = open(group, len);
+        let fabric = open(group, len).map_err(|why| ConfigError::Group(format!("{}: {why}", group.view)))?;
         let (driver, handles) = VsyncDriver::new(fabric, group.config.clone())?;
         let senders = group.index.iter().map(|i| i.and_then(|i| handles[i].clone())).collect();
         Ok((driver, senders))
+    }
+
+    fn drv(&self) -> &VsyncDriver<F> {
+        self.driver.as_ref().expect("a running member has a driver")
+    }
+
+    fn drv_mut(&mut self) -> &mut VsyncDriver<F> {
+        self.driver.as_mut().expect("a running member has a driver")
     }
 
     /// The current view.
@@ -120,14 +150,32 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
         self.vc.view()
     }
 
+    /// Ticks without an answer before the member waited on is suspected
+    /// (see [`ViewChange::set_patience`]).
+    pub fn set_patience(&mut self, ticks: u32) {
+        self.vc.set_patience(ticks);
+    }
+
     /// The current view's group (engine configuration, index maps).
     pub fn group(&self) -> &ViewGroup {
         self.vc.group()
     }
 
-    /// Running, removed or in a minority.
+    /// Running, removed or in a minority. (A member whose next view could
+    /// not be opened reports [`MembershipEvent::Failed`] and is not
+    /// [`running`](Self::running), whatever this says.)
     pub fn status(&self) -> Status {
         self.vc.status()
+    }
+
+    /// Whether this member still takes part: running, with an endpoint.
+    pub fn running(&self) -> bool {
+        self.vc.status() == Status::Running && (self.driver.is_some() || self.opening.is_some())
+    }
+
+    /// The current view's driver, if its endpoint is open.
+    pub fn try_driver(&self) -> Option<&VsyncDriver<F>> {
+        self.driver.as_ref()
     }
 
     /// Whether a view change is under way.
@@ -137,7 +185,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
 
     /// Whether [`tick`](Self::tick) has retransmissions to make.
     pub fn has_pending(&self) -> bool {
-        self.vc.status() == Status::Running && self.vc.has_pending()
+        self.running() && self.vc.has_pending()
     }
 
     /// The send handle of configured subgroup `g` in the current view
@@ -146,9 +194,10 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
         self.senders.get(g).and_then(|s| s.as_ref())
     }
 
-    /// The current view's driver (engine, stats, backlog).
+    /// The current view's driver (engine, stats, backlog). Panics after a
+    /// [`MembershipEvent::Failed`].
     pub fn driver(&self) -> &VsyncDriver<F> {
-        &self.driver
+        self.drv()
     }
 
     /// Control messages to send, as (destination, message).
@@ -166,28 +215,29 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
         std::mem::take(&mut self.suspicions)
     }
 
-    fn running(&self) -> bool {
-        self.vc.status() == Status::Running
-    }
-
     /// One duty cycle: post, poll (if nothing is held back), post, fabric
     /// events (suspicions start a view change). Deliveries go to `sink`.
     pub fn do_work(&mut self, sink: &mut impl DeliverySink) -> usize {
+        self.finish_open();
         if !self.running() {
             return 0;
         }
-        let mut work = self.driver.post_backlog();
-        if self.driver.can_poll() {
+        let driver = self.driver.as_mut().expect("running");
+        let mut work = driver.post_backlog();
+        if driver.can_poll() {
             let configured = &self.vc.group().configured;
             let mut remap = Remap { sink, configured };
-            work += self.driver.poll_engine(&mut remap);
-            work += self.driver.post_backlog();
+            work += driver.poll_engine(&mut remap);
+            work += driver.post_backlog();
         }
         let mut suspected = Vec::new();
-        work += self.driver.on_fabric_events(|peer, cause| suspected.push((peer, cause.clone())));
+        work += driver.on_fabric_events(|peer, cause| suspected.push((peer, cause.clone())));
         for (peer, cause) in suspected {
+            if !self.running() {
+                break;
+            }
             self.suspicions.push((peer, cause));
-            let received = self.driver.engine().received_rounds();
+            let received = self.drv().engine().received_rounds();
             self.vc.suspect(peer, &received);
             work += self.apply(sink);
         }
@@ -196,28 +246,44 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
 
     /// Local suspicion from outside the fabric (missed heartbeats).
     pub fn suspect(&mut self, peer: MemberId, sink: &mut impl DeliverySink) {
-        let received = self.driver.engine().received_rounds();
+        self.finish_open();
+        if !self.running() {
+            return;
+        }
+        let received = self.drv().engine().received_rounds();
         self.vc.suspect(peer, &received);
         self.apply(sink);
     }
 
     /// Leaves the group gracefully.
     pub fn leave(&mut self, sink: &mut impl DeliverySink) {
-        let received = self.driver.engine().received_rounds();
+        self.finish_open();
+        if !self.running() {
+            return;
+        }
+        let received = self.drv().engine().received_rounds();
         self.vc.leave(&received);
         self.apply(sink);
     }
 
     /// A control message from `from`.
     pub fn on_control(&mut self, from: MemberId, msg: ControlMsg, sink: &mut impl DeliverySink) -> usize {
-        let received = self.driver.engine().received_rounds();
+        self.finish_open();
+        if !self.running() {
+            return 0;
+        }
+        let received = self.drv().engine().received_rounds();
         self.vc.on_message(from, msg, &received);
         self.apply(sink)
     }
 
     /// Retransmissions; call periodically.
     pub fn tick(&mut self, sink: &mut impl DeliverySink) {
-        let received = self.driver.engine().received_rounds();
+        self.finish_open();
+        if !self.running() {
+            return;
+        }
+        let received = self.drv().engine().received_rounds();
         self.vc.tick(&received);
         self.apply(sink);
     }
@@ -229,16 +295,22 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
             work += 1;
             match e {
                 ViewEvent::Wedge => {
-                    self.driver.wedge();
+                    if let Some(d) = self.driver.as_mut() {
+                        d.wedge();
+                    }
                     self.events.push(MembershipEvent::Wedged { view: self.vc.view().id });
                 }
-                ViewEvent::Install { old, decision } => self.install(&old, &decision, sink),
+                ViewEvent::Install { old, decision } => self.install(old, &decision, sink),
                 ViewEvent::Removed { next, .. } => {
-                    self.driver.wedge();
+                    if let Some(d) = self.driver.as_mut() {
+                        d.wedge();
+                    }
                     self.events.push(MembershipEvent::Removed { next });
                 }
                 ViewEvent::Minority { view, suspects } => {
-                    self.driver.wedge();
+                    if let Some(d) = self.driver.as_mut() {
+                        d.wedge();
+                    }
                     self.events.push(MembershipEvent::Minority { view, suspects });
                 }
             }
@@ -246,23 +318,47 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
         work
     }
 
-    fn install(&mut self, old: &ViewGroup, decision: &Decision, sink: &mut impl DeliverySink) {
-        self.driver.wedge();
+    /// The decided view's first half: the failed view's ragged edge is
+    /// delivered, this member's messages to resend are collected, and the
+    /// old endpoint is closed (a tcp backend frees its port). The new
+    /// endpoint is opened by [`finish_open`](Self::finish_open) at the
+    /// start of the next call, once the caller has sent the outbox: opening
+    /// waits for the other members, who must first learn the decision.
+    fn install(&mut self, old: ViewGroup, decision: &Decision, sink: &mut impl DeliverySink) {
+        let driver = self.drv_mut();
+        driver.wedge();
         let ragged = {
             let mut remap = Remap { sink, configured: &old.configured };
-            self.driver.deliver_ragged(&decision.trims, &mut remap)
+            driver.deliver_ragged(&decision.trims, &mut remap)
         };
-        let resend: Vec<(usize, Vec<u8>)> = self
-            .driver
+        let resend: Vec<(usize, Vec<u8>)> = driver
             .engine()
             .undelivered_own(&decision.trims)
             .into_iter()
             .map(|(g, bytes)| (old.configured[g], bytes))
             .collect();
-        let (driver, senders) =
-            Self::start(&self.vc, &mut self.open).expect("an allocated view is a valid group");
-        self.driver = driver;
-        self.senders = senders;
+        self.driver = None;
+        self.senders.iter_mut().for_each(|s| *s = None);
+        self.opening = Some(Opening { old, ragged, resend });
+    }
+
+    /// Opens the installed view's endpoint if it is pending: builds its
+    /// engine, resends, acknowledges, reports [`MembershipEvent::Installed`]
+    /// (or [`MembershipEvent::Failed`]). Every other entry point calls it
+    /// first.
+    pub fn finish_open(&mut self) {
+        let Some(Opening { old, ragged, resend }) = self.opening.take() else { return };
+        match Self::start(&self.vc, &mut self.open) {
+            Ok((driver, senders)) => {
+                self.driver = Some(driver);
+                self.senders = senders;
+            }
+            Err(e) => {
+                self.events
+                    .push(MembershipEvent::Failed { view: self.vc.view().clone(), why: e.to_string() });
+                return;
+            }
+        }
         for (g, bytes) in &resend {
             let handle =
                 self.senders[*g].as_ref().expect("a surviving sender sends in its subgroup's next view");
@@ -275,4 +371,11 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> F> ViewMember<F, O> {
         let left = old.view.members.iter().copied().filter(|m| !view.contains(*m)).collect();
         self.events.push(MembershipEvent::Installed { view, left, ragged, resent: resend.len() });
     }
+}
+
+/// A decided view whose endpoint is not open yet.
+struct Opening {
+    old: ViewGroup,
+    ragged: usize,
+    resend: Vec<(usize, Vec<u8>)>,
 }

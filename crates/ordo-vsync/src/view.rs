@@ -45,7 +45,8 @@
 //!   installs view `v + 1` installs the same one.
 //! - **Partition safety** (on, always): a leader needs promises and accepts
 //!   from a majority of the view; a member whose unsuspected members are no
-//!   majority stops with [`ViewEvent::Minority`] and never installs a view.
+//!   majority leads nothing and, unless a decision reaches it within its
+//!   patience, stops with [`ViewEvent::Minority`] and never installs a view.
 //! - **The trim is safe to deliver.** Every member of the next view promised
 //!   received counts at least the trim (the trim is their minimum; counts
 //!   are frozen at the wedge and reported after it), so every survivor
@@ -611,6 +612,10 @@ pub struct ViewChange {
     patience: u32,
     /// Ticks since each member of the view was last heard from.
     silent: BTreeMap<MemberId, u32>,
+    /// Ticks since this member's trusted members stopped being a majority
+    /// (it waits a patience for a decision it may have missed before it
+    /// stops).
+    minority_ticks: Option<u32>,
     ticks: u64,
     /// Decided views, to answer stragglers (the last [`KEPT_DECISIONS`]).
     decisions: BTreeMap<u64, Decision>,
@@ -648,6 +653,7 @@ impl ViewChange {
             waiting_ticks: 0,
             patience: DEFAULT_PATIENCE,
             silent: BTreeMap::new(),
+            minority_ticks: None,
             ticks: 0,
             decisions: BTreeMap::new(),
             unacked: BTreeMap::new(),
@@ -798,6 +804,9 @@ impl ViewChange {
         }
         if !self.wedged {
             return;
+        }
+        if let Some(t) = self.minority_ticks.as_mut() {
+            *t += 1;
         }
         if self.leaving {
             self.broadcast(ControlMsg::Suspect { view, suspects: vec![self.me] });
@@ -1068,11 +1077,19 @@ impl ViewChange {
         }
         let view = self.group.view.clone();
         if self.trusted().count() < view.majority() {
-            self.status = Status::Minority;
+            // No majority left to lead: wait a patience (a decision may be
+            // on its way — a member that installed the next view closes its
+            // old links, which looks like a failure), then stop.
             self.lead = None;
-            self.events.push(ViewEvent::Minority { view, suspects: self.suspects.iter().copied().collect() });
+            let waited = *self.minority_ticks.get_or_insert(0);
+            if waited >= self.patience {
+                self.status = Status::Minority;
+                self.events
+                    .push(ViewEvent::Minority { view, suspects: self.suspects.iter().copied().collect() });
+            }
             return;
         }
+        self.minority_ticks = None;
         if self.leaving || self.leader() != Some(self.me) {
             self.lead = None;
             return;
@@ -1203,6 +1220,7 @@ impl ViewChange {
         self.suspects.clear();
         self.reports.clear();
         self.silent.clear();
+        self.minority_ticks = None;
         self.wedged = false;
         self.leaving = false;
         self.promised = None;

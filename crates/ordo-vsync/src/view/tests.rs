@@ -258,6 +258,12 @@ fn a_member_that_suspects_a_majority_stops_in_a_minority_and_installs_nothing() 
     for p in [2, 3, 4] {
         net.suspect(0, p);
     }
+    assert_eq!(net.vcs[0].status(), Status::Running, "it waits a patience for a decision first");
+    for _ in 0..DEFAULT_PATIENCE {
+        let r = net.received[0].clone();
+        net.vcs[0].tick(&r);
+        net.collect(0);
+    }
     assert!(net.events[0].iter().any(|e| matches!(e, ViewEvent::Minority { .. })));
     assert_eq!(net.vcs[0].status(), Status::Minority);
     net.settle(2);

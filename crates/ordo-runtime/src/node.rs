@@ -1,0 +1,674 @@
+//! The member daemon (`ordo node`): one vsync member per process, from a
+//! configuration, across views.
+//!
+//! A [`Node`] runs one agent on its own thread: the production
+//! [`ViewMember`] (the view change of `ordo_vsync::view` driving one
+//! `VsyncDriver` per view, the type the `vsync-views` simulation checks),
+//! the control plane ([`ControlPlane`]: TCP, sealed with the cluster
+//! secret), and, as the configuration asks, a load generator, a delivery
+//! log and the status a [`crate::status`] endpoint serves.
+//!
+//! # Invariants
+//! - Every view gets a new fabric endpoint: shm files or a tcp handshake
+//!   named `CLUSTER` in view 0 and `CLUSTER-vN` in view N (a write or a
+//!   link of another view never reaches it), over the view's members only,
+//!   and the old endpoint is closed before the new one opens (a tcp member
+//!   keeps its port).
+//! - The agent's thread parks on the current view's fabric doorbell, which
+//!   the control plane rings too, and never longer than a tick.
+//! - The load generator sends only through the current view's handle; a
+//!   wedged handle refuses without building the message, so nothing the
+//!   generator counted as sent is lost unless its sender fails (resends
+//!   are the view change's).
+//! - A member that is removed, finds itself in a minority, or cannot open
+//!   the next view's endpoint stops for good: [`Node::wait`] returns why.
+
+use crate::config::{Backend, OrdoConfig};
+use crate::control::{ControlError, ControlPlane};
+use crate::wiring::{MemberFabric, WiringError, connect_fabric, connect_view_fabric};
+use crate::{Agent, Runner, RunnerError};
+use ordo_fabric::{Doorbell, Fabric, MemberId};
+use ordo_vsync::view::{Status, View, ViewGroup};
+use ordo_vsync::{Delivered, DeliverySink, MembershipEvent, SendError, ViewMember};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+type Opener = Box<dyn FnMut(&ViewGroup, usize) -> Result<MemberFabric, String> + Send>;
+
+/// Why a node stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum NodeExit {
+    /// Left out of the next view (suspected, or it left).
+    Removed {
+        /// The next view, without this member.
+        next: u64,
+    },
+    /// Its unsuspected members were no majority: it stopped (partition
+    /// safety).
+    Minority {
+        /// The view.
+        view: u64,
+        /// The members it suspected.
+        suspects: Vec<MemberId>,
+    },
+    /// The next view's fabric endpoint did not open.
+    Failed {
+        /// The view.
+        view: u64,
+        /// Why.
+        why: String,
+    },
+    /// Stopped by its owner.
+    Stopped,
+}
+
+impl std::fmt::Display for NodeExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeExit::Removed { next } => {
+                write!(f, "removed from the group (view {next} goes on without it)")
+            }
+            NodeExit::Minority { view, suspects } => write!(
+                f,
+                "in a minority of view {view} (suspects {suspects:?}): stopping, as partition safety requires"
+            ),
+            NodeExit::Failed { view, why } => write!(f, "could not open view {view}: {why}"),
+            NodeExit::Stopped => write!(f, "stopped"),
+        }
+    }
+}
+
+/// One subgroup's counters at this member.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SubgroupStatus {
+    /// Configured subgroup index.
+    pub subgroup: usize,
+    /// Application messages delivered here.
+    pub delivered_messages: u64,
+    /// Their bytes.
+    pub delivered_bytes: u64,
+    /// Messages this member's load generator sent.
+    pub sent_messages: u64,
+    /// Null rounds sent in the current view.
+    pub nulls_sent: u64,
+    /// Delivery batches in the current view, and their mean size.
+    pub delivery_batches: u64,
+    /// Mean messages per delivery batch in the current view.
+    pub mean_batch: f64,
+}
+
+/// What `/status` shows (and `/metrics` exports).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// This member.
+    pub member: MemberId,
+    /// `running`, `changing`, `removed`, `minority`, `failed` or `stopped`.
+    pub state: String,
+    /// The current view.
+    pub view: u64,
+    /// Its members, in rank order.
+    pub members: Vec<MemberId>,
+    /// The fabric backend.
+    pub backend: String,
+    /// Per configured subgroup this member belongs to.
+    pub subgroups: Vec<SubgroupStatus>,
+    /// Peers suspected by this member's fabric so far.
+    pub suspicions: u64,
+    /// Views installed since start.
+    pub view_changes: u64,
+    /// Wedge-to-install time of the last view change, in milliseconds.
+    pub last_view_change_ms: f64,
+    /// Sum of wedge-to-install times, in seconds.
+    pub view_change_seconds_sum: f64,
+    /// Messages delivered in ragged-edge cleanups.
+    pub ragged_delivered: u64,
+    /// Own messages resent in new views.
+    pub resent: u64,
+    /// Control frames received, sent, refused, dropped.
+    pub control: [u64; 4],
+    /// Seconds since start.
+    pub uptime_s: f64,
+    /// Why it stopped, if it did.
+    pub exit: Option<String>,
+}
+
+struct Shared {
+    status: Mutex<NodeStatus>,
+    exit: Mutex<Option<NodeExit>>,
+    exited: Condvar,
+}
+
+/// Counts deliveries and writes the delivery log.
+struct NodeSink {
+    view: u64,
+    counts: Vec<(u64, u64)>,
+    log: Option<BufWriter<File>>,
+    log_error: bool,
+}
+
+/// FNV-1a, 64-bit: the delivery log's digest of a payload.
+pub fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl DeliverySink for NodeSink {
+    fn deliver(&mut self, batch: &[Delivered<'_>]) {
+        for d in batch {
+            let c = &mut self.counts[d.subgroup];
+            c.0 += 1;
+            c.1 += d.payload.len() as u64;
+            if let Some(log) = self.log.as_mut() {
+                let index =
+                    d.payload.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().expect("8")));
+                let line = writeln!(
+                    log,
+                    "{} {} {} {} {} {:016x}",
+                    self.view,
+                    d.subgroup,
+                    d.sender,
+                    index,
+                    d.payload.len(),
+                    fnv64(d.payload)
+                );
+                if line.is_err() && !self.log_error {
+                    self.log_error = true;
+                    tracing::error!("delivery log: write failed; no more lines will be written");
+                }
+            }
+        }
+    }
+}
+
+/// The payload of message `index` of `sender`: the index (8 bytes,
+/// little-endian), then bytes that are a function of both.
+pub fn payload(sender: MemberId, index: u64, buf: &mut [u8]) {
+    buf[..8].copy_from_slice(&index.to_le_bytes());
+    let mut x = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(sender);
+    for chunk in buf[8..].chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let w = x.to_le_bytes();
+        chunk.copy_from_slice(&w[..chunk.len()]);
+    }
+}
+
+struct ViewAgent {
+    me: MemberId,
+    member: ViewMember<MemberFabric, Opener>,
+    control: ControlPlane,
+    sink: NodeSink,
+    shared: Arc<Shared>,
+    t0: Instant,
+    tick: Duration,
+    next_tick: Duration,
+    /// Load: messages per second, bytes, and per configured subgroup the
+    /// next index and the time its next message is due.
+    rate: u64,
+    message_bytes: usize,
+    sent: Vec<u64>,
+    due: Vec<Duration>,
+    wedged_at: Option<Instant>,
+    view_changes: u64,
+    last_change: Duration,
+    change_sum: Duration,
+    ragged: u64,
+    resent: u64,
+    suspicions: u64,
+    stopped: bool,
+    backend: Backend,
+}
+
+impl ViewAgent {
+    fn now(&self) -> Duration {
+        self.t0.elapsed()
+    }
+
+    fn send_load(&mut self) -> usize {
+        if self.rate == 0 || !self.member.running() || self.member.is_changing() {
+            return 0;
+        }
+        let now = self.now();
+        let step = Duration::from_nanos(1_000_000_000 / self.rate);
+        let mut work = 0;
+        for g in 0..self.sent.len() {
+            let mut burst = 0;
+            while self.due[g] <= now && burst < 64 {
+                let Some(handle) = self.member.sender(g) else { break };
+                let index = self.sent[g];
+                let me = self.me;
+                match handle.try_send_with(self.message_bytes, |b| payload(me, index, b)) {
+                    Ok(()) => {
+                        self.sent[g] += 1;
+                        self.due[g] += step;
+                        burst += 1;
+                        work += 1;
+                    }
+                    Err(SendError::WouldBlock | SendError::Wedged) => break,
+                    Err(e) => {
+                        tracing::error!(member = self.me, subgroup = g, error = %e, "load generator: send refused");
+                        self.rate = 0;
+                        break;
+                    }
+                }
+            }
+            // Never owe more than a second of sends after a stall.
+            if now.saturating_sub(self.due[g]) > Duration::from_secs(1) {
+                self.due[g] = now;
+            }
+        }
+        work
+    }
+
+    fn flush_outbox(&mut self) {
+        for (to, msg) in self.member.take_outbox() {
+            self.control.send(to, msg);
+        }
+    }
+
+    fn handle_events(&mut self) {
+        for e in self.member.take_events() {
+            match e {
+                MembershipEvent::Wedged { view } => {
+                    self.wedged_at = Some(Instant::now());
+                    tracing::info!(member = self.me, view, "view change: wedged");
+                }
+                MembershipEvent::Installed { view, left, ragged, resent } => {
+                    let took = self.wedged_at.take().map(|t| t.elapsed()).unwrap_or_default();
+                    self.view_changes += 1;
+                    self.last_change = took;
+                    self.change_sum += took;
+                    self.ragged += ragged as u64;
+                    self.resent += resent as u64;
+                    tracing::info!(
+                        member = self.me,
+                        view = view.id,
+                        members = ?view.members,
+                        ?left,
+                        ragged,
+                        resent,
+                        ms = took.as_secs_f64() * 1e3,
+                        "view installed"
+                    );
+                    self.control
+                        .set_bell(self.member.try_driver().and_then(|d| d.fabric().doorbell().cloned()));
+                    if let Some(log) = self.sink.log.as_mut() {
+                        let _ = log.flush();
+                    }
+                }
+                MembershipEvent::Removed { next } => self.stop(NodeExit::Removed { next: next.id }),
+                MembershipEvent::Minority { view, suspects } => {
+                    self.stop(NodeExit::Minority { view: view.id, suspects })
+                }
+                MembershipEvent::Failed { view, why } => self.stop(NodeExit::Failed { view: view.id, why }),
+            }
+        }
+        self.suspicions += self.member.take_suspicions().len() as u64;
+    }
+
+    fn stop(&mut self, why: NodeExit) {
+        tracing::warn!(member = self.me, "{why}");
+        self.stopped = true;
+        if let Some(log) = self.sink.log.as_mut() {
+            let _ = log.flush();
+        }
+        self.publish();
+        let mut exit = self.shared.exit.lock().unwrap_or_else(|p| p.into_inner());
+        exit.get_or_insert(why);
+        self.shared.exited.notify_all();
+    }
+
+    fn publish(&mut self) {
+        let running = self.member.running();
+        let view = self.member.view().clone();
+        let mut st = NodeStatus {
+            member: self.me,
+            state: match (running, self.member.status()) {
+                (true, _) if self.member.is_changing() => "changing".into(),
+                (true, _) => "running".into(),
+                (false, Status::Removed) => "removed".into(),
+                (false, Status::Minority) => "minority".into(),
+                (false, Status::Running) => "failed".into(),
+            },
+            view: view.id,
+            members: view.members.clone(),
+            backend: format!("{:?}", self.backend).to_lowercase(),
+            suspicions: self.suspicions,
+            view_changes: self.view_changes,
+            last_view_change_ms: self.last_change.as_secs_f64() * 1e3,
+            view_change_seconds_sum: self.change_sum.as_secs_f64(),
+            ragged_delivered: self.ragged,
+            resent: self.resent,
+            control: {
+                let c = self.control.stats();
+                [
+                    c.frames_in.load(Ordering::Relaxed),
+                    c.frames_out.load(Ordering::Relaxed),
+                    c.refused.load(Ordering::Relaxed),
+                    c.dropped.load(Ordering::Relaxed),
+                ]
+            },
+            uptime_s: self.t0.elapsed().as_secs_f64(),
+            ..NodeStatus::default()
+        };
+        let group = self.member.group();
+        for (g, &(msgs, bytes)) in self.sink.counts.iter().enumerate() {
+            let mut s = SubgroupStatus {
+                subgroup: g,
+                delivered_messages: msgs,
+                delivered_bytes: bytes,
+                sent_messages: self.sent[g],
+                ..SubgroupStatus::default()
+            };
+            if let Some(d) = self.member.try_driver()
+                && let Some(i) = group.index[g]
+            {
+                let stats = d.engine().stats(i);
+                s.nulls_sent = stats.nulls_sent;
+                s.delivery_batches = stats.delivery_batches.batches;
+                s.mean_batch = stats.delivery_batches.mean();
+            }
+            st.subgroups.push(s);
+        }
+        let exit = self.shared.exit.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        st.exit = exit.map(|e| e.to_string());
+        if st.exit.is_some() && st.state == "running" {
+            st.state = "stopped".into();
+        }
+        *self.shared.status.lock().unwrap_or_else(|p| p.into_inner()) = st;
+    }
+}
+
+impl Agent for ViewAgent {
+    fn name(&self) -> &str {
+        "vsync-view-member"
+    }
+
+    fn do_work(&mut self, _now_ns: u64) -> usize {
+        if self.stopped {
+            return 0;
+        }
+        let mut work = 0;
+        while let Some((from, msg)) = self.control.try_recv() {
+            self.sink.view = self.member.view().id;
+            work += 1 + self.member.on_control(from, msg, &mut self.sink);
+            // Sent at once: a decision is opened by the next call, which
+            // waits for the other members to open it too.
+            self.flush_outbox();
+            self.handle_events();
+            if self.stopped {
+                return work;
+            }
+        }
+        let now = self.now();
+        if now >= self.next_tick {
+            self.sink.view = self.member.view().id;
+            self.member.tick(&mut self.sink);
+            self.flush_outbox();
+            self.next_tick = now + self.tick;
+            self.handle_events();
+            if self.stopped {
+                return work + 1;
+            }
+            if let Some(log) = self.sink.log.as_mut() {
+                let _ = log.flush();
+            }
+            self.publish();
+        }
+        self.sink.view = self.member.view().id;
+        work += self.member.do_work(&mut self.sink);
+        self.flush_outbox();
+        self.handle_events();
+        if self.stopped {
+            return work + 1;
+        }
+        work += self.send_load();
+        self.flush_outbox();
+        work
+    }
+
+    fn on_close(&mut self) {
+        if let Some(log) = self.sink.log.as_mut() {
+            let _ = log.flush();
+        }
+        if !self.stopped {
+            self.stop(NodeExit::Stopped);
+        }
+    }
+
+    /// Parks on the current view's doorbell (rung by fabric writes and
+    /// control frames) until the next tick at the latest.
+    fn park_until_work(&mut self, timeout: Duration) -> Option<bool> {
+        let until_tick = self.next_tick.saturating_sub(self.now());
+        let timeout = timeout.min(until_tick).max(Duration::from_micros(50));
+        if self.stopped || !self.member.running() {
+            std::thread::sleep(timeout);
+            return Some(false);
+        }
+        let Some(bell) = self.member.try_driver().and_then(|d| d.fabric().doorbell().cloned()) else {
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
+            return Some(false);
+        };
+        let token = bell.prepare_park();
+        // Re-check after announcing the park: anything that arrived since
+        // the last duty cycle is handled now rather than after the timeout.
+        if self.do_work(0) > 0 {
+            bell.cancel(token);
+            return Some(true);
+        }
+        Some(bell.park(token, timeout))
+    }
+
+    fn doorbell(&self) -> Option<Doorbell> {
+        None
+    }
+}
+
+/// Why a node did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The configuration is invalid for a daemon.
+    #[error(transparent)]
+    Config(#[from] crate::ValidationError),
+    /// An address does not resolve.
+    #[error("cannot resolve {addr:?}: {why}")]
+    Address {
+        /// The address.
+        addr: String,
+        /// Why.
+        why: String,
+    },
+    /// The cluster secret could not be read.
+    #[error(transparent)]
+    Secret(#[from] ordo_auth::SecretError),
+    /// The control plane did not start.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The first view's fabric did not come up, or the group is invalid.
+    #[error("view 0: {0}")]
+    Start(String),
+    /// The delivery log could not be opened.
+    #[error("node.delivery_log {path}: {why}")]
+    Log {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// The agent thread did not start.
+    #[error(transparent)]
+    Runner(#[from] RunnerError),
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, NodeError> {
+    addr.to_socket_addrs()
+        .map_err(|e| NodeError::Address { addr: addr.into(), why: e.to_string() })?
+        .next()
+        .ok_or_else(|| NodeError::Address { addr: addr.into(), why: "no address".into() })
+}
+
+/// The configuration of view `view` of `base`: the view's members, its
+/// cluster name, a region large enough.
+fn view_config(base: &OrdoConfig, view: &View, region_len: usize) -> OrdoConfig {
+    let mut c = base.clone();
+    c.group.members = view.members.clone();
+    if view.id > 0 {
+        c.fabric.shm.cluster = format!("{}-v{}", base.fabric.shm.cluster, view.id);
+    }
+    c.fabric.region_bytes = base.fabric.region_bytes.max(region_len.next_multiple_of(64));
+    c.fabric.tcp.peers.retain(|p| view.members.contains(&p.id));
+    c.node.control.retain(|p| view.members.contains(&p.id));
+    c
+}
+
+/// A running member daemon.
+pub struct Node {
+    runner: Option<Runner<ViewAgent>>,
+    shared: Arc<Shared>,
+    control_addr: SocketAddr,
+}
+
+impl Node {
+    /// Starts this process's member as `config` describes
+    /// ([`OrdoConfig::validate_node_daemon`]): the control plane, view 0's
+    /// fabric (waiting for every member), and the agent thread.
+    pub fn start(config: &OrdoConfig) -> Result<Node, NodeError> {
+        config.validate_node_daemon()?;
+        let me = config.member.id;
+        let template = config.vsync_group()?;
+        let secret = config.security.load_secret()?;
+        if secret.is_none() && !config.security.allow_unauthenticated {
+            return Err(crate::ValidationError::SecretMissing.into());
+        }
+        let mut members = Vec::new();
+        for &m in &config.group.members {
+            members.push((m, resolve(config.node.control_addr(m).expect("validated"))?));
+        }
+        let listen = members.iter().find(|m| m.0 == me).expect("validated").1;
+        let control = ControlPlane::start(me, listen, &members, secret.as_ref())?;
+        let control_addr = control.local_addr();
+        let base = config.clone();
+        // A member of a new view that never opens it (it died after the
+        // decision) is suspected after this, not waited for.
+        let wait = Duration::from_millis(config.node.tick_ms * u64::from(config.node.patience) * 4);
+        let open: Opener = Box::new(move |group: &ViewGroup, len: usize| {
+            let c = view_config(&base, &group.view, len);
+            if group.view.id == 0 {
+                connect_fabric(&c).map_err(|e: WiringError| e.to_string())
+            } else {
+                connect_view_fabric(&c, wait).map_err(|e: WiringError| e.to_string())
+            }
+        });
+        let view = View { id: 0, members: config.group.members.clone() };
+        let mut member =
+            ViewMember::new(me, template.clone(), view, open).map_err(|e| NodeError::Start(e.to_string()))?;
+        member.set_patience(config.node.patience);
+        control.set_bell(member.driver().fabric().doorbell().cloned());
+        let log = match &config.node.delivery_log {
+            None => None,
+            Some(p) => Some(BufWriter::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| NodeError::Log { path: p.display().to_string(), why: e.to_string() })?,
+            )),
+        };
+        let n = template.subgroups.len();
+        let shared = Arc::new(Shared {
+            status: Mutex::new(NodeStatus::default()),
+            exit: Mutex::new(None),
+            exited: Condvar::new(),
+        });
+        let senders_in: Vec<bool> = template.subgroups.iter().map(|s| s.senders.contains(&me)).collect();
+        let tick = Duration::from_millis(config.node.tick_ms);
+        let mut agent = ViewAgent {
+            me,
+            member,
+            control,
+            sink: NodeSink { view: 0, counts: vec![(0, 0); n], log, log_error: false },
+            shared: shared.clone(),
+            t0: Instant::now(),
+            tick,
+            next_tick: tick,
+            rate: config.node.send_rate,
+            message_bytes: config.node.message_bytes,
+            sent: vec![0; n],
+            due: senders_in.iter().map(|s| if *s { Duration::ZERO } else { Duration::MAX }).collect(),
+            wedged_at: None,
+            view_changes: 0,
+            last_change: Duration::ZERO,
+            change_sum: Duration::ZERO,
+            ragged: 0,
+            resent: 0,
+            suspicions: 0,
+            stopped: false,
+            backend: config.fabric.backend,
+        };
+        agent.publish();
+        let mut options = config.runner_options();
+        options.threading = crate::ThreadingMode::Dedicated;
+        let runner = Runner::start(vec![agent], &options)?;
+        Ok(Node { runner: Some(runner), shared, control_addr })
+    }
+
+    /// The control plane's address.
+    pub fn control_addr(&self) -> SocketAddr {
+        self.control_addr
+    }
+
+    /// The latest status (refreshed every tick).
+    pub fn status(&self) -> NodeStatus {
+        self.shared.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// A shared handle on the status, for the status endpoint.
+    pub fn status_source(&self) -> impl Fn() -> NodeStatus + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || shared.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits until the member stops (removed, minority, failed) or
+    /// `timeout` passes (`None`: still running).
+    pub fn wait(&self, timeout: Duration) -> Option<NodeExit> {
+        let deadline = Instant::now() + timeout;
+        let mut exit = self.shared.exit.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(e) = exit.clone() {
+                return Some(e);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            exit = self.shared.exited.wait_timeout(exit, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Stops the agent (flushing the delivery log) and returns why it had
+    /// stopped, if it had.
+    pub fn stop(mut self) -> NodeExit {
+        if let Some(r) = self.runner.take() {
+            drop(r.join());
+        }
+        self.shared.exit.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or(NodeExit::Stopped)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(r) = self.runner.take() {
+            drop(r.join());
+        }
+    }
+}
