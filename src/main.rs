@@ -180,6 +180,10 @@ enum Bench {
     /// throughput over loopback UDP, replicated vs unreplicated, worker vs
     /// network thread, 1/3/5 members).
     R3p2(ordo_bench::r3p2_bench::BenchArgs),
+    /// SIGKILL one `ordo node` of a vsync group, many times: kill → new
+    /// view p50/p99 per group size and fabric, and a survivor's delivered
+    /// throughput across a kill (CSV and PNG under --out).
+    Failover(ordo_bench::failover::FailoverArgs),
 }
 
 #[derive(Args)]
@@ -293,6 +297,12 @@ fn main() -> ExitCode {
         Command::AcuerdoPeer { args } => ordo_bench::acuerdo_peer_main(&args),
         Command::Bench(Bench::Acuerdo(args)) => ordo_bench::experiment::run(&args, args.json),
         Command::Bench(Bench::R3p2(args)) => ordo_bench::experiment::run(&args, args.json),
+        Command::Bench(Bench::Failover(args)) => {
+            let json = args.json;
+            std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}")).and_then(
+                |exe| ordo_bench::experiment::run(&ordo_bench::failover::Failover::new(args, exe), json),
+            )
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

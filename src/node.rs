@@ -2,8 +2,8 @@
 //! and `ordo cluster up|status|kill|down` (a local cluster of them).
 
 use clap::{Args, Subcommand, ValueEnum};
-use ordo_runtime::{Node, NodeStatus, OrdoConfig, StatusServer};
-use std::io::{Read, Write};
+use ordo_runtime::node::{LocalCluster, fetch_status};
+use ordo_runtime::{Backend, Node, NodeStatus, OrdoConfig, StatusServer};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -133,33 +133,20 @@ pub fn node(args: NodeArgs) -> Result<(), String> {
     }
 }
 
-fn member_config(args: &UpArgs, base: &OrdoConfig, id: u32, cluster: &str) -> OrdoConfig {
-    use ordo_runtime::{Backend, TcpPeer};
-    let n = args.members;
-    let port = |offset: u32, i: u32| format!("127.0.0.1:{}", u32::from(args.base_port) + offset + i);
-    let mut c = base.clone();
-    c.member.id = id;
-    c.group.members = (0..n).collect();
-    c.fabric.backend = match args.fabric {
-        FabricArg::Shm => Backend::Shm,
-        FabricArg::Tcp => Backend::Tcp,
-    };
-    c.fabric.shm.cluster = cluster.to_string();
-    c.fabric.tcp.peers = (0..n).map(|i| TcpPeer { id: i, addr: port(0, i) }).collect();
-    c.fabric.tcp.listen = None;
-    c.security.secret_file = Some(args.dir.join("cluster.secret"));
-    c.security.secret_env = None;
-    c.node.control = (0..n).map(|i| TcpPeer { id: i, addr: port(100, i) }).collect();
-    c.node.status = Some(port(200, id));
-    c.node.send_rate = args.rate;
-    c.node.message_bytes = args.size.max(8);
-    if c.vsync.subgroups.is_empty() {
-        c.vsync.max_payload = c.vsync.max_payload.max(c.node.message_bytes);
+fn local(args: &UpArgs, cluster: &str) -> LocalCluster {
+    LocalCluster {
+        members: args.members,
+        backend: match args.fabric {
+            FabricArg::Shm => Backend::Shm,
+            FabricArg::Tcp => Backend::Tcp,
+        },
+        dir: args.dir.clone(),
+        base_port: args.base_port,
+        cluster: cluster.to_string(),
+        rate: args.rate,
+        message_bytes: args.size,
+        delivery_log: args.delivery_log,
     }
-    if args.delivery_log {
-        c.node.delivery_log = Some(args.dir.join(format!("delivered-{id}.log")));
-    }
-    c
 }
 
 /// `ordo cluster ...`.
@@ -202,7 +189,7 @@ fn up(args: UpArgs) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}"))?;
     let mut pids = Vec::new();
     for id in 0..args.members {
-        let c = member_config(&args, &base, id, &cluster);
+        let c = local(&args, &cluster).member_config(&base, id);
         c.validate_node_daemon().map_err(|e| format!("member {id}: {e}"))?;
         let path = args.dir.join(format!("node-{id}.toml"));
         std::fs::write(&path, c.to_toml_string()).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -248,26 +235,6 @@ fn load(path: &Path) -> Result<OrdoConfig, String> {
     OrdoConfig::load(Some(path), std::iter::empty::<(String, String)>(), &[]).map_err(|e| e.to_string())
 }
 
-/// Removes the shm region files of every view of `cluster` whose owners
-/// are gone (`CLUSTER` in view 0, `CLUSTER-vN` after).
-pub fn remove_view_files(dir: &Path, cluster: &str) {
-    let _ = ordo_fabric_shm::remove_stale_files(dir, cluster);
-    let prefix = format!("ordo-{cluster}-v");
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut views = std::collections::BTreeSet::new();
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(rest) = name.strip_prefix(&prefix)
-            && let Some((v, _)) = rest.split_once("-m")
-        {
-            views.insert(v.to_string());
-        }
-    }
-    for v in views {
-        let _ = ordo_fabric_shm::remove_stale_files(dir, &format!("{cluster}-v{v}"));
-    }
-}
-
 fn read_pids(dir: &Path) -> Result<Vec<u32>, String> {
     let text = std::fs::read_to_string(dir.join("pids"))
         .map_err(|e| format!("{}: {e}", dir.join("pids").display()))?;
@@ -299,7 +266,7 @@ fn down(dir: &Path) -> Result<(), String> {
     let _ = std::fs::remove_file(dir.join("pids"));
     // shm region files of every view of this cluster.
     if let Ok(c) = load(&dir.join("node-0.toml")) {
-        remove_view_files(&c.fabric.shm.dir, &c.fabric.shm.cluster);
+        ordo_runtime::node::remove_view_files(&c.fabric.shm.dir, &c.fabric.shm.cluster);
     }
     println!("{} members stopped", pids.len());
     Ok(())
@@ -317,9 +284,7 @@ fn statuses(dir: &Path) -> Result<Statuses, String> {
         let c = load(&path)?;
         let st = match &c.node.status {
             None => Err("no status endpoint".to_string()),
-            Some(addr) => {
-                http_get(addr, "/status").and_then(|b| serde_json::from_str(&b).map_err(|e| e.to_string()))
-            }
+            Some(addr) => fetch_status(addr),
         };
         out.push((id, st));
     }
@@ -327,19 +292,6 @@ fn statuses(dir: &Path) -> Result<Statuses, String> {
         return Err(format!("no node-*.toml in {}", dir.display()));
     }
     Ok(out)
-}
-
-fn http_get(addr: &str, path: &str) -> Result<String, String> {
-    let addr: std::net::SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300))
-        .map_err(|_| "down".to_string())?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
-    let (_, body) = text.split_once("\r\n\r\n").ok_or("no HTTP response")?;
-    Ok(body.to_string())
 }
 
 fn status(args: &StatusArgs) -> Result<(), String> {

@@ -4,6 +4,9 @@
 //!   streaming bandwidth per backend, beside the physical limits measured in
 //!   the same run (memcpy at the same sizes and footprint, and a
 //!   cross-process cache-line ping-pong).
+//! - [`failover`]: `ordo bench failover` — SIGKILL one `ordo node` of a
+//!   vsync group: kill → new view p50/p99 per group size and fabric, and a
+//!   survivor's throughput across the kill.
 //! - [`acuerdo_bench`]: `ordo bench acuerdo` — the Acuerdo paper's Fig. 8
 //!   (latency vs throughput, beside vsync) and Table 1 (election time).
 //! - [`r3p2_bench`]: `ordo bench r3p2` — the r3p2 thesis' Figs. 5.1-5.2
@@ -33,6 +36,7 @@ pub mod acuerdo_peer;
 pub mod demo;
 pub mod experiment;
 pub mod fabric;
+pub mod failover;
 pub mod machine;
 pub mod peer;
 pub mod plot;

@@ -135,6 +135,112 @@ pub struct NodeStatus {
     pub uptime_s: f64,
     /// Why it stopped, if it did.
     pub exit: Option<String>,
+    /// Wall clock (Unix ns) of the last wedge (start of a view change).
+    pub wedged_at_unix_ns: u64,
+    /// Wall clock (Unix ns) at which the current view was installed.
+    pub installed_at_unix_ns: u64,
+    /// Wall clock (Unix ns) at which this status was taken (every tick).
+    pub taken_at_unix_ns: u64,
+}
+
+/// Wall clock, Unix nanoseconds.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// A cluster of daemons on this host, as `ordo cluster up` and `ordo bench
+/// failover` make it.
+#[derive(Clone, Debug)]
+pub struct LocalCluster {
+    /// Members (ids `0..members`).
+    pub members: u32,
+    /// The fabric.
+    pub backend: Backend,
+    /// Where the secret and logs live.
+    pub dir: std::path::PathBuf,
+    /// Member i uses base+i (tcp fabric), base+100+i (control),
+    /// base+200+i (status).
+    pub base_port: u16,
+    /// The shm cluster name.
+    pub cluster: String,
+    /// `node.send_rate`.
+    pub rate: u64,
+    /// `node.message_bytes`.
+    pub message_bytes: usize,
+    /// Write `dir/delivered-ID.log`.
+    pub delivery_log: bool,
+}
+
+impl LocalCluster {
+    /// Member `id`'s configuration on top of `base`.
+    pub fn member_config(&self, base: &OrdoConfig, id: MemberId) -> OrdoConfig {
+        use crate::config::TcpPeer;
+        let port = |offset: u32, i: u32| format!("127.0.0.1:{}", u32::from(self.base_port) + offset + i);
+        let n = self.members;
+        let mut c = base.clone();
+        c.member.id = id;
+        c.group.members = (0..n).collect();
+        c.fabric.backend = self.backend;
+        c.fabric.shm.cluster = self.cluster.clone();
+        c.fabric.tcp.peers = (0..n).map(|i| TcpPeer { id: i, addr: port(0, i) }).collect();
+        c.fabric.tcp.listen = None;
+        c.security.secret_file = Some(self.dir.join("cluster.secret"));
+        c.security.secret_env = None;
+        c.node.control = (0..n).map(|i| TcpPeer { id: i, addr: port(100, i) }).collect();
+        c.node.status = Some(port(200, id));
+        c.node.send_rate = self.rate;
+        c.node.message_bytes = self.message_bytes.max(8);
+        if c.vsync.subgroups.is_empty() {
+            c.vsync.max_payload = c.vsync.max_payload.max(c.node.message_bytes);
+        }
+        if self.delivery_log {
+            c.node.delivery_log = Some(self.dir.join(format!("delivered-{id}.log")));
+        }
+        c
+    }
+}
+
+/// `GET path` from a status endpoint at `addr`: the body.
+pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    use std::io::Read;
+    let addr: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+        .map_err(|_| "down".to_string())?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let (_, body) = text.split_once("\r\n\r\n").ok_or("no HTTP response")?;
+    Ok(body.to_string())
+}
+
+/// Removes the shm region files of every view of `cluster` whose owners
+/// are gone (`CLUSTER` in view 0, `CLUSTER-vN` after).
+pub fn remove_view_files(dir: &std::path::Path, cluster: &str) {
+    let _ = ordo_fabric_shm::remove_stale_files(dir, cluster);
+    let prefix = format!("ordo-{cluster}-v");
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut views = std::collections::BTreeSet::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(rest) = name.strip_prefix(&prefix)
+            && let Some((v, _)) = rest.split_once("-m")
+        {
+            views.insert(v.to_string());
+        }
+    }
+    for v in views {
+        let _ = ordo_fabric_shm::remove_stale_files(dir, &format!("{cluster}-v{v}"));
+    }
+}
+
+/// The status a daemon serves at `addr`.
+pub fn fetch_status(addr: &str) -> Result<NodeStatus, String> {
+    http_get(addr, "/status").and_then(|b| serde_json::from_str(&b).map_err(|e| e.to_string()))
 }
 
 struct Shared {
@@ -219,6 +325,8 @@ struct ViewAgent {
     sent: Vec<u64>,
     due: Vec<Duration>,
     wedged_at: Option<Instant>,
+    wedged_at_unix_ns: u64,
+    installed_at_unix_ns: u64,
     view_changes: u64,
     last_change: Duration,
     change_sum: Duration,
@@ -281,10 +389,12 @@ impl ViewAgent {
             match e {
                 MembershipEvent::Wedged { view } => {
                     self.wedged_at = Some(Instant::now());
+                    self.wedged_at_unix_ns = unix_ns();
                     tracing::info!(member = self.me, view, "view change: wedged");
                 }
                 MembershipEvent::Installed { view, left, ragged, resent } => {
                     let took = self.wedged_at.take().map(|t| t.elapsed()).unwrap_or_default();
+                    self.installed_at_unix_ns = unix_ns();
                     self.view_changes += 1;
                     self.last_change = took;
                     self.change_sum += took;
@@ -359,6 +469,9 @@ impl ViewAgent {
                 ]
             },
             uptime_s: self.t0.elapsed().as_secs_f64(),
+            wedged_at_unix_ns: self.wedged_at_unix_ns,
+            installed_at_unix_ns: self.installed_at_unix_ns,
+            taken_at_unix_ns: unix_ns(),
             ..NodeStatus::default()
         };
         let group = self.member.group();
@@ -606,6 +719,8 @@ impl Node {
             sent: vec![0; n],
             due: senders_in.iter().map(|s| if *s { Duration::ZERO } else { Duration::MAX }).collect(),
             wedged_at: None,
+            wedged_at_unix_ns: 0,
+            installed_at_unix_ns: 0,
             view_changes: 0,
             last_change: Duration::ZERO,
             change_sum: Duration::ZERO,

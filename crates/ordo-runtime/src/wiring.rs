@@ -146,6 +146,9 @@ fn connect_fabric_with(
             if let Some(wait) = missing_after {
                 o.connect_timeout = wait;
                 o.suspect_missing_peers = true;
+                // Peers open the new view within milliseconds of each other;
+                // the first dial often meets the old view's listener.
+                o.reconnect_interval = o.reconnect_interval.min(std::time::Duration::from_millis(2));
             }
             if let Some(t) = &f.tcp.tls {
                 o.tls = Some(ordo_fabric_tcp::TlsSettings::from_pem_files(&t.cert, &t.key, &t.ca)?);

@@ -319,11 +319,11 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     }
 
     /// The decided view's first half: the failed view's ragged edge is
-    /// delivered, this member's messages to resend are collected, and the
-    /// old endpoint is closed (a tcp backend frees its port). The new
-    /// endpoint is opened by [`finish_open`](Self::finish_open) at the
-    /// start of the next call, once the caller has sent the outbox: opening
-    /// waits for the other members, who must first learn the decision.
+    /// delivered and this member's messages to resend are collected (the
+    /// old engine stays wedged). The old endpoint is closed and the new one
+    /// opened by [`finish_open`](Self::finish_open) at the start of the
+    /// next call, once the caller has sent the outbox: opening waits for
+    /// the other members, who must first learn the decision.
     fn install(&mut self, old: ViewGroup, decision: &Decision, sink: &mut impl DeliverySink) {
         let driver = self.drv_mut();
         driver.wedge();
@@ -337,7 +337,6 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             .into_iter()
             .map(|(g, bytes)| (old.configured[g], bytes))
             .collect();
-        self.driver = None;
         self.senders.iter_mut().for_each(|s| *s = None);
         self.opening = Some(Opening { old, ragged, resend });
     }
@@ -348,6 +347,11 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     /// first.
     pub fn finish_open(&mut self) {
         let Some(Opening { old, ragged, resend }) = self.opening.take() else { return };
+        // The old view's endpoint closes first (a tcp backend frees its
+        // port) — only now, after the caller sent the decision: a peer that
+        // sees the old links close suspects this member, and must learn the
+        // decision rather than count the closing as a failure.
+        self.driver = None;
         match Self::start(&self.vc, &mut self.open) {
             Ok((driver, senders)) => {
                 self.driver = Some(driver);
