@@ -102,6 +102,19 @@ struct DemoArgs {
     /// Turn every Spindle optimization off (the paper's baseline).
     #[arg(long)]
     baseline: bool,
+    /// The fabric. `tcp` runs the group as `ordo node` daemons (one
+    /// process per member, authenticated links), like `--kill`.
+    #[arg(long, value_enum, default_value = "shm")]
+    fabric: node::FabricArg,
+    /// SIGKILL the view leader halfway: the survivors change the view and
+    /// go on, and the demo checks that they delivered the same messages.
+    /// Runs the group as `ordo node` daemons, each sending --rate
+    /// messages/s.
+    #[arg(long)]
+    kill: bool,
+    /// Messages per second each daemon sends (with --kill or --fabric tcp).
+    #[arg(long, default_value_t = 20_000)]
+    rate: u64,
 }
 
 #[derive(Args)]
@@ -283,6 +296,17 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(Bench::Fabric(args)) => bench_fabric(args),
         Command::Bench(Bench::Spindle(args)) => bench_spindle(args),
+        Command::Demo(args) if args.kill || args.fabric == node::FabricArg::Tcp => {
+            node::demo_views(&node::DemoViews {
+                members: args.members,
+                fabric: args.fabric,
+                seconds: args.seconds,
+                size: args.size,
+                rate: args.rate,
+                window: args.window,
+                kill: args.kill,
+            })
+        }
         Command::Demo(args) => demo(args),
         Command::DemoMember(args) => demo_member(args),
         Command::Config(args) => load_config(&args).map(|c| print!("{}", c.to_toml_string())),

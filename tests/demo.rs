@@ -40,3 +40,18 @@ fn demo_delivers_every_message_at_every_member() {
 fn demo_baseline_delivers_every_message_at_every_member() {
     check(&run_demo(&["--baseline"]));
 }
+
+/// `ordo demo --kill` (and on tcp): the view leader is SIGKILLed halfway;
+/// the survivors install view 1 and the demo checks (exiting non-zero
+/// otherwise) that they delivered the same messages, and that what the
+/// killed leader delivered is a prefix of that.
+#[test]
+fn demo_kill_shows_the_view_change_and_agreement() {
+    for fabric in ["shm", "tcp"] {
+        let out = run_demo(&["--kill", "--rate", "4000", "--fabric", fabric]);
+        assert!(out.contains("SIGKILL member 0"), "{out}");
+        assert!(out.contains("view 1 [1, 2] installed"), "{out}");
+        assert!(out.contains("failure atomicity"), "{out}");
+        assert!(!out.contains("DIFFERENTLY"), "{out}");
+    }
+}
