@@ -86,8 +86,20 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// `ordo node`.
+static TERMINATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_terminate(_: libc::c_int) {
+    TERMINATE.store(true, std::sync::atomic::Ordering::Release);
+}
+
+/// `ordo node`. SIGTERM or SIGINT leaves the group gracefully (the others
+/// install a view without this member), then exits.
 pub fn node(args: NodeArgs) -> Result<(), String> {
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        libc::signal(libc::SIGTERM, on_terminate as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_terminate as *const () as libc::sighandler_t);
+    }
     let config = crate::load_config(&args.config)?;
     let node = Node::start(&config).map_err(|e| format!("member {}: {e}", config.member.id))?;
     let server = match &config.node.status {
@@ -110,7 +122,13 @@ pub fn node(args: NodeArgs) -> Result<(), String> {
     );
     let start = Instant::now();
     let mut shown = 0;
+    let mut leaving: Option<Instant> = None;
     loop {
+        if leaving.is_none() && TERMINATE.load(std::sync::atomic::Ordering::Acquire) {
+            println!("leaving the group");
+            node.leave();
+            leaving = Some(Instant::now());
+        }
         let exit = node.wait(Duration::from_millis(100));
         let st = node.status();
         if st.view != shown {
@@ -123,7 +141,18 @@ pub fn node(args: NodeArgs) -> Result<(), String> {
         if let Some(exit) = exit {
             drop(server);
             drop(node);
+            if leaving.is_some() && matches!(exit, ordo_runtime::NodeExit::Removed { .. }) {
+                println!("member {}: left the group", config.member.id);
+                return Ok(());
+            }
             return Err(format!("member {}: {exit}", config.member.id));
+        }
+        // A member that cannot leave (the last one, or all leaving at once
+        // as `ordo cluster down` makes them) stops after a second of trying.
+        if leaving.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
+            drop(server);
+            node.stop();
+            return Ok(());
         }
         if args.for_s.is_some_and(|s| start.elapsed() >= Duration::from_secs(s)) {
             drop(server);

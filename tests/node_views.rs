@@ -296,3 +296,27 @@ fn a_majority_goes_on_and_a_minority_stops() {
         "no view after the minority"
     );
 }
+
+#[test]
+fn a_member_leaves_gracefully_on_sigterm() {
+    let c = Cluster::up("leave", 3, "shm");
+    c.wait_progress(&[0, 1, 2], 100);
+    let pids: Vec<i32> = std::fs::read_to_string(c.dir.join("pids"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    // SAFETY: a pid of a daemon this test started.
+    assert_eq!(unsafe { libc::kill(pids[2], libc::SIGTERM) }, 0);
+    c.wait_view(1, &[0, 1]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(c.dir.join("node-2.log")).unwrap_or_default().contains("left the group") {
+        assert!(Instant::now() < deadline, "member 2 did not report leaving{}", c.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.wait_progress(&[0, 1], 100);
+    std::thread::sleep(Duration::from_millis(100));
+    let (a, b) = (c.log(0), c.log(1));
+    assert_eq!(in_view(&a, 0), in_view(&b, 0), "members 0 and 1 agree on view 0");
+    assert!(is_prefix(&in_view(&c.log(2), 0), &in_view(&a, 0)), "what the leaver delivered, the others did");
+}

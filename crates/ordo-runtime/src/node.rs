@@ -247,6 +247,8 @@ struct Shared {
     status: Mutex<NodeStatus>,
     exit: Mutex<Option<NodeExit>>,
     exited: Condvar,
+    /// Set by [`Node::leave`]; the agent starts the graceful leave.
+    leave: std::sync::atomic::AtomicBool,
 }
 
 /// Counts deliveries and writes the delivery log.
@@ -512,6 +514,14 @@ impl Agent for ViewAgent {
             return 0;
         }
         let mut work = 0;
+        if self.shared.leave.swap(false, Ordering::AcqRel) {
+            tracing::info!(member = self.me, view = self.member.view().id, "leaving the group");
+            self.sink.view = self.member.view().id;
+            self.member.leave(&mut self.sink);
+            self.flush_outbox();
+            self.handle_events();
+            work += 1;
+        }
         while let Some((from, msg)) = self.control.try_recv() {
             self.sink.view = self.member.view().id;
             work += 1 + self.member.on_control(from, msg, &mut self.sink);
@@ -702,6 +712,7 @@ impl Node {
             status: Mutex::new(NodeStatus::default()),
             exit: Mutex::new(None),
             exited: Condvar::new(),
+            leave: std::sync::atomic::AtomicBool::new(false),
         });
         let senders_in: Vec<bool> = template.subgroups.iter().map(|s| s.senders.contains(&me)).collect();
         let tick = Duration::from_millis(config.node.tick_ms);
@@ -768,6 +779,13 @@ impl Node {
             }
             exit = self.shared.exited.wait_timeout(exit, left).unwrap_or_else(|p| p.into_inner()).0;
         }
+    }
+
+    /// Leaves the group gracefully: the others install a view without this
+    /// member (it is then [`NodeExit::Removed`]); its messages already sent
+    /// are delivered or, past the ragged trim, lost with it.
+    pub fn leave(&self) {
+        self.shared.leave.store(true, Ordering::Release);
     }
 
     /// Stops the agent (flushing the delivery log) and returns why it had
