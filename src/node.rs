@@ -292,6 +292,11 @@ fn down(dir: &Path) -> Result<(), String> {
     for &p in pids.iter().filter(|p| alive(**p)) {
         signal(p, libc::SIGKILL);
     }
+    // The region files are removed once their owners are gone.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let _ = std::fs::remove_file(dir.join("pids"));
     // shm region files of every view of this cluster.
     if let Ok(c) = load(&dir.join("node-0.toml")) {

@@ -651,6 +651,10 @@ fn view_config(base: &OrdoConfig, view: &View, region_len: usize) -> OrdoConfig 
     c.fabric.region_bytes = base.fabric.region_bytes.max(region_len.next_multiple_of(64));
     c.fabric.tcp.peers.retain(|p| view.members.contains(&p.id));
     c.node.control.retain(|p| view.members.contains(&p.id));
+    // Members open a view within milliseconds of each other: a first dial
+    // that finds no listener (or the old view's) is retried soon, so no
+    // member waits long enough for the others to miss its heartbeats.
+    c.fabric.tcp.reconnect_interval_ms = c.fabric.tcp.reconnect_interval_ms.min(5);
     c
 }
 

@@ -553,7 +553,8 @@ pub const DEFAULT_PATIENCE: u32 = 4;
 /// A member sends a heartbeat every this many ticks.
 pub const HEARTBEAT_TICKS: u64 = 2;
 /// A member silent for this many patiences is suspected (missed
-/// heartbeats: with the default patience, 8 ticks, 4 heartbeats).
+/// heartbeats: with the default patience, 8 ticks, 4 heartbeats; a member
+/// not heard from at all in the view, four times that).
 pub const SILENCE_PATIENCES: u32 = 2;
 
 #[derive(Clone, Debug)]
@@ -612,6 +613,8 @@ pub struct ViewChange {
     patience: u32,
     /// Ticks since each member of the view was last heard from.
     silent: BTreeMap<MemberId, u32>,
+    /// Members heard from in this view.
+    heard: BTreeSet<MemberId>,
     /// Ticks since this member's trusted members stopped being a majority
     /// (it waits a patience for a decision it may have missed before it
     /// stops).
@@ -653,6 +656,7 @@ impl ViewChange {
             waiting_ticks: 0,
             patience: DEFAULT_PATIENCE,
             silent: BTreeMap::new(),
+            heard: BTreeSet::new(),
             minority_ticks: None,
             ticks: 0,
             decisions: BTreeMap::new(),
@@ -792,9 +796,13 @@ impl ViewChange {
         let mut quiet = Vec::new();
         for &m in &self.group.view.members {
             if m != self.me && !self.suspects.contains(&m) {
+                // A member not heard from yet in this view may still be
+                // opening it (its links come up one by one): it gets four
+                // times the time.
+                let grace = if self.heard.contains(&m) { limit } else { limit.saturating_mul(4) };
                 let t = self.silent.entry(m).or_insert(0);
                 *t += 1;
-                if *t > limit {
+                if *t > grace {
                     quiet.push(m);
                 }
             }
@@ -893,6 +901,7 @@ impl ViewChange {
             return;
         }
         self.silent.insert(from, 0);
+        self.heard.insert(from);
         match msg {
             ControlMsg::Suspect { suspects, .. } => {
                 if suspects.contains(&from) {
@@ -1220,6 +1229,7 @@ impl ViewChange {
         self.suspects.clear();
         self.reports.clear();
         self.silent.clear();
+        self.heard.clear();
         self.minority_ticks = None;
         self.wedged = false;
         self.leaving = false;
