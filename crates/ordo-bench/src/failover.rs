@@ -129,6 +129,10 @@ impl Failover {
 
 const TICK_MS: u64 = 10;
 
+/// A kill's result (None: no new view within 10 s) and, when asked, the
+/// survivor's throughput samples around it.
+type KillOutcome = (Option<Kill>, Option<Vec<(f64, f64)>>);
+
 struct Running {
     children: Vec<Option<Child>>,
     local: LocalCluster,
@@ -231,7 +235,7 @@ impl Failover {
         k: usize,
         dir: &Path,
         dip: bool,
-    ) -> Result<(Option<Kill>, Option<Vec<(f64, f64)>>), String> {
+    ) -> Result<KillOutcome, String> {
         let mut running = self.start(backend, n, dir, k)?;
         let victim = (k as u32) % n;
         let survivor = (victim + 1) % n;

@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -181,10 +181,7 @@ impl ControlPlane {
 
     /// The next message received, if any.
     pub fn try_recv(&self) -> Option<(MemberId, ControlMsg)> {
-        match self.inbox.try_recv() {
-            Ok(m) => Some(m),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-        }
+        self.inbox.try_recv().ok()
     }
 
     /// The doorbell rung when a message arrives (the member's current one).
@@ -411,26 +408,28 @@ fn write_loop(
             continue;
         }
         frame[..4].copy_from_slice(&(len as u32).to_be_bytes());
-        if !conns.contains_key(&to) {
-            if backoff.get(&to).is_some_and(|t| std::time::Instant::now() < *t) {
-                stats.dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    let _ = s.set_write_timeout(Some(Duration::from_millis(500)));
-                    conns.insert(to, s);
-                    backoff.remove(&to);
-                }
-                Err(_) => {
-                    backoff.insert(to, std::time::Instant::now() + Duration::from_millis(20));
+        let conn = match conns.entry(to) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if backoff.get(&to).is_some_and(|t| std::time::Instant::now() < *t) {
                     stats.dropped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        let _ = s.set_write_timeout(Some(Duration::from_millis(500)));
+                        backoff.remove(&to);
+                        e.insert(s)
+                    }
+                    Err(_) => {
+                        backoff.insert(to, std::time::Instant::now() + Duration::from_millis(20));
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                }
             }
-        }
-        let conn = conns.get_mut(&to).expect("connected");
+        };
         if conn.write_all(&frame).is_err() {
             conns.remove(&to);
             stats.dropped.fetch_add(1, Ordering::Relaxed);

@@ -285,6 +285,9 @@ struct Shared {
 
 type Opener = Box<dyn FnMut(&ViewGroup, usize) -> Result<SimFabric, String>>;
 
+/// Deliveries collected by the sink: (configured subgroup, sender, payload).
+type Got = Rc<RefCell<Vec<(usize, MemberId, Vec<u8>)>>>;
+
 struct Member {
     me: MemberId,
     vm: ViewMember<SimFabric, Opener>,
@@ -296,7 +299,7 @@ struct Member {
     stopped: bool,
     finished: bool,
     template: Arc<GroupConfig>,
-    got: Rc<RefCell<Vec<(usize, MemberId, Vec<u8>)>>>,
+    got: Got,
     shared: Rc<RefCell<Shared>>,
 }
 
@@ -441,7 +444,7 @@ impl Member {
 
 /// Collects deliveries with their configured subgroup and a copy of the
 /// payload.
-fn sink(got: &Rc<RefCell<Vec<(usize, MemberId, Vec<u8>)>>>) -> impl FnMut(&[Delivered<'_>]) + '_ {
+fn sink(got: &Got) -> impl FnMut(&[Delivered<'_>]) + '_ {
     move |batch: &[Delivered<'_>]| {
         let mut g = got.borrow_mut();
         for d in batch {
@@ -885,7 +888,7 @@ impl Checker<ViewsEvent> for Integrity {
                     }
                     if ordered(&self.group, subgroup) {
                         let last = fifo.entry((e.member, subgroup, sender)).or_insert(0);
-                        if index + 1 <= *last {
+                        if index < *last {
                             return violation(
                                 self.name(),
                                 format!(

@@ -231,7 +231,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             work += driver.post_backlog();
         }
         let mut suspected = Vec::new();
-        work += driver.on_fabric_events(|peer, cause| suspected.push((peer, cause.clone())));
+        work += driver.on_fabric_events(|peer, cause| suspected.push((peer, *cause)));
         for (peer, cause) in suspected {
             if !self.running() {
                 break;

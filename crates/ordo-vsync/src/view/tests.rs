@@ -16,6 +16,9 @@ fn template(n: u32) -> GroupConfig {
     }
 }
 
+/// Whether the network drops a message (from, to, message).
+type DropRule = Box<dyn FnMut(MemberId, MemberId, &ControlMsg) -> bool>;
+
 /// A group of view-change state machines on a FIFO network that can drop
 /// everything to and from dead members, or only some messages.
 struct Net {
@@ -26,7 +29,7 @@ struct Net {
     queue: VecDeque<(MemberId, MemberId, ControlMsg)>,
     events: Vec<Vec<ViewEvent>>,
     /// Messages `(from, to)` are dropped while this says so.
-    drop: Box<dyn FnMut(MemberId, MemberId, &ControlMsg) -> bool>,
+    drop: DropRule,
 }
 
 impl Net {
