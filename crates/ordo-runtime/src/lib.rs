@@ -31,7 +31,7 @@ pub use config::{
     ValidationError, VsyncConfig,
 };
 pub use control::{ControlError, ControlPlane};
-pub use node::{Node, NodeError, NodeExit, NodeStatus};
+pub use node::{DeliverFn, Node, NodeApp, NodeError, NodeExit, NodeStatus, ViewFn, ViewSender};
 pub use ordo_agent::{
     Agent, AgentLoop, AgentPanic, Clock, CorePinning, IdleAction, IdleStrategy, Idler, Joined,
     MonotonicClock, ParkBell, Runner, RunnerError, RunnerHandle, RunnerOptions, RunnerStats, Step,

@@ -257,6 +257,57 @@ struct NodeSink {
     counts: Vec<(u64, u64)>,
     log: Option<BufWriter<File>>,
     log_error: bool,
+    on_deliver: Option<DeliverFn>,
+}
+
+/// An application's delivery upcall: each delivered batch, with the view
+/// it was delivered in (subgroup indices are the configured ones). Runs on
+/// the member's thread; must not block.
+pub type DeliverFn = Box<dyn FnMut(u64, &[Delivered<'_>]) + Send>;
+
+/// An application's view upcall: every [`MembershipEvent`] (wedged, new
+/// view with who left, removed, minority, failed). Runs on the member's
+/// thread; must not block.
+pub type ViewFn = Box<dyn FnMut(&MembershipEvent) + Send>;
+
+/// What an application embedding a [`Node`] hooks in.
+#[derive(Default)]
+pub struct NodeApp {
+    /// Delivered batches.
+    pub on_deliver: Option<DeliverFn>,
+    /// View changes.
+    pub on_view: Option<ViewFn>,
+}
+
+/// An application thread's send handle for one configured subgroup, valid
+/// across views: it sends through the current view's ring. During a view
+/// change it answers [`SendError::Wedged`] without calling `build` (retry
+/// once the new view is installed: nothing the caller built is lost);
+/// messages it sent before the change are delivered in the old view or
+/// resent in the new one by this member.
+#[derive(Clone)]
+pub struct ViewSender {
+    subgroup: usize,
+    current: Arc<Mutex<Vec<Option<ordo_vsync::Sender>>>>,
+}
+
+impl ViewSender {
+    /// The configured subgroup.
+    pub fn subgroup(&self) -> usize {
+        self.subgroup
+    }
+
+    /// Builds a `len`-byte message in place and sends it in the current
+    /// view; `WouldBlock` when the window is full, `Wedged` during a view
+    /// change or when this member is no sender of the subgroup in the
+    /// current view.
+    pub fn try_send_with(&self, len: usize, build: impl FnOnce(&mut [u8])) -> Result<(), SendError> {
+        let sender = self.current.lock().unwrap_or_else(|p| p.into_inner())[self.subgroup].clone();
+        match sender {
+            Some(s) => s.try_send_with(len, build),
+            None => Err(SendError::Wedged),
+        }
+    }
 }
 
 /// FNV-1a, 64-bit: the delivery log's digest of a payload.
@@ -271,6 +322,9 @@ pub fn fnv64(bytes: &[u8]) -> u64 {
 
 impl DeliverySink for NodeSink {
     fn deliver(&mut self, batch: &[Delivered<'_>]) {
+        if let Some(f) = self.on_deliver.as_mut() {
+            f(self.view, batch);
+        }
         for d in batch {
             let c = &mut self.counts[d.subgroup];
             c.0 += 1;
@@ -337,9 +391,28 @@ struct ViewAgent {
     suspicions: u64,
     stopped: bool,
     backend: Backend,
+    on_view: Option<ViewFn>,
+    /// The current view's send handles, for [`ViewSender`]s.
+    senders: Arc<Mutex<Vec<Option<ordo_vsync::Sender>>>>,
+    shared_key: Option<(u64, bool)>,
 }
 
 impl ViewAgent {
+    /// Publishes the current view's send handles (none while changing),
+    /// when the view or its state changed.
+    fn share_senders(&mut self) {
+        let running = self.member.is_settled();
+        let key = (self.member.view().id, running);
+        if self.shared_key == Some(key) {
+            return;
+        }
+        self.shared_key = Some(key);
+        let n = self.sent.len();
+        let v: Vec<Option<ordo_vsync::Sender>> =
+            (0..n).map(|g| if running { self.member.sender(g).cloned() } else { None }).collect();
+        *self.senders.lock().unwrap_or_else(|p| p.into_inner()) = v;
+    }
+
     fn now(&self) -> Duration {
         self.t0.elapsed()
     }
@@ -388,6 +461,9 @@ impl ViewAgent {
 
     fn handle_events(&mut self) {
         for e in self.member.take_events() {
+            if let Some(f) = self.on_view.as_mut() {
+                f(&e);
+            }
             match e {
                 MembershipEvent::Wedged { view } => {
                     self.wedged_at = Some(Instant::now());
@@ -426,6 +502,7 @@ impl ViewAgent {
             }
         }
         self.suspicions += self.member.take_suspicions().len() as u64;
+        self.share_senders();
     }
 
     fn stop(&mut self, why: NodeExit) {
@@ -663,6 +740,7 @@ pub struct Node {
     runner: Option<Runner<ViewAgent>>,
     shared: Arc<Shared>,
     control_addr: SocketAddr,
+    senders: Arc<Mutex<Vec<Option<ordo_vsync::Sender>>>>,
 }
 
 impl Node {
@@ -670,6 +748,11 @@ impl Node {
     /// ([`OrdoConfig::validate_node_daemon`]): the control plane, view 0's
     /// fabric (waiting for every member), and the agent thread.
     pub fn start(config: &OrdoConfig) -> Result<Node, NodeError> {
+        Node::start_with(config, NodeApp::default())
+    }
+
+    /// As [`start`](Self::start), with an application's upcalls.
+    pub fn start_with(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
         config.validate_node_daemon()?;
         let me = config.member.id;
         let template = config.vsync_group()?;
@@ -719,12 +802,19 @@ impl Node {
             leave: std::sync::atomic::AtomicBool::new(false),
         });
         let senders_in: Vec<bool> = template.subgroups.iter().map(|s| s.senders.contains(&me)).collect();
+        let senders = Arc::new(Mutex::new(vec![None; n]));
         let tick = Duration::from_millis(config.node.tick_ms);
         let mut agent = ViewAgent {
             me,
             member,
             control,
-            sink: NodeSink { view: 0, counts: vec![(0, 0); n], log, log_error: false },
+            sink: NodeSink {
+                view: 0,
+                counts: vec![(0, 0); n],
+                log,
+                log_error: false,
+                on_deliver: app.on_deliver,
+            },
             shared: shared.clone(),
             t0: Instant::now(),
             tick,
@@ -744,12 +834,23 @@ impl Node {
             suspicions: 0,
             stopped: false,
             backend: config.fabric.backend,
+            on_view: app.on_view,
+            senders: senders.clone(),
+            shared_key: None,
         };
+        agent.share_senders();
         agent.publish();
         let mut options = config.runner_options();
         options.threading = crate::ThreadingMode::Dedicated;
         let runner = Runner::start(vec![agent], &options)?;
-        Ok(Node { runner: Some(runner), shared, control_addr })
+        Ok(Node { runner: Some(runner), shared, control_addr, senders })
+    }
+
+    /// A send handle for configured subgroup `g` that follows the views
+    /// (None: no such subgroup).
+    pub fn sender(&self, g: usize) -> Option<ViewSender> {
+        let n = self.senders.lock().unwrap_or_else(|p| p.into_inner()).len();
+        (g < n).then(|| ViewSender { subgroup: g, current: self.senders.clone() })
     }
 
     /// The control plane's address.

@@ -173,6 +173,12 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
         self.vc.status() == Status::Running && (self.driver.is_some() || self.opening.is_some())
     }
 
+    /// Whether the member runs its view normally: not changing it, and its
+    /// endpoint open (its send handles are the view's).
+    pub fn is_settled(&self) -> bool {
+        self.running() && !self.vc.is_changing() && self.opening.is_none()
+    }
+
     /// The current view's driver, if its endpoint is open.
     pub fn try_driver(&self) -> Option<&VsyncDriver<F>> {
         self.driver.as_ref()
