@@ -89,6 +89,11 @@ pub struct NodeConfig {
     /// (`view subgroup sender index bytes digest`); absent: none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery_log: Option<PathBuf>,
+    /// `join`: start by joining a running group (a new member, or a
+    /// restarted one: a new incarnation) instead of forming view 0 with
+    /// every member; it receives its subgroups' state before it delivers
+    /// (default false).
+    pub join: bool,
 }
 
 impl Default for NodeConfig {
@@ -101,6 +106,7 @@ impl Default for NodeConfig {
             send_rate: 0,
             message_bytes: 1024,
             delivery_log: None,
+            join: false,
         }
     }
 }

@@ -258,6 +258,33 @@ struct NodeSink {
     log: Option<BufWriter<File>>,
     log_error: bool,
     on_deliver: Option<DeliverFn>,
+    snapshot: Option<SnapshotFn>,
+    restore: Option<RestoreFn>,
+}
+
+/// The node's state of a subgroup: its delivered counters (16 bytes), then
+/// the application's.
+impl ordo_vsync::StateTransfer for NodeSink {
+    fn snapshot(&mut self, subgroup: usize) -> Vec<u8> {
+        let (m, b) = self.counts[subgroup];
+        let mut out = m.to_le_bytes().to_vec();
+        out.extend_from_slice(&b.to_le_bytes());
+        if let Some(f) = self.snapshot.as_mut() {
+            out.extend_from_slice(&f(subgroup));
+        }
+        out
+    }
+
+    fn restore(&mut self, subgroup: usize, state: &[u8]) {
+        if state.len() >= 16 {
+            let m = u64::from_le_bytes(state[..8].try_into().expect("8 bytes"));
+            let b = u64::from_le_bytes(state[8..16].try_into().expect("8 bytes"));
+            self.counts[subgroup] = (m, b);
+        }
+        if let Some(f) = self.restore.as_mut() {
+            f(subgroup, state.get(16..).unwrap_or_default());
+        }
+    }
 }
 
 /// An application's delivery upcall: each delivered batch, with the view
@@ -270,6 +297,14 @@ pub type DeliverFn = Box<dyn FnMut(u64, &[Delivered<'_>]) + Send>;
 /// thread; must not block.
 pub type ViewFn = Box<dyn FnMut(&MembershipEvent) + Send>;
 
+/// An application's state snapshot of a configured subgroup (taken on a
+/// member that was in it, for a joiner).
+pub type SnapshotFn = Box<dyn FnMut(usize) -> Vec<u8> + Send>;
+
+/// An application's restore of a subgroup's state (on a joiner, before it
+/// delivers anything there).
+pub type RestoreFn = Box<dyn FnMut(usize, &[u8]) + Send>;
+
 /// What an application embedding a [`Node`] hooks in.
 #[derive(Default)]
 pub struct NodeApp {
@@ -277,6 +312,11 @@ pub struct NodeApp {
     pub on_deliver: Option<DeliverFn>,
     /// View changes.
     pub on_view: Option<ViewFn>,
+    /// Its state of a subgroup, for a joiner (the node adds its own
+    /// counters).
+    pub snapshot: Option<SnapshotFn>,
+    /// A joiner's restore of that state.
+    pub restore: Option<RestoreFn>,
 }
 
 /// An application thread's send handle for one configured subgroup, valid
@@ -470,7 +510,10 @@ impl ViewAgent {
                     self.wedged_at_unix_ns = unix_ns();
                     tracing::info!(member = self.me, view, "view change: wedged");
                 }
-                MembershipEvent::Installed { view, left, ragged, resent } => {
+                MembershipEvent::Restored { subgroup, bytes } => {
+                    tracing::info!(member = self.me, subgroup, bytes, "state restored");
+                }
+                MembershipEvent::Installed { view, left, joined, ragged, resent } => {
                     let took = self.wedged_at.take().map(|t| t.elapsed()).unwrap_or_default();
                     self.installed_at_unix_ns = unix_ns();
                     self.view_changes += 1;
@@ -483,6 +526,7 @@ impl ViewAgent {
                         view = view.id,
                         members = ?view.members,
                         ?left,
+                        ?joined,
                         ragged,
                         resent,
                         ms = took.as_secs_f64() * 1e3,
@@ -523,6 +567,8 @@ impl ViewAgent {
         let mut st = NodeStatus {
             member: self.me,
             state: match (running, self.member.status()) {
+                (false, Status::Joining) => "joining".into(),
+                (true, _) if self.member.awaits_state() => "joining".into(),
                 (true, _) if self.member.is_changing() => "changing".into(),
                 (true, _) => "running".into(),
                 (false, Status::Removed) => "removed".into(),
@@ -779,11 +825,15 @@ impl Node {
                 connect_view_fabric(&c, wait).map_err(|e: WiringError| e.to_string())
             }
         });
-        let view = View { id: 0, members: config.group.members.clone() };
-        let mut member =
-            ViewMember::new(me, template.clone(), view, open).map_err(|e| NodeError::Start(e.to_string()))?;
+        let mut member = if config.node.join {
+            ViewMember::join(me, template.clone(), unix_ns().max(1), open)
+        } else {
+            let view = View { id: 0, members: config.group.members.clone() };
+            ViewMember::new(me, template.clone(), view, open)
+        }
+        .map_err(|e| NodeError::Start(e.to_string()))?;
         member.set_patience(config.node.patience);
-        control.set_bell(member.driver().fabric().doorbell().cloned());
+        control.set_bell(member.try_driver().and_then(|d| d.fabric().doorbell().cloned()));
         let log = match &config.node.delivery_log {
             None => None,
             Some(p) => Some(BufWriter::new(
@@ -814,6 +864,8 @@ impl Node {
                 log,
                 log_error: false,
                 on_deliver: app.on_deliver,
+                snapshot: app.snapshot,
+                restore: app.restore,
             },
             shared: shared.clone(),
             t0: Instant::now(),

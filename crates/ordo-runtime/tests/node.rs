@@ -96,6 +96,7 @@ fn an_embedded_group_changes_views_under_the_application() {
                             }
                         })),
                         on_view: Some(Box::new(move |e| view.lock().unwrap().push(e.clone()))),
+                        ..NodeApp::default()
                     };
                     Node::start_with(&c, app).unwrap()
                 })

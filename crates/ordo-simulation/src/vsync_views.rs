@@ -378,6 +378,7 @@ impl Member {
                     self.stopped = true;
                     ViewsEvent::Minority { view: view.id }
                 }
+                MembershipEvent::Restored { .. } => continue,
                 MembershipEvent::Failed { view, why } => {
                     self.stopped = true;
                     ViewsEvent::Anomaly { what: format!("view {} could not be opened: {why}", view.id) }

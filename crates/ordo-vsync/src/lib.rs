@@ -49,7 +49,7 @@ pub use engine::{
     Delivered, DeliverySink, Effects, Engine, NULL_COUNT_MASK, NULL_FLAG, PeerFault, Push, SendError, Sender,
 };
 pub use layout::{GroupLayout, SubgroupColumns};
-pub use membership::{MembershipEvent, ViewMember};
+pub use membership::{MembershipEvent, StateTransfer, ViewMember};
 pub use stats::{BatchHistogram, SubgroupStats};
 
 #[cfg(test)]

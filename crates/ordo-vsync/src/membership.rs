@@ -18,6 +18,19 @@
 //!   (stable across views), never the view's engine index.
 //! - A removed or minority member stops: its engine stays wedged and it
 //!   delivers nothing more.
+//! - **Joins and state transfer.** A member started with
+//!   [`ViewMember::join`] asks to join until a view includes it. At the
+//!   install of a view with joiners, every member that was in a subgroup
+//!   with a joiner before takes a snapshot of that subgroup's application
+//!   state ([`StateTransfer::snapshot`]) right after the failed view's
+//!   ragged edge and before anything of the new view is delivered — the
+//!   same point at every such member, by virtual synchrony. The joiner
+//!   fetches it in chunks ([`ControlMsg::StateRequest`] / `State`, from
+//!   one such member, then the next if it does not answer), restores it
+//!   ([`StateTransfer::restore`]) and only then polls its engine: it
+//!   delivers nothing before its state, and the others wait for it (their
+//!   deliveries need its receive counts). A subgroup none of whose members
+//!   was in it before starts empty at the joiner.
 //!
 //! # Sending across views
 //! [`ViewMember::sender`] returns the handle of the current view. A handle
@@ -33,8 +46,33 @@ use crate::config::{ConfigError, GroupConfig};
 use crate::driver::VsyncDriver;
 use crate::engine::{Delivered, DeliverySink, Sender};
 use crate::layout::GroupLayout;
-use crate::view::{ControlMsg, Decision, Status, View, ViewChange, ViewEvent, ViewGroup};
+use crate::view::{ControlMsg, Decision, STATE_CHUNK, Status, View, ViewChange, ViewEvent, ViewGroup};
 use ordo_fabric::{Fabric, FailureCause, MemberId};
+use std::collections::BTreeMap;
+
+/// The application's state per subgroup, for joiners: a sink that can
+/// snapshot and restore what its deliveries built. A plain closure sink
+/// has no state to transfer (empty snapshots, restores ignored).
+pub trait StateTransfer: DeliverySink {
+    /// The state of configured subgroup `subgroup` now (between two views).
+    fn snapshot(&mut self, subgroup: usize) -> Vec<u8> {
+        let _ = subgroup;
+        Vec::new()
+    }
+
+    /// Replaces the state of `subgroup` with `state` (a joiner, before it
+    /// delivers anything there).
+    fn restore(&mut self, subgroup: usize, state: &[u8]) {
+        let _ = (subgroup, state);
+    }
+}
+
+impl<F: FnMut(&[Delivered<'_>])> StateTransfer for F {}
+
+/// Snapshots kept to answer joiners (oldest dropped first).
+const KEPT_SNAPSHOTS: usize = 16;
+/// State chunks sent per request.
+const CHUNKS_PER_REQUEST: usize = 4;
 
 /// What happened to this member's view, for the application (view upcalls).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +88,8 @@ pub enum MembershipEvent {
         view: View,
         /// Members of the previous view that are not in it.
         left: Vec<MemberId>,
+        /// Members that joined with it (this member too, if it is one).
+        joined: Vec<MemberId>,
         /// Messages delivered in the ragged-edge cleanup.
         ragged: usize,
         /// Own messages resent in the new view.
@@ -66,6 +106,14 @@ pub enum MembershipEvent {
         view: View,
         /// The members it suspected.
         suspects: Vec<MemberId>,
+    },
+    /// A joiner restored the state of `subgroup` (`bytes` long) and may
+    /// deliver there.
+    Restored {
+        /// Configured subgroup.
+        subgroup: usize,
+        /// Bytes of state.
+        bytes: usize,
     },
     /// The next view's fabric endpoint could not be opened (a member of it
     /// never came up): this member stops; the others suspect it.
@@ -91,6 +139,13 @@ pub struct ViewMember<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> {
     senders: Vec<Option<Sender>>,
     open: O,
     opening: Option<Opening>,
+    /// Snapshots taken for joiners: (joiner's first view, subgroup) → state.
+    snapshots: BTreeMap<(u64, usize), Vec<u8>>,
+    /// State this joiner still waits for, by configured subgroup.
+    awaiting: BTreeMap<usize, Transfer>,
+    /// State-transfer messages to send.
+    outbox: Vec<(MemberId, ControlMsg)>,
+    patience: u32,
     events: Vec<MembershipEvent>,
     suspicions: Vec<(MemberId, FailureCause)>,
 }
@@ -123,9 +178,45 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             senders,
             open,
             opening: None,
+            snapshots: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
+            outbox: Vec::new(),
+            patience: crate::view::DEFAULT_PATIENCE,
             events: Vec::new(),
             suspicions: Vec::new(),
         })
+    }
+
+    /// Member `me` of the configured group `template`, not in the group: it
+    /// asks to join as `incarnation` (unique per start, not 0; the wall
+    /// clock in ns does) at every [`tick`](Self::tick) until a view
+    /// includes it, then receives its subgroups' state before delivering.
+    pub fn join(me: MemberId, template: GroupConfig, incarnation: u64, open: O) -> Result<Self, ConfigError> {
+        let vc = ViewChange::joining(me, template, incarnation)?;
+        Ok(ViewMember {
+            vc,
+            driver: None,
+            senders: Vec::new(),
+            open,
+            opening: None,
+            snapshots: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
+            outbox: Vec::new(),
+            patience: crate::view::DEFAULT_PATIENCE,
+            events: Vec::new(),
+            suspicions: Vec::new(),
+        })
+    }
+
+    /// Whether this member is still asking to join.
+    pub fn is_joining(&self) -> bool {
+        self.vc.status() == Status::Joining
+    }
+
+    /// Whether this (joined) member still waits for state and so delivers
+    /// nothing yet.
+    pub fn awaits_state(&self) -> bool {
+        !self.awaiting.is_empty()
     }
 
     fn start(vc: &ViewChange, open: &mut O) -> Result<(VsyncDriver<F>, Vec<Option<Sender>>), ConfigError> {
@@ -154,6 +245,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     /// (see [`ViewChange::set_patience`]).
     pub fn set_patience(&mut self, ticks: u32) {
         self.vc.set_patience(ticks);
+        self.patience = ticks.max(1);
     }
 
     /// The current view's group (engine configuration, index maps).
@@ -176,7 +268,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     /// Whether the member runs its view normally: not changing it, and its
     /// endpoint open (its send handles are the view's).
     pub fn is_settled(&self) -> bool {
-        self.running() && !self.vc.is_changing() && self.opening.is_none()
+        self.running() && !self.vc.is_changing() && self.opening.is_none() && self.awaiting.is_empty()
     }
 
     /// The current view's driver, if its endpoint is open.
@@ -191,7 +283,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
 
     /// Whether [`tick`](Self::tick) has retransmissions to make.
     pub fn has_pending(&self) -> bool {
-        self.running() && self.vc.has_pending()
+        (self.running() || self.is_joining()) && (self.vc.has_pending() || !self.awaiting.is_empty())
     }
 
     /// The send handle of configured subgroup `g` in the current view
@@ -208,7 +300,9 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
 
     /// Control messages to send, as (destination, message).
     pub fn take_outbox(&mut self) -> Vec<(MemberId, ControlMsg)> {
-        self.vc.take_outbox()
+        let mut out = self.vc.take_outbox();
+        out.append(&mut self.outbox);
+        out
     }
 
     /// View upcalls since the last call, in order.
@@ -223,14 +317,15 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
 
     /// One duty cycle: post, poll (if nothing is held back), post, fabric
     /// events (suspicions start a view change). Deliveries go to `sink`.
-    pub fn do_work(&mut self, sink: &mut impl DeliverySink) -> usize {
-        self.finish_open();
+    pub fn do_work(&mut self, sink: &mut impl StateTransfer) -> usize {
+        self.finish_open(sink);
         if !self.running() {
             return 0;
         }
         let driver = self.driver.as_mut().expect("running");
         let mut work = driver.post_backlog();
-        if driver.can_poll() {
+        // A joiner delivers nothing before its state is restored.
+        if driver.can_poll() && self.awaiting.is_empty() {
             let configured = &self.vc.group().configured;
             let mut remap = Remap { sink, configured };
             work += driver.poll_engine(&mut remap);
@@ -251,8 +346,8 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     }
 
     /// Local suspicion from outside the fabric (missed heartbeats).
-    pub fn suspect(&mut self, peer: MemberId, sink: &mut impl DeliverySink) {
-        self.finish_open();
+    pub fn suspect(&mut self, peer: MemberId, sink: &mut impl StateTransfer) {
+        self.finish_open(sink);
         if !self.running() {
             return;
         }
@@ -262,8 +357,8 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     }
 
     /// Leaves the group gracefully.
-    pub fn leave(&mut self, sink: &mut impl DeliverySink) {
-        self.finish_open();
+    pub fn leave(&mut self, sink: &mut impl StateTransfer) {
+        self.finish_open(sink);
         if !self.running() {
             return;
         }
@@ -273,10 +368,24 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     }
 
     /// A control message from `from`.
-    pub fn on_control(&mut self, from: MemberId, msg: ControlMsg, sink: &mut impl DeliverySink) -> usize {
-        self.finish_open();
+    pub fn on_control(&mut self, from: MemberId, msg: ControlMsg, sink: &mut impl StateTransfer) -> usize {
+        self.finish_open(sink);
+        if self.is_joining() {
+            self.vc.on_message(from, msg, &[]);
+            return self.apply(sink);
+        }
         if !self.running() {
             return 0;
+        }
+        match msg {
+            ControlMsg::StateRequest { view, subgroup, offset } => {
+                self.answer_state(from, view, subgroup as usize, offset);
+                return 1;
+            }
+            ControlMsg::State { view, subgroup, offset, total, bytes } => {
+                return self.on_state(view, subgroup as usize, offset, total, &bytes, sink);
+            }
+            _ => {}
         }
         let received = self.drv().engine().received_rounds();
         self.vc.on_message(from, msg, &received);
@@ -284,18 +393,24 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     }
 
     /// Retransmissions; call periodically.
-    pub fn tick(&mut self, sink: &mut impl DeliverySink) {
-        self.finish_open();
+    pub fn tick(&mut self, sink: &mut impl StateTransfer) {
+        self.finish_open(sink);
+        if self.is_joining() {
+            self.vc.tick(&[]);
+            self.apply(sink);
+            return;
+        }
         if !self.running() {
             return;
         }
+        self.request_state();
         let received = self.drv().engine().received_rounds();
         self.vc.tick(&received);
         self.apply(sink);
     }
 
     /// Carries out what the view change asked for, in order.
-    fn apply(&mut self, sink: &mut impl DeliverySink) -> usize {
+    fn apply(&mut self, sink: &mut impl StateTransfer) -> usize {
         let mut work = 0;
         for e in self.vc.take_events() {
             work += 1;
@@ -307,6 +422,10 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
                     self.events.push(MembershipEvent::Wedged { view: self.vc.view().id });
                 }
                 ViewEvent::Install { old, decision } => self.install(old, &decision, sink),
+                ViewEvent::Joined { .. } => {
+                    let me = self.vc.member();
+                    self.opening = Some(Opening { old: None, ragged: 0, resend: Vec::new(), joined: vec![me] });
+                }
                 ViewEvent::Removed { next, .. } => {
                     if let Some(d) = self.driver.as_mut() {
                         d.wedge();
@@ -325,12 +444,14 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     }
 
     /// The decided view's first half: the failed view's ragged edge is
-    /// delivered and this member's messages to resend are collected (the
-    /// old engine stays wedged). The old endpoint is closed and the new one
-    /// opened by [`finish_open`](Self::finish_open) at the start of the
-    /// next call, once the caller has sent the outbox: opening waits for
-    /// the other members, who must first learn the decision.
-    fn install(&mut self, old: ViewGroup, decision: &Decision, sink: &mut impl DeliverySink) {
+    /// delivered, this member's messages to resend are collected (the old
+    /// engine stays wedged), and, if members join, the state of every
+    /// subgroup they join is snapshot here — after the ragged edge, before
+    /// anything of the new view. The old endpoint is closed and the new one
+    /// opened by `finish_open` at the start of the next call, once the
+    /// caller has sent the outbox: opening waits for the other members, who
+    /// must first learn the decision.
+    fn install(&mut self, old: ViewGroup, decision: &Decision, sink: &mut impl StateTransfer) {
         let driver = self.drv_mut();
         driver.wedge();
         let ragged = {
@@ -343,16 +464,34 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             .into_iter()
             .map(|(g, bytes)| (old.configured[g], bytes))
             .collect();
+        let joiners = decision.joiners(&old.view);
+        if !joiners.is_empty() {
+            let me = self.vc.member();
+            let new = self.vc.group().clone();
+            for (g, (was, is)) in old.index.iter().zip(&new.index).enumerate() {
+                let (Some(was), Some(is)) = (was, is) else { continue };
+                let gains = new.config.subgroups[*is].members.iter().any(|m| joiners.contains(m));
+                let held = old.config.subgroups[*was].members.contains(&me) && !self.awaiting.contains_key(&g);
+                if gains && held {
+                    let state = sink.snapshot(g);
+                    self.snapshots.insert((decision.next.id, g), state);
+                    while self.snapshots.len() > KEPT_SNAPSHOTS {
+                        let first = *self.snapshots.keys().next().expect("non-empty");
+                        self.snapshots.remove(&first);
+                    }
+                }
+            }
+        }
         self.senders.iter_mut().for_each(|s| *s = None);
-        self.opening = Some(Opening { old, ragged, resend });
+        self.opening = Some(Opening { old: Some(old), ragged, resend, joined: joiners });
     }
 
     /// Opens the installed view's endpoint if it is pending: builds its
     /// engine, resends, acknowledges, reports [`MembershipEvent::Installed`]
-    /// (or [`MembershipEvent::Failed`]). Every other entry point calls it
-    /// first.
-    pub fn finish_open(&mut self) {
-        let Some(Opening { old, ragged, resend }) = self.opening.take() else { return };
+    /// (or [`MembershipEvent::Failed`]); a joiner starts waiting for its
+    /// state. Every entry point calls it first.
+    fn finish_open(&mut self, sink: &mut impl StateTransfer) {
+        let Some(Opening { old, ragged, resend, joined }) = self.opening.take() else { return };
         // The old view's endpoint closes first (a tcp backend frees its
         // port) — only now, after the caller sent the decision: a peer that
         // sees the old links close suspects this member, and must learn the
@@ -364,28 +503,123 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
                 self.senders = senders;
             }
             Err(e) => {
-                self.events
-                    .push(MembershipEvent::Failed { view: self.vc.view().clone(), why: e.to_string() });
+                self.events.push(MembershipEvent::Failed { view: self.vc.view().clone(), why: e.to_string() });
                 return;
             }
         }
         for (g, bytes) in &resend {
-            let handle =
-                self.senders[*g].as_ref().expect("a surviving sender sends in its subgroup's next view");
+            let handle = self.senders[*g].as_ref().expect("a surviving sender sends in its subgroup's next view");
             handle
                 .try_send_with(bytes.len(), |buf| buf.copy_from_slice(bytes))
                 .expect("resends fit in the new view's empty ring (at most a window of them)");
         }
-        self.vc.installed();
+        let me = self.vc.member();
         let view = self.vc.view().clone();
-        let left = old.view.members.iter().copied().filter(|m| !view.contains(*m)).collect();
-        self.events.push(MembershipEvent::Installed { view, left, ragged, resent: resend.len() });
+        if old.is_none() {
+            // This member joined: every subgroup it is in waits for its state.
+            let group = self.vc.group().clone();
+            for (g, i) in group.index.iter().enumerate() {
+                let Some(i) = i else { continue };
+                let members = &group.config.subgroups[*i].members;
+                if !members.contains(&me) {
+                    continue;
+                }
+                let sources: Vec<MemberId> = members.iter().copied().filter(|m| *m != me).collect();
+                if sources.is_empty() {
+                    sink.restore(g, &[]);
+                    self.events.push(MembershipEvent::Restored { subgroup: g, bytes: 0 });
+                    continue;
+                }
+                let t = Transfer { view: view.id, sources, next: 0, idle: 0, buf: Vec::new(), total: None };
+                self.awaiting.insert(g, t);
+            }
+            self.request_state();
+        }
+        self.vc.installed();
+        let left = old.map(|o| o.view.members.iter().copied().filter(|m| !view.contains(*m)).collect()).unwrap_or_default();
+        self.events.push(MembershipEvent::Installed { view, left, joined, ragged, resent: resend.len() });
     }
+
+    /// A joiner asks the next source of each subgroup it waits for; a
+    /// source silent for a patience is skipped.
+    fn request_state(&mut self) {
+        for (&g, t) in self.awaiting.iter_mut() {
+            t.idle += 1;
+            if t.idle > self.patience {
+                t.idle = 0;
+                t.next += 1;
+            }
+            let to = t.sources[t.next % t.sources.len()];
+            let msg = ControlMsg::StateRequest { view: t.view, subgroup: g as u32, offset: t.buf.len() as u64 };
+            self.outbox.push((to, msg));
+        }
+    }
+
+    /// Sends up to a few chunks of a snapshot to a joiner that asked.
+    fn answer_state(&mut self, to: MemberId, view: u64, g: usize, offset: u64) {
+        let Some(state) = self.snapshots.get(&(view, g)) else { return };
+        let total = state.len() as u64;
+        let mut at = offset.min(total) as usize;
+        for _ in 0..CHUNKS_PER_REQUEST {
+            let end = (at + STATE_CHUNK).min(state.len());
+            let bytes = state[at..end].to_vec();
+            self.outbox.push((
+                to,
+                ControlMsg::State { view, subgroup: g as u32, offset: at as u64, total, bytes },
+            ));
+            at = end;
+            if at >= state.len() {
+                break;
+            }
+        }
+    }
+
+    /// A chunk of state for this joiner: appended if it is the next one;
+    /// once whole, restored, and the subgroup may deliver.
+    fn on_state(
+        &mut self,
+        view: u64,
+        g: usize,
+        offset: u64,
+        total: u64,
+        bytes: &[u8],
+        sink: &mut impl StateTransfer,
+    ) -> usize {
+        let Some(t) = self.awaiting.get_mut(&g) else { return 0 };
+        if t.view != view || offset != t.buf.len() as u64 || t.total.is_some_and(|x| x != total) {
+            return 0;
+        }
+        t.buf.extend_from_slice(bytes);
+        t.total = Some(total);
+        t.idle = 0;
+        if t.buf.len() as u64 >= total {
+            let t = self.awaiting.remove(&g).expect("present");
+            sink.restore(g, &t.buf);
+            self.events.push(MembershipEvent::Restored { subgroup: g, bytes: t.buf.len() });
+        }
+        1
+    }
+}
+
+/// A subgroup's state a joiner is fetching.
+struct Transfer {
+    /// The joiner's first view (the snapshot's key).
+    view: u64,
+    /// Members that may hold the snapshot, asked in turn.
+    sources: Vec<MemberId>,
+    next: usize,
+    /// Ticks since the last chunk.
+    idle: u32,
+    buf: Vec<u8>,
+    total: Option<u64>,
 }
 
 /// A decided view whose endpoint is not open yet.
 struct Opening {
-    old: ViewGroup,
+    /// The failed view (None: this member joined).
+    old: Option<ViewGroup>,
     ragged: usize,
     resend: Vec<(usize, Vec<u8>)>,
+    /// Members that joined with the view.
+    joined: Vec<MemberId>,
 }

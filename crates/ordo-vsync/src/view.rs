@@ -120,6 +120,22 @@ pub struct Decision {
     /// rank: rounds every survivor delivers. Empty for a subgroup with no
     /// survivor.
     pub trims: Vec<Vec<u64>>,
+    /// The incarnation of each member of `next` (same order): 0 for the
+    /// first incarnation, the joiner's own number for a member that joined.
+    /// A member of `next` not in the failed view is a **joiner**.
+    pub incarnations: Vec<u64>,
+}
+
+impl Decision {
+    /// Members of the next view that were not in `old` (joiners).
+    pub fn joiners(&self, old: &View) -> Vec<MemberId> {
+        self.next.members.iter().copied().filter(|m| !old.contains(*m)).collect()
+    }
+
+    /// The incarnation of `m` in the next view.
+    pub fn incarnation_of(&self, m: MemberId) -> Option<u64> {
+        self.next.members.iter().position(|x| *x == m).map(|i| self.incarnations[i])
+    }
 }
 
 /// A control-plane message of the view change (see the module docs).
@@ -194,7 +210,45 @@ pub enum ControlMsg {
         /// View.
         view: u64,
     },
+    /// A configured member that is not in the group (new, or restarted as
+    /// a new incarnation) asks to join; sent to every configured member
+    /// until a commit includes it. `view` is 0.
+    Join {
+        /// Always 0 (the joiner is in no view).
+        view: u64,
+        /// The joiner's incarnation (unique per start, never 0).
+        incarnation: u64,
+    },
+    /// A chunk of the state of `subgroup` at the start of view `view`
+    /// (the joiner's first view), for a joiner.
+    State {
+        /// The joiner's first view.
+        view: u64,
+        /// Configured subgroup.
+        subgroup: u32,
+        /// Offset of this chunk.
+        offset: u64,
+        /// Bytes of the whole state.
+        total: u64,
+        /// The chunk (at most [`STATE_CHUNK`] bytes).
+        bytes: Vec<u8>,
+    },
+    /// A joiner asks for the state of `subgroup` at the start of view
+    /// `view`, from `offset`.
+    StateRequest {
+        /// The joiner's first view.
+        view: u64,
+        /// Configured subgroup.
+        subgroup: u32,
+        /// First byte wanted.
+        offset: u64,
+    },
 }
+
+/// Largest state chunk in one [`ControlMsg::State`].
+pub const STATE_CHUNK: usize = 32 * 1024;
+/// Largest state a joiner accepts for one subgroup.
+pub const MAX_STATE: u64 = 256 << 20;
 
 impl ControlMsg {
     /// The view this message is about.
@@ -208,7 +262,10 @@ impl ControlMsg {
             | ControlMsg::Accepted { view, .. }
             | ControlMsg::Commit { view, .. }
             | ControlMsg::Installed { view }
-            | ControlMsg::Heartbeat { view } => *view,
+            | ControlMsg::Heartbeat { view }
+            | ControlMsg::Join { view, .. }
+            | ControlMsg::State { view, .. }
+            | ControlMsg::StateRequest { view, .. } => *view,
         }
     }
 }
@@ -253,6 +310,9 @@ const TAG_ACCEPTED: u8 = 6;
 const TAG_COMMIT: u8 = 7;
 const TAG_INSTALLED: u8 = 8;
 const TAG_HEARTBEAT: u8 = 9;
+const TAG_JOIN: u8 = 10;
+const TAG_STATE: u8 = 11;
+const TAG_STATE_REQUEST: u8 = 12;
 
 struct Writer<'a>(&'a mut Vec<u8>);
 
@@ -285,6 +345,7 @@ impl Writer<'_> {
         self.u64(d.next.id);
         self.members(&d.next.members);
         self.counts(&d.trims);
+        d.incarnations.iter().for_each(|i| self.u64(*i));
     }
 }
 
@@ -346,7 +407,9 @@ impl Reader<'_> {
         if members.is_empty() {
             return Err(DecodeError::Invalid("a view without members"));
         }
-        Ok(Decision { next: View { id, members }, trims: self.counts()? })
+        let trims = self.counts()?;
+        let incarnations = (0..members.len()).map(|_| self.u64()).collect::<Result<Vec<_>, _>>()?;
+        Ok(Decision { next: View { id, members }, trims, incarnations })
     }
 }
 
@@ -409,6 +472,26 @@ impl ControlMsg {
                 w.u8(TAG_HEARTBEAT);
                 w.u64(*view);
             }
+            ControlMsg::Join { view, incarnation } => {
+                w.u8(TAG_JOIN);
+                w.u64(*view);
+                w.u64(*incarnation);
+            }
+            ControlMsg::State { view, subgroup, offset, total, bytes } => {
+                w.u8(TAG_STATE);
+                w.u64(*view);
+                w.u32(*subgroup);
+                w.u64(*offset);
+                w.u64(*total);
+                w.u32(bytes.len() as u32);
+                w.0.extend_from_slice(bytes);
+            }
+            ControlMsg::StateRequest { view, subgroup, offset } => {
+                w.u8(TAG_STATE_REQUEST);
+                w.u64(*view);
+                w.u32(*subgroup);
+                w.u64(*offset);
+            }
         }
     }
 
@@ -448,6 +531,24 @@ impl ControlMsg {
             TAG_COMMIT => ControlMsg::Commit { view, decision: r.decision()? },
             TAG_INSTALLED => ControlMsg::Installed { view },
             TAG_HEARTBEAT => ControlMsg::Heartbeat { view },
+            TAG_JOIN => {
+                let incarnation = r.u64()?;
+                if incarnation == 0 {
+                    return Err(DecodeError::Invalid("a joiner's incarnation is never 0"));
+                }
+                ControlMsg::Join { view, incarnation }
+            }
+            TAG_STATE => {
+                let (subgroup, offset, total) = (r.u32()?, r.u64()?, r.u64()?);
+                let len = r.count("state chunk", STATE_CHUNK, 1)?;
+                if total > MAX_STATE || offset.saturating_add(len as u64) > total {
+                    return Err(DecodeError::Invalid("a state chunk beyond its total"));
+                }
+                let bytes = r.0[..len].to_vec();
+                r.0 = &r.0[len..];
+                ControlMsg::State { view, subgroup, offset, total, bytes }
+            }
+            TAG_STATE_REQUEST => ControlMsg::StateRequest { view, subgroup: r.u32()?, offset: r.u64()? },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         if !r.0.is_empty() {
@@ -518,6 +619,12 @@ pub enum ViewEvent {
         /// What was decided.
         decision: Decision,
     },
+    /// This joiner is in the next view: install `decision.next` (a new
+    /// endpoint) and receive the state of its subgroups before delivering.
+    Joined {
+        /// What was decided.
+        decision: Decision,
+    },
     /// This member is not in the next view: it stops (a removed member
     /// rejoins only as a new incarnation).
     Removed {
@@ -545,6 +652,8 @@ pub enum Status {
     Removed,
     /// In a minority: stopped.
     Minority,
+    /// Not in the group yet: asking to join.
+    Joining,
 }
 
 /// Ticks without an answer after which a member suspects whoever it waits
@@ -597,6 +706,12 @@ struct Lead {
 #[derive(Debug)]
 pub struct ViewChange {
     me: MemberId,
+    /// This member's incarnation (0: an original member).
+    incarnation: u64,
+    /// Incarnations of the current view's members.
+    incarnation_of: BTreeMap<MemberId, u64>,
+    /// Joiners heard from in this view, with their incarnations.
+    joiners: BTreeMap<MemberId, u64>,
     template: GroupConfig,
     group: ViewGroup,
     suspects: BTreeSet<MemberId>,
@@ -643,6 +758,9 @@ impl ViewChange {
         group.config.validate_view()?;
         Ok(ViewChange {
             me,
+            incarnation: 0,
+            incarnation_of: view.members.iter().map(|m| (*m, 0)).collect(),
+            joiners: BTreeMap::new(),
             template,
             group,
             suspects: BTreeSet::new(),
@@ -665,6 +783,27 @@ impl ViewChange {
             outbox: Vec::new(),
             events: Vec::new(),
         })
+    }
+
+    /// Member `me` of the configured group `template`, not in the group:
+    /// it asks to join (every tick, to every configured member) as
+    /// `incarnation` (unique per start, not 0) until a commit includes it
+    /// ([`ViewEvent::Joined`]).
+    pub fn joining(me: MemberId, template: GroupConfig, incarnation: u64) -> Result<ViewChange, ConfigError> {
+        assert_ne!(incarnation, 0, "a joiner's incarnation is never 0");
+        if !template.members.contains(&me) {
+            return Err(ConfigError::Group(format!("member {me} is not configured")));
+        }
+        let mut vc = ViewChange::new(me, template, View { id: 0, members: vec![me] })?;
+        vc.incarnation = incarnation;
+        vc.incarnation_of.insert(me, incarnation);
+        vc.status = Status::Joining;
+        Ok(vc)
+    }
+
+    /// This member's incarnation (0: an original member).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     /// Ticks without an answer after which a member suspects whoever it
@@ -698,7 +837,7 @@ impl ViewChange {
     /// commit awaits acknowledgements. (Ticks are due regardless, for
     /// heartbeats.)
     pub fn has_pending(&self) -> bool {
-        self.status == Status::Running && (self.wedged || !self.unacked.is_empty())
+        self.status == Status::Joining || (self.status == Status::Running && (self.wedged || !self.unacked.is_empty()))
     }
 
     /// Whether a view change is under way (this member is wedged).
@@ -778,6 +917,15 @@ impl ViewChange {
     /// not yet acknowledged — and suspects whoever this member waited on
     /// for its patience. Call periodically.
     pub fn tick(&mut self, received: &[Vec<u64>]) {
+        if self.status == Status::Joining {
+            let msg = ControlMsg::Join { view: 0, incarnation: self.incarnation };
+            for &m in &self.template.members {
+                if m != self.me {
+                    self.outbox.push((m, msg.clone()));
+                }
+            }
+            return;
+        }
         if self.status != Status::Running {
             return;
         }
@@ -840,7 +988,7 @@ impl ViewChange {
                 }
                 Phase::Accepts { decision, accepted } => {
                     for m in decision.next.members.iter().copied() {
-                        if !accepted.contains(&m) && !self.suspects.contains(&m) {
+                        if !accepted.contains(&m) && self.group.view.contains(m) && !self.suspects.contains(&m) {
                             let msg = ControlMsg::Accept { view, ballot, decision: decision.clone() };
                             self.outbox.push((m, msg));
                             if expired {
@@ -870,8 +1018,26 @@ impl ViewChange {
 
     /// A message from `from`. `received` as for [`suspect`](Self::suspect).
     pub fn on_message(&mut self, from: MemberId, msg: ControlMsg, received: &[Vec<u64>]) {
-        if self.status != Status::Running || from == self.me {
+        if from == self.me {
             return;
+        }
+        if self.status == Status::Joining {
+            if let ControlMsg::Commit { decision, .. } = msg
+                && decision.incarnation_of(self.me) == Some(self.incarnation)
+                && self.joined_ok(&decision)
+            {
+                self.join_learn(decision);
+            }
+            return;
+        }
+        if self.status != Status::Running {
+            return;
+        }
+        match msg {
+            ControlMsg::Join { incarnation, .. } => return self.on_join(from, incarnation, received),
+            // State transfer is the member's business, not the view change's.
+            ControlMsg::State { .. } | ControlMsg::StateRequest { .. } => return,
+            _ => {}
         }
         let view = self.group.view.id;
         let v = msg.view();
@@ -986,8 +1152,61 @@ impl ViewChange {
                 }
             }
             ControlMsg::Installed { .. } | ControlMsg::Heartbeat { .. } => {}
+            ControlMsg::Join { .. } | ControlMsg::State { .. } | ControlMsg::StateRequest { .. } => {
+                unreachable!("handled above")
+            }
         }
         self.drive(received);
+    }
+
+    /// A configured member asks to join as `incarnation`: it is added by
+    /// the next view change (which this starts). If an earlier incarnation
+    /// of it is still in the view, that one is gone: suspect it first (the
+    /// change after it adds the new one).
+    fn on_join(&mut self, from: MemberId, incarnation: u64, received: &[Vec<u64>]) {
+        if !self.template.members.contains(&from) {
+            return;
+        }
+        if self.group.view.contains(from) {
+            if self.incarnation_of.get(&from) == Some(&incarnation) {
+                // It joined but has not learned it: the decision again.
+                let v = self.group.view.id;
+                if let Some(d) = v.checked_sub(1).and_then(|p| self.decisions.get(&p))
+                    && d.incarnation_of(from) == Some(incarnation)
+                {
+                    self.outbox.push((from, ControlMsg::Commit { view: v - 1, decision: d.clone() }));
+                }
+                return;
+            }
+            if self.add_suspects([from]) {
+                self.gossip_suspects();
+            }
+        }
+        self.joiners.insert(from, incarnation);
+        self.wedge();
+        self.drive(received);
+    }
+
+    /// A decision a joiner may install: numbered, shaped, naming it.
+    fn joined_ok(&self, d: &Decision) -> bool {
+        d.next.id > 0
+            && !d.next.members.is_empty()
+            && d.incarnations.len() == d.next.members.len()
+            && d.next.members.iter().all(|m| self.template.members.contains(m))
+    }
+
+    /// This joiner is in `decision.next`: it becomes a member of it.
+    fn join_learn(&mut self, decision: Decision) {
+        self.group = allocate(&self.template, &decision.next);
+        self.incarnation_of = decision.next.members.iter().copied().zip(decision.incarnations.iter().copied()).collect();
+        self.status = Status::Running;
+        self.suspects.clear();
+        self.reports.clear();
+        self.silent.clear();
+        self.heard.clear();
+        self.joiners.clear();
+        self.wedged = false;
+        self.events.push(ViewEvent::Joined { decision });
     }
 
     /// `from` suspects `suspects`: wedge, and remember it for the choice of
@@ -1017,7 +1236,8 @@ impl ViewChange {
         let subs = &self.group.config.subgroups;
         d.next.id == self.group.view.id + 1
             && !d.next.members.is_empty()
-            && d.next.members.iter().all(|m| self.group.view.contains(*m))
+            && d.incarnations.len() == d.next.members.len()
+            && d.next.members.iter().all(|m| self.group.view.contains(*m) || self.template.members.contains(m))
             && d.trims.len() == subs.len()
             && subs.iter().zip(&d.trims).all(|(s, t)| t.is_empty() || t.len() == s.senders.len())
     }
@@ -1143,8 +1363,9 @@ impl ViewChange {
                 self.accepted = Some((ballot, decision.clone()));
                 let mut accepted = BTreeSet::new();
                 accepted.insert(self.me);
+                // Acceptors are the view's members (joiners are not).
                 for &m in &decision.next.members {
-                    if m != self.me && !self.suspects.contains(&m) {
+                    if m != self.me && view.contains(m) && !self.suspects.contains(&m) {
                         let msg = ControlMsg::Accept { view: view.id, ballot, decision: decision.clone() };
                         self.outbox.push((m, msg));
                     }
@@ -1153,8 +1374,11 @@ impl ViewChange {
                 self.drive(received);
             }
             Phase::Accepts { decision, accepted } => {
-                let waiting =
-                    decision.next.members.iter().any(|m| !accepted.contains(m) && !self.suspects.contains(m));
+                let waiting = decision
+                    .next
+                    .members
+                    .iter()
+                    .any(|m| view.contains(*m) && !accepted.contains(m) && !self.suspects.contains(m));
                 if waiting || accepted.len() < view.majority() {
                     return;
                 }
@@ -1164,13 +1388,21 @@ impl ViewChange {
         }
     }
 
-    /// Next view = the promisers in rank order; trim = per subgroup and
-    /// sender the minimum count over the promisers in the subgroup.
+    /// Next view = the promisers in rank order, then the joiners by id;
+    /// trim = per subgroup and sender the minimum count over the promisers
+    /// in the subgroup.
     fn fresh_decision(&self, promisers: &[MemberId], got: &BTreeMap<MemberId, PromiseInfo>) -> Decision {
-        let next = View {
-            id: self.group.view.id + 1,
-            members: self.group.view.members.iter().copied().filter(|m| promisers.contains(m)).collect(),
-        };
+        let mut members: Vec<MemberId> =
+            self.group.view.members.iter().copied().filter(|m| promisers.contains(m)).collect();
+        let mut incarnations: Vec<u64> =
+            members.iter().map(|m| self.incarnation_of.get(m).copied().unwrap_or(0)).collect();
+        for (&j, &inc) in &self.joiners {
+            if !self.group.view.contains(j) && self.template.members.contains(&j) {
+                members.push(j);
+                incarnations.push(inc);
+            }
+        }
+        let next = View { id: self.group.view.id + 1, members };
         let trims = self
             .group
             .config
@@ -1189,7 +1421,7 @@ impl ViewChange {
                 trim.unwrap_or_default()
             })
             .collect();
-        Decision { next, trims }
+        Decision { next, trims, incarnations }
     }
 
     /// The decision of the current view is known: install it or stop.
@@ -1198,8 +1430,9 @@ impl ViewChange {
         let v = old.view.id;
         assert_eq!(decision.next.id, v + 1, "a decision moves to the next view");
         // Relay the commit once: if the leader died while sending it, the
-        // members it did not reach learn it from those it did.
-        for &m in &old.view.members {
+        // members it did not reach learn it from those it did. Joiners are
+        // told too.
+        for &m in old.view.members.iter().chain(decision.joiners(&old.view).iter()) {
             if m != self.me {
                 self.outbox.push((m, ControlMsg::Commit { view: v, decision: decision.clone() }));
             }
@@ -1226,6 +1459,9 @@ impl ViewChange {
             self.unacked.insert(v, waiting);
         }
         self.group = allocate(&self.template, &decision.next);
+        self.incarnation_of =
+            decision.next.members.iter().copied().zip(decision.incarnations.iter().copied()).collect();
+        self.joiners.clear();
         self.suspects.clear();
         self.reports.clear();
         self.silent.clear();

@@ -131,7 +131,11 @@ impl Net {
 
 #[test]
 fn every_message_round_trips_and_every_truncation_is_refused() {
-    let d = Decision { next: View { id: 4, members: vec![0, 2, 5] }, trims: vec![vec![3, 1, 0], vec![]] };
+    let d = Decision {
+        next: View { id: 4, members: vec![0, 2, 5] },
+        trims: vec![vec![3, 1, 0], vec![]],
+        incarnations: vec![0, 0, 77],
+    };
     let b = Ballot { round: 7, leader: 2 };
     let msgs = vec![
         ControlMsg::Suspect { view: 3, suspects: vec![1, 4] },
@@ -156,6 +160,9 @@ fn every_message_round_trips_and_every_truncation_is_refused() {
         ControlMsg::Commit { view: 3, decision: d },
         ControlMsg::Installed { view: 3 },
         ControlMsg::Heartbeat { view: 3 },
+        ControlMsg::Join { view: 0, incarnation: 12345 },
+        ControlMsg::State { view: 4, subgroup: 1, offset: 3, total: 10, bytes: vec![1, 2, 3] },
+        ControlMsg::StateRequest { view: 4, subgroup: 1, offset: 3 },
     ];
     for m in msgs {
         let bytes = m.to_bytes();
@@ -189,7 +196,7 @@ fn malformed_frames_are_refused_before_allocating() {
     assert!(matches!(ControlMsg::decode(&dup), Err(DecodeError::Invalid(_))));
     let empty_view = ControlMsg::Commit {
         view: 0,
-        decision: Decision { next: View { id: 1, members: vec![] }, trims: vec![] },
+        decision: Decision { next: View { id: 1, members: vec![] }, trims: vec![], incarnations: vec![] },
     };
     assert!(matches!(ControlMsg::decode(&empty_view.to_bytes()), Err(DecodeError::Invalid(_))));
 }
