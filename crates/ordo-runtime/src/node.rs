@@ -510,8 +510,8 @@ impl ViewAgent {
                     self.wedged_at_unix_ns = unix_ns();
                     tracing::info!(member = self.me, view, "view change: wedged");
                 }
-                MembershipEvent::Restored { subgroup, bytes } => {
-                    tracing::info!(member = self.me, subgroup, bytes, "state restored");
+                MembershipEvent::Restored { view, subgroup, bytes } => {
+                    tracing::info!(member = self.me, view, subgroup, bytes, "state restored");
                 }
                 MembershipEvent::Installed { view, left, joined, ragged, resent } => {
                     let took = self.wedged_at.take().map(|t| t.elapsed()).unwrap_or_default();

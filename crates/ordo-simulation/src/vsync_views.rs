@@ -142,6 +142,34 @@ pub enum ViewsEvent {
         /// The view.
         view: u64,
     },
+    /// This member took the state of `subgroup` for joiners of `view`.
+    Snapshot {
+        /// The joiners' first view.
+        view: u64,
+        /// Configured subgroup.
+        subgroup: usize,
+        /// Messages delivered there so far.
+        count: u64,
+        /// Chained digest of them.
+        digest: u64,
+    },
+    /// This joiner restored the state of `subgroup` taken at `view`.
+    Restored {
+        /// Its first view.
+        view: u64,
+        /// Configured subgroup.
+        subgroup: usize,
+        /// Messages the state covers.
+        count: u64,
+        /// Chained digest.
+        digest: u64,
+    },
+    /// The application state of each configured subgroup at the end of
+    /// the run: (count, digest). Recorded by the harness for live members.
+    FinalState {
+        /// Per subgroup.
+        state: Vec<(u64, u64)>,
+    },
     /// Finished (see the liveness checker).
     Finished,
     /// Left the finished state.
@@ -179,6 +207,11 @@ pub struct Params {
     pub weights: [u32; 5],
     /// Faults stop and partitions heal here.
     pub calm_ns: u64,
+    /// Chance (ppm) that a crashed member restarts (and rejoins) before
+    /// the calm.
+    pub restart_ppm: u32,
+    /// Whether every dead or stopped member restarts at the calm.
+    pub restart_at_calm: bool,
     /// The run ends here.
     pub end_ns: u64,
 }
@@ -256,6 +289,8 @@ impl Params {
                 2,
             ],
             calm_ns,
+            restart_ppm: rng.range(0, 800_000) as u32,
+            restart_at_calm: rng.chance(500_000),
             end_ns: calm_ns + 8_000_000,
         }
     }
@@ -281,12 +316,68 @@ pub fn payload(g: usize, sender: MemberId, index: u64, max_payload: usize) -> Ve
 struct Shared {
     /// Per member: current view members while a change is under way.
     changing: Vec<Option<Vec<MemberId>>>,
+    /// Per member: (incarnation, application state), kept current.
+    state: Vec<Option<(u64, Vec<(u64, u64)>)>>,
 }
 
 type Opener = Box<dyn FnMut(&ViewGroup, usize) -> Result<SimFabric, String>>;
 
 /// Deliveries collected by the sink: (configured subgroup, sender, payload).
 type Got = Rc<RefCell<Vec<(usize, MemberId, Vec<u8>)>>>;
+
+/// The application: per configured subgroup, messages delivered and a
+/// digest chained over them; snapshots and restores taken by the view
+/// change (what a joiner must get right).
+struct App {
+    got: Got,
+    state: Rc<RefCell<Vec<(u64, u64)>>>,
+    /// Snapshots taken in the current call: (subgroup, count, digest).
+    snaps: Rc<RefCell<Vec<(usize, u64, u64)>>>,
+    /// Restores made in the current call: (subgroup, count, digest).
+    restores: Rc<RefCell<Vec<(usize, u64, u64)>>>,
+}
+
+fn chain(d: u64, payload: &[u8]) -> u64 {
+    let mut b = d.to_le_bytes().to_vec();
+    b.extend_from_slice(&fnv64(payload).to_le_bytes());
+    fnv64(&b)
+}
+
+impl ordo_vsync::DeliverySink for App {
+    fn deliver(&mut self, batch: &[Delivered<'_>]) {
+        let mut st = self.state.borrow_mut();
+        let mut g = self.got.borrow_mut();
+        for d in batch {
+            let s = &mut st[d.subgroup];
+            s.0 += 1;
+            s.1 = chain(s.1, d.payload);
+            g.push((d.subgroup, d.sender, d.payload.to_vec()));
+        }
+    }
+}
+
+impl ordo_vsync::StateTransfer for App {
+    fn snapshot(&mut self, subgroup: usize) -> Vec<u8> {
+        let (c, d) = self.state.borrow()[subgroup];
+        self.snaps.borrow_mut().push((subgroup, c, d));
+        let mut out = c.to_le_bytes().to_vec();
+        out.extend_from_slice(&d.to_le_bytes());
+        out
+    }
+
+    fn restore(&mut self, subgroup: usize, state: &[u8]) {
+        let v = if state.len() == 16 {
+            (
+                u64::from_le_bytes(state[..8].try_into().expect("8")),
+                u64::from_le_bytes(state[8..].try_into().expect("8")),
+            )
+        } else {
+            (0, 0)
+        };
+        self.state.borrow_mut()[subgroup] = v;
+        self.restores.borrow_mut().push((subgroup, v.0, v.1));
+    }
+}
 
 struct Member {
     me: MemberId,
@@ -299,38 +390,36 @@ struct Member {
     stopped: bool,
     finished: bool,
     template: Arc<GroupConfig>,
-    got: Got,
+    /// Message indices of this incarnation start here (a restarted member
+    /// sends new messages, never its earlier incarnation's).
+    first_index: u64,
+    app: App,
     shared: Rc<RefCell<Shared>>,
-}
-
-/// A restarted incarnation: joins are not built yet, so it does nothing.
-struct Idle;
-
-impl SimProcess<ViewsEvent> for Idle {
-    fn poll(&mut self, _ctx: &mut Ctx<'_, ViewsEvent>) -> usize {
-        0
-    }
-    fn done(&self) -> bool {
-        true
-    }
 }
 
 impl Member {
     fn new(ctx: &mut Ctx<'_, ViewsEvent>, params: &Params, shared: Rc<RefCell<Shared>>) -> Member {
         let me = ctx.member();
+        let joining = ctx.incarnation() > 1;
         let world = ctx.fabric().world().clone();
         let region_len = world.lock().expect("world").config().region_len;
         let first = Arc::new(Mutex::new(Some(ctx.fabric().clone())));
         let open: Opener = Box::new(move |group: &ViewGroup, len: usize| {
             assert!(len <= region_len, "a view's region ({len} bytes) fits the simulated one ({region_len})");
-            if let Some(f) = first.lock().expect("first").take() {
-                assert_eq!(group.view.id, 0, "the first endpoint serves view 0");
+            if let Some(f) = first.lock().expect("first").take()
+                && group.view.id == 0
+            {
                 return Ok(f);
             }
             Ok(SimFabric::open_view(&world, me, group.view.id))
         });
-        let view = View { id: 0, members: params.group.members.clone() };
-        let vm = ViewMember::new(me, params.group.clone(), view, open).expect("a valid group");
+        let vm = if joining {
+            // A restarted member rejoins as a new incarnation.
+            ViewMember::join(me, params.group.clone(), ctx.incarnation(), open).expect("a configured member")
+        } else {
+            let view = View { id: 0, members: params.group.members.clone() };
+            ViewMember::new(me, params.group.clone(), view, open).expect("a valid group")
+        };
         let sock = ctx.bind(CONTROL_PORT).expect("the control port is free");
         let plans = params.sends[me as usize].clone();
         Member {
@@ -344,14 +433,20 @@ impl Member {
             stopped: false,
             finished: false,
             template: Arc::new(params.group.clone()),
-            got: Rc::new(RefCell::new(Vec::new())),
+            first_index: (ctx.incarnation() - 1) << 32,
+            app: App {
+                got: Rc::new(RefCell::new(Vec::new())),
+                state: Rc::new(RefCell::new(vec![(0, 0); params.group.subgroups.len()])),
+                snaps: Rc::new(RefCell::new(Vec::new())),
+                restores: Rc::new(RefCell::new(Vec::new())),
+            },
             shared,
         }
     }
 
     /// Records what the sink collected, as delivered in `view`.
     fn record_deliveries(&mut self, ctx: &mut Ctx<'_, ViewsEvent>, view: u64) {
-        for (g, sender, bytes) in self.got.borrow_mut().drain(..) {
+        for (g, sender, bytes) in self.app.got.borrow_mut().drain(..) {
             let Some(index) = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
             else {
                 ctx.record(ViewsEvent::Anomaly {
@@ -364,6 +459,10 @@ impl Member {
     }
 
     fn record_membership(&mut self, ctx: &mut Ctx<'_, ViewsEvent>) {
+        let view = self.vm.view().id;
+        for (subgroup, count, digest) in self.app.snaps.borrow_mut().drain(..) {
+            ctx.record(ViewsEvent::Snapshot { view, subgroup, count, digest });
+        }
         for e in self.vm.take_events() {
             ctx.record(match e {
                 MembershipEvent::Wedged { view } => ViewsEvent::Wedged { view },
@@ -378,7 +477,15 @@ impl Member {
                     self.stopped = true;
                     ViewsEvent::Minority { view: view.id }
                 }
-                MembershipEvent::Restored { .. } => continue,
+                MembershipEvent::Restored { view, subgroup, .. } => {
+                    // The state as restored (deliveries may follow in the
+                    // same call).
+                    let mut r = self.app.restores.borrow_mut();
+                    let i =
+                        r.iter().position(|x| x.0 == subgroup).expect("a restore for every Restored event");
+                    let (_, count, digest) = r.remove(i);
+                    ViewsEvent::Restored { view, subgroup, count, digest }
+                }
                 MembershipEvent::Failed { view, why } => {
                     self.stopped = true;
                     ViewsEvent::Anomaly { what: format!("view {} could not be opened: {why}", view.id) }
@@ -409,10 +516,11 @@ impl Member {
             while self.sent[i] < self.plans[i].count && now >= self.next_at[i] {
                 let Some(handle) = self.vm.sender(g) else { break };
                 let max = self.template.subgroups[g].max_payload;
-                let bytes = payload(g, self.me, self.sent[i], max);
+                let index = self.first_index + self.sent[i];
+                let bytes = payload(g, self.me, index, max);
                 match handle.try_send_with(bytes.len(), |buf| buf.copy_from_slice(&bytes)) {
                     Ok(()) => {
-                        ctx.record(ViewsEvent::Sent { subgroup: g, index: self.sent[i] });
+                        ctx.record(ViewsEvent::Sent { subgroup: g, index });
                         self.sent[i] += 1;
                         work += 1;
                         if self.plans[i].interval_ns > 0 {
@@ -437,20 +545,9 @@ impl Member {
     }
 
     fn is_finished(&self) -> bool {
-        !self.vm.is_changing()
+        self.vm.is_settled()
             && self.sent.iter().zip(&self.plans).all(|(s, p)| *s == p.count)
-            && self.vm.driver().is_idle()
-    }
-}
-
-/// Collects deliveries with their configured subgroup and a copy of the
-/// payload.
-fn sink(got: &Got) -> impl FnMut(&[Delivered<'_>]) + '_ {
-    move |batch: &[Delivered<'_>]| {
-        let mut g = got.borrow_mut();
-        for d in batch {
-            g.push((d.subgroup, d.sender, d.payload.to_vec()));
-        }
+            && self.vm.try_driver().is_some_and(|d| d.is_idle())
     }
 }
 
@@ -460,13 +557,12 @@ impl SimProcess<ViewsEvent> for Member {
             return 0;
         }
         let now = ctx.now();
-        let got = self.got.clone();
         let mut work = 0;
         // Control plane.
         while let Some((from, bytes)) = self.sock.recv() {
             let view = self.vm.view().id;
             match ControlMsg::decode(&bytes) {
-                Ok(msg) => work += self.vm.on_control(from.member, msg, &mut sink(&got)),
+                Ok(msg) => work += self.vm.on_control(from.member, msg, &mut self.app),
                 Err(e) => ctx.record(ViewsEvent::Anomaly { what: format!("control frame from {from}: {e}") }),
             }
             self.record_deliveries(ctx, view);
@@ -478,7 +574,7 @@ impl SimProcess<ViewsEvent> for Member {
         // Heartbeats, retransmissions, response timeouts.
         if now >= self.next_tick {
             let view = self.vm.view().id;
-            self.vm.tick(&mut sink(&got));
+            self.vm.tick(&mut self.app);
             self.next_tick = now + TICK_NS;
             self.record_deliveries(ctx, view);
             self.record_membership(ctx);
@@ -488,10 +584,12 @@ impl SimProcess<ViewsEvent> for Member {
         }
         // The engine.
         let view = self.vm.view().id;
-        work += self.vm.do_work(&mut sink(&got));
+        work += self.vm.do_work(&mut self.app);
         self.record_deliveries(ctx, view);
-        for f in self.vm.driver().engine().faults() {
-            ctx.record(ViewsEvent::Anomaly { what: format!("ring fault: {f:?}") });
+        if let Some(d) = self.vm.try_driver() {
+            for f in d.engine().faults() {
+                ctx.record(ViewsEvent::Anomaly { what: format!("ring fault: {f:?}") });
+            }
         }
         self.record_membership(ctx);
         if self.stopped {
@@ -499,10 +597,13 @@ impl SimProcess<ViewsEvent> for Member {
         }
         work += self.send(ctx);
         self.flush_outbox();
-        self.shared.borrow_mut().changing[self.me as usize] =
-            self.vm.is_changing().then(|| self.vm.view().members.clone());
+        {
+            let mut sh = self.shared.borrow_mut();
+            sh.changing[self.me as usize] = self.vm.is_changing().then(|| self.vm.view().members.clone());
+            sh.state[self.me as usize] = Some((ctx.incarnation(), self.app.state.borrow().clone()));
+        }
         ctx.wake_at(self.next_tick.max(now + 1));
-        if !self.vm.driver().can_poll() {
+        if self.vm.try_driver().is_some_and(|d| !d.can_poll()) {
             ctx.wake_at(now + RETRY_NS);
         }
         let done = self.is_finished();
@@ -522,7 +623,8 @@ impl SimProcess<ViewsEvent> for Member {
 /// the settling time. Returns the history.
 pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
     let n = params.group.members.len() as u32;
-    let shared = Rc::new(RefCell::new(Shared { changing: vec![None; n as usize] }));
+    let shared =
+        Rc::new(RefCell::new(Shared { changing: vec![None; n as usize], state: vec![None; n as usize] }));
     let region_len = GroupLayout::new(&params.group).region_len;
     let mut net = ordo_sim::NetConfig::default();
     net.max_datagram_len = net.max_datagram_len.max(1472);
@@ -530,9 +632,8 @@ pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
         SimConfig { members: n, region_len, fabric: params.fabric.clone(), net, ..SimConfig::default() };
     let p = Arc::new(params.clone());
     let sh = shared.clone();
-    let factory: ordo_sim::Factory<ViewsEvent> = Box::new(move |ctx| {
-        if ctx.incarnation() > 1 { Box::new(Idle) } else { Box::new(Member::new(ctx, &p, sh.clone())) }
-    });
+    let factory: ordo_sim::Factory<ViewsEvent> =
+        Box::new(move |ctx| Box::new(Member::new(ctx, &p, sh.clone())));
     let injector = ordo_fault::Injector::new(derive_seed(seed, stream::FAULT_POINTS), 20_000);
     let guard = ordo_fault::install(injector);
     let mut sim = Sim::new(seed, config, None, factory);
@@ -556,8 +657,13 @@ pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
         let mut step = rng.range(50_000, 400_000);
         match rng.weighted(&params.weights) {
             0 if crashes < params.max_crashes && !alive.is_empty() => {
-                sim.crash(alive[rng.index(alive.len())]);
+                let victim = alive[rng.index(alive.len())];
+                sim.crash(victim);
                 crashes += 1;
+                if rng.chance(params.restart_ppm) {
+                    // It comes back as a new incarnation and rejoins.
+                    later.push(t + rng.range(100_000, 1_500_000), Undo::Restart(victim));
+                }
             }
             1 if crashes < params.max_crashes => {
                 // The view leader, while a change is under way (or soon).
@@ -565,6 +671,9 @@ pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
                     if let Some(leader) = view.into_iter().find(|m| alive.contains(m)) {
                         sim.crash(leader);
                         crashes += 1;
+                        if rng.chance(params.restart_ppm) {
+                            later.push(t + rng.range(100_000, 1_500_000), Undo::Restart(leader));
+                        }
                     }
                 } else {
                     step = rng.range(5_000, 60_000);
@@ -596,9 +705,44 @@ pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
         let mut w = sim.world().lock().expect("world");
         w.heal_all();
     }
+    // Every member that died or stopped comes back as a new incarnation and
+    // rejoins (if a majority is still running to let it in).
+    if params.restart_at_calm {
+        for m in 0..n {
+            sim.restart(m);
+        }
+    }
     sim.run_until(params.end_ns);
+    // A view change under way at the end (a late suspicion) gets up to
+    // 10 ms more to finish, so liveness judges a settled group.
+    let mut t = params.end_ns;
+    for _ in 0..10 {
+        let alive: Vec<bool> = {
+            let w = sim.world().lock().expect("world");
+            (0..n).map(|m| w.is_alive(m)).collect()
+        };
+        let busy = shared.borrow().changing.iter().enumerate().any(|(m, c)| alive[m] && c.is_some());
+        if !busy {
+            break;
+        }
+        t += 1_000_000;
+        sim.run_until(t);
+    }
     drop(guard.finish());
-    sim.into_history()
+    let alive: Vec<bool> = {
+        let w = sim.world().lock().expect("world");
+        (0..n).map(|m| w.is_alive(m)).collect()
+    };
+    let mut history = sim.into_history();
+    let end = history.end_ns;
+    for (m, st) in shared.borrow().state.iter().enumerate() {
+        if let Some((inc, state)) = st
+            && alive[m]
+        {
+            history.record(end, m as MemberId, *inc, ViewsEvent::FinalState { state: state.clone() });
+        }
+    }
+    history
 }
 
 /// Every checker, in order.
@@ -612,6 +756,7 @@ pub fn checkers(group: &GroupConfig) -> Vec<Box<dyn Checker<ViewsEvent>>> {
         Box::new(VirtualSynchrony { group: g.clone() }),
         Box::new(TotalOrder { group: g.clone() }),
         Box::new(NoLossForSurvivors { group: g.clone() }),
+        Box::new(StateTransferCheck { group: g.clone() }),
         Box::new(Liveness { group: g }),
     ]
 }
@@ -684,34 +829,65 @@ fn views(h: &History<ViewsEvent>, group: &GroupConfig) -> BTreeMap<u64, Vec<Memb
     out
 }
 
-/// Members that installed view `v + 1` (the survivors of `v`).
+/// Members of view `v` that installed view `v + 1` (its survivors;
+/// joiners of `v + 1` are not).
 fn survivors(h: &History<ViewsEvent>, v: u64) -> BTreeSet<MemberId> {
+    let members: BTreeSet<MemberId> = h
+        .entries
+        .iter()
+        .find_map(|e| match &e.event {
+            ViewsEvent::Installed { view, members, .. } if *view == v => {
+                Some(members.iter().copied().collect())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| if v == 0 { (0..h.members).collect() } else { BTreeSet::new() });
     h.entries
         .iter()
         .filter_map(|e| match &e.event {
-            ViewsEvent::Installed { view, .. } if *view == v + 1 => Some(e.member),
+            ViewsEvent::Installed { view, .. } if *view == v + 1 && members.contains(&e.member) => {
+                Some(e.member)
+            }
             _ => None,
         })
         .collect()
 }
 
-/// Members running at the end: alive (never crashed) and never stopped.
-fn running(h: &History<ViewsEvent>) -> BTreeSet<MemberId> {
-    let crashed: BTreeSet<MemberId> = h
-        .faults
-        .iter()
-        .filter_map(|f| match f.fault {
-            FaultNote::Crash { member } => Some(member),
-            _ => None,
-        })
-        .collect();
-    let stopped: BTreeSet<MemberId> = h
+/// Per member, the incarnation alive at the end (None: dead).
+fn alive_at_end(h: &History<ViewsEvent>) -> BTreeMap<MemberId, u64> {
+    let mut inc: BTreeMap<MemberId, Option<u64>> = (0..h.members).map(|m| (m, Some(1))).collect();
+    for f in &h.faults {
+        match f.fault {
+            FaultNote::Crash { member } => {
+                inc.insert(member, None);
+            }
+            FaultNote::Restart { member, incarnation } => {
+                inc.insert(member, Some(incarnation));
+            }
+            _ => {}
+        }
+    }
+    let stopped: BTreeSet<(MemberId, u64)> = h
         .entries
         .iter()
         .filter(|e| matches!(e.event, ViewsEvent::Removed { .. } | ViewsEvent::Minority { .. }))
-        .map(|e| e.member)
+        .map(|e| (e.member, e.incarnation))
         .collect();
-    (0..h.members).filter(|m| !crashed.contains(m) && !stopped.contains(m)).collect()
+    inc.into_iter().filter_map(|(m, i)| i.filter(|i| !stopped.contains(&(m, *i))).map(|i| (m, i))).collect()
+}
+
+/// Original members (first incarnation) running at the end: never
+/// crashed, never stopped.
+fn running(h: &History<ViewsEvent>) -> BTreeSet<MemberId> {
+    let restarted: BTreeSet<MemberId> = h
+        .faults
+        .iter()
+        .filter_map(|f| match f.fault {
+            FaultNote::Restart { member, .. } => Some(member),
+            _ => None,
+        })
+        .collect();
+    alive_at_end(h).into_iter().filter(|(m, i)| *i == 1 && !restarted.contains(m)).map(|(m, _)| m).collect()
 }
 
 fn ordered(group: &GroupConfig, g: usize) -> bool {
@@ -745,25 +921,36 @@ impl Checker<ViewsEvent> for ViewAgreement {
     fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
         let mut seen: BTreeMap<u64, Vec<MemberId>> = BTreeMap::new();
         seen.insert(0, self.group.members.clone());
-        let mut last: BTreeMap<MemberId, u64> = BTreeMap::new();
-        let mut stopped: BTreeSet<MemberId> = BTreeSet::new();
+        let mut last: BTreeMap<(MemberId, u64), u64> = BTreeMap::new();
+        let mut stopped: BTreeSet<(MemberId, u64)> = BTreeSet::new();
         for e in &h.entries {
+            let who = (e.member, e.incarnation);
             match &e.event {
                 ViewsEvent::Installed { view, members, .. } => {
-                    if stopped.contains(&e.member) {
+                    if stopped.contains(&who) {
                         return violation(
                             self.name(),
                             format!("m{} installed view {view} after it stopped", e.member),
                         );
                     }
-                    let prev = last.get(&e.member).copied().unwrap_or(0);
-                    if *view != prev + 1 {
-                        return violation(
-                            self.name(),
-                            format!("m{} installed view {view} after view {prev}", e.member),
-                        );
+                    // An original member starts in view 0; a joiner in the
+                    // view that admitted it; then views follow one by one.
+                    match last.get(&who) {
+                        Some(prev) if *view != prev + 1 => {
+                            return violation(
+                                self.name(),
+                                format!("m{} installed view {view} after view {prev}", e.member),
+                            );
+                        }
+                        None if e.incarnation == 1 && *view != 1 => {
+                            return violation(
+                                self.name(),
+                                format!("m{} installed view {view} after view 0", e.member),
+                            );
+                        }
+                        _ => {}
                     }
-                    last.insert(e.member, *view);
+                    last.insert(who, *view);
                     if let Some(other) = seen.get(view) {
                         if other != members {
                             return violation(
@@ -783,19 +970,20 @@ impl Checker<ViewsEvent> for ViewAgreement {
                             format!("m{} installed view {view} without itself", e.member),
                         );
                     }
-                    let before = &seen[&(view - 1)];
-                    if members.iter().any(|m| !before.contains(m)) {
-                        return violation(self.name(), format!("view {view} {members:?} adds to {before:?}"));
-                    }
-                    if members.len() < before.len() / 2 + 1 {
+                    let Some(before) = seen.get(&(view - 1)) else { continue };
+                    let kept = members.iter().filter(|m| before.contains(m)).count();
+                    if kept < before.len() / 2 + 1 {
                         return violation(
                             self.name(),
-                            format!("view {view} {members:?} is no majority of view {} {before:?}", view - 1),
+                            format!(
+                                "view {view} {members:?} keeps no majority of view {} {before:?}",
+                                view - 1
+                            ),
                         );
                     }
                 }
                 ViewsEvent::Removed { .. } | ViewsEvent::Minority { .. } => {
-                    stopped.insert(e.member);
+                    stopped.insert(who);
                 }
                 _ => {}
             }
@@ -848,13 +1036,15 @@ impl Checker<ViewsEvent> for Integrity {
         "integrity, no duplication, FIFO"
     }
     fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
-        let mut sent: BTreeMap<(usize, MemberId), u64> = BTreeMap::new();
+        let mut sent: BTreeMap<(usize, MemberId, u64), u64> = BTreeMap::new();
+        let mut all_sent: BTreeSet<Msg> = BTreeSet::new();
         let mut got: BTreeSet<(MemberId, Msg)> = BTreeSet::new();
         let mut fifo: BTreeMap<(MemberId, usize, MemberId), u64> = BTreeMap::new();
         for e in &h.entries {
             match e.event {
                 ViewsEvent::Sent { subgroup, index } => {
-                    let next = sent.entry((subgroup, e.member)).or_insert(0);
+                    let next =
+                        sent.entry((subgroup, e.member, e.incarnation)).or_insert((e.incarnation - 1) << 32);
                     if index != *next {
                         return violation(
                             self.name(),
@@ -862,9 +1052,10 @@ impl Checker<ViewsEvent> for Integrity {
                         );
                     }
                     *next += 1;
+                    all_sent.insert((subgroup, e.member, index));
                 }
                 ViewsEvent::Delivered { subgroup, sender, index, digest, .. } => {
-                    if index >= sent.get(&(subgroup, sender)).copied().unwrap_or(0) {
+                    if !all_sent.contains(&(subgroup, sender, index)) {
                         return violation(
                             self.name(),
                             format!("m{} delivered unsent ({subgroup}, m{sender}, {index})", e.member),
@@ -1078,38 +1269,146 @@ impl Checker<ViewsEvent> for Liveness {
         "liveness"
     }
     fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
-        let _ = &self.group;
-        let run = running(h);
-        let mut last_view: BTreeMap<MemberId, u64> = BTreeMap::new();
-        let mut finished: BTreeMap<MemberId, bool> = BTreeMap::new();
+        let alive = alive_at_end(h);
+        let mut last_view: BTreeMap<(MemberId, u64), u64> = BTreeMap::new();
+        let mut finished: BTreeSet<(MemberId, u64)> = BTreeSet::new();
+        let mut final_state: BTreeMap<(MemberId, u64), Vec<(u64, u64)>> = BTreeMap::new();
         for e in &h.entries {
-            match e.event {
+            let who = (e.member, e.incarnation);
+            match &e.event {
                 ViewsEvent::Installed { view, .. } => {
-                    last_view.insert(e.member, view);
+                    last_view.insert(who, *view);
+                }
+                ViewsEvent::FinalState { state } => {
+                    final_state.insert(who, state.clone());
                 }
                 ViewsEvent::Finished => {
-                    finished.insert(e.member, true);
+                    finished.insert(who);
                 }
                 ViewsEvent::Resumed => {
-                    finished.insert(e.member, false);
+                    finished.remove(&who);
                 }
                 _ => {}
             }
         }
+        let in_view: Vec<(MemberId, u64)> = alive.iter().map(|(m, i)| (*m, *i)).collect();
+        // Original members are in view 0 from the start; a joiner is in a
+        // view once it installed one.
+        let members: Vec<(MemberId, u64)> =
+            in_view.iter().copied().filter(|w| w.1 == 1 || last_view.contains_key(w)).collect();
+        if members.is_empty() {
+            return Ok(());
+        }
         let mut final_view = None;
-        for &m in &run {
-            let v = last_view.get(&m).copied().unwrap_or(0);
+        for w in &members {
+            let v = last_view.get(w).copied().unwrap_or(0);
             if *final_view.get_or_insert(v) != v {
                 return violation(
                     self.name(),
                     format!("running members end in different views ({last_view:?})"),
                 );
             }
-            if !finished.get(&m).copied().unwrap_or(false) {
+            if !finished.contains(w) {
                 return violation(
                     self.name(),
-                    format!("m{m} (running, view {v}) is not finished at {} ns", h.end_ns),
+                    format!("m{} (running, view {v}) is not finished at {} ns", w.0, h.end_ns),
                 );
+            }
+        }
+        // A live group lets every live joiner in.
+        if let Some(w) = in_view.iter().find(|w| !members.contains(w)) {
+            return violation(
+                self.name(),
+                format!("m{} (incarnation {}) never joined the live group", w.0, w.1),
+            );
+        }
+        // At the end every member of a subgroup holds the same state.
+        let final_members: Vec<MemberId> = h
+            .entries
+            .iter()
+            .rev()
+            .find_map(|e| match &e.event {
+                ViewsEvent::Installed { view, members, .. } if Some(*view) == final_view => {
+                    Some(members.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| self.group.members.clone());
+        for (g, s) in self.group.subgroups.iter().enumerate() {
+            if s.mode != DeliveryMode::Ordered {
+                continue; // delivered on receipt: no common order, no common state
+            }
+            if !s.senders.iter().any(|m| final_members.contains(m)) {
+                continue; // inactive in the final view: a joiner got no state for it yet
+            }
+            let states: Vec<(MemberId, (u64, u64))> = members
+                .iter()
+                .filter(|w| s.members.contains(&w.0) && final_members.contains(&w.0))
+                .filter_map(|w| final_state.get(w).map(|st| (w.0, st[g])))
+                .collect();
+            if let Some((m0, first)) = states.first()
+                && let Some((m, other)) = states.iter().find(|(_, st)| st != first)
+            {
+                return violation(
+                    self.name(),
+                    format!("subgroup {g}: m{m0} ends with state {first:?}, m{m} with {other:?}"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+struct StateTransferCheck {
+    group: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for StateTransferCheck {
+    fn name(&self) -> &'static str {
+        "state transfer"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        // Per (view, subgroup): every member's snapshot at the join point.
+        let mut snaps: BTreeMap<(u64, usize), Vec<(MemberId, u64, u64)>> = BTreeMap::new();
+        for e in &h.entries {
+            if let ViewsEvent::Snapshot { view, subgroup, count, digest } = e.event {
+                snaps.entry((view, subgroup)).or_default().push((e.member, count, digest));
+            }
+        }
+        for ((view, g), all) in &snaps {
+            // Ordered subgroups: the same state at every member (virtual
+            // synchrony); unordered ones deliver on receipt, in any order.
+            if ordered(&self.group, *g)
+                && let Some(other) = all.iter().find(|s| (s.1, s.2) != (all[0].1, all[0].2))
+            {
+                return violation(
+                    self.name(),
+                    format!(
+                        "view {view} subgroup {g}: m{} snapshot {:?}, m{} {:?}",
+                        all[0].0,
+                        (all[0].1, all[0].2),
+                        other.0,
+                        (other.1, other.2)
+                    ),
+                );
+            }
+        }
+        for e in &h.entries {
+            if let ViewsEvent::Restored { view, subgroup, count, digest } = e.event {
+                let ok = match snaps.get(&(view, subgroup)) {
+                    Some(all) => all.iter().any(|s| (s.1, s.2) == (count, digest)),
+                    None => (count, digest) == (0, 0),
+                };
+                if !ok {
+                    return violation(
+                        self.name(),
+                        format!(
+                            "joiner m{} restored ({count}, {digest:#x}) of subgroup {subgroup} at view {view}, not a state the members held ({:?})",
+                            e.member,
+                            snaps.get(&(view, subgroup))
+                        ),
+                    );
+                }
             }
         }
         Ok(())

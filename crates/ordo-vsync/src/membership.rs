@@ -110,6 +110,8 @@ pub enum MembershipEvent {
     /// A joiner restored the state of `subgroup` (`bytes` long) and may
     /// deliver there.
     Restored {
+        /// The view whose start the state is (the joiner's first view).
+        view: u64,
         /// Configured subgroup.
         subgroup: usize,
         /// Bytes of state.
@@ -143,6 +145,9 @@ pub struct ViewMember<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> {
     snapshots: BTreeMap<(u64, usize), Vec<u8>>,
     /// State this joiner still waits for, by configured subgroup.
     awaiting: BTreeMap<usize, Transfer>,
+    /// Configured subgroups whose state this member holds (an original
+    /// member: those it is configured in; a joiner: those restored).
+    holds: std::collections::BTreeSet<usize>,
     /// State-transfer messages to send.
     outbox: Vec<(MemberId, ControlMsg)>,
     patience: u32,
@@ -170,6 +175,13 @@ impl<S: DeliverySink + ?Sized> DeliverySink for Remap<'_, S> {
 impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     /// Member `me` of the configured group `template`, starting in `view`.
     pub fn new(me: MemberId, template: GroupConfig, view: View, mut open: O) -> Result<Self, ConfigError> {
+        let holds = template
+            .subgroups
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.members.contains(&me))
+            .map(|(g, _)| g)
+            .collect();
         let vc = ViewChange::new(me, template, view)?;
         let (driver, senders) = Self::start(&vc, &mut open)?;
         Ok(ViewMember {
@@ -180,6 +192,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             opening: None,
             snapshots: BTreeMap::new(),
             awaiting: BTreeMap::new(),
+            holds,
             outbox: Vec::new(),
             patience: crate::view::DEFAULT_PATIENCE,
             events: Vec::new(),
@@ -201,6 +214,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             opening: None,
             snapshots: BTreeMap::new(),
             awaiting: BTreeMap::new(),
+            holds: std::collections::BTreeSet::new(),
             outbox: Vec::new(),
             patience: crate::view::DEFAULT_PATIENCE,
             events: Vec::new(),
@@ -385,6 +399,9 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             ControlMsg::State { view, subgroup, offset, total, bytes } => {
                 return self.on_state(view, subgroup as usize, offset, total, &bytes, sink);
             }
+            ControlMsg::NoState { view, subgroup } => {
+                return self.on_no_state(from, view, subgroup as usize, sink);
+            }
             _ => {}
         }
         let received = self.drv().engine().received_rounds();
@@ -424,7 +441,8 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
                 ViewEvent::Install { old, decision } => self.install(old, &decision, sink),
                 ViewEvent::Joined { .. } => {
                     let me = self.vc.member();
-                    self.opening = Some(Opening { old: None, ragged: 0, resend: Vec::new(), joined: vec![me] });
+                    self.opening =
+                        Some(Opening { old: None, ragged: 0, resend: Vec::new(), joined: vec![me] });
                 }
                 ViewEvent::Removed { next, .. } => {
                     if let Some(d) = self.driver.as_mut() {
@@ -465,20 +483,25 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             .map(|(g, bytes)| (old.configured[g], bytes))
             .collect();
         let joiners = decision.joiners(&old.view);
-        if !joiners.is_empty() {
-            let me = self.vc.member();
-            let new = self.vc.group().clone();
-            for (g, (was, is)) in old.index.iter().zip(&new.index).enumerate() {
-                let (Some(was), Some(is)) = (was, is) else { continue };
-                let gains = new.config.subgroups[*is].members.iter().any(|m| joiners.contains(m));
-                let held = old.config.subgroups[*was].members.contains(&me) && !self.awaiting.contains_key(&g);
-                if gains && held {
-                    let state = sink.snapshot(g);
-                    self.snapshots.insert((decision.next.id, g), state);
-                    while self.snapshots.len() > KEPT_SNAPSHOTS {
-                        let first = *self.snapshots.keys().next().expect("non-empty");
-                        self.snapshots.remove(&first);
-                    }
+        // A subgroup that gains members (joiners, or members of a subgroup
+        // that was inactive) is snapshot by every member of it that holds
+        // its state: the new ones fetch it.
+        let me = self.vc.member();
+        let new = self.vc.group().clone();
+        for (g, is) in new.index.iter().enumerate() {
+            let Some(is) = is else { continue };
+            let members = &new.config.subgroups[*is].members;
+            let before: &[MemberId] = match old.index[g] {
+                Some(was) => &old.config.subgroups[was].members,
+                None => &[],
+            };
+            let gains = members.iter().any(|m| !before.contains(m));
+            if gains && members.contains(&me) && self.holds.contains(&g) {
+                let state = sink.snapshot(g);
+                self.snapshots.insert((decision.next.id, g), state);
+                while self.snapshots.len() > KEPT_SNAPSHOTS {
+                    let first = *self.snapshots.keys().next().expect("non-empty");
+                    self.snapshots.remove(&first);
                 }
             }
         }
@@ -503,40 +526,70 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
                 self.senders = senders;
             }
             Err(e) => {
-                self.events.push(MembershipEvent::Failed { view: self.vc.view().clone(), why: e.to_string() });
+                self.events
+                    .push(MembershipEvent::Failed { view: self.vc.view().clone(), why: e.to_string() });
                 return;
             }
         }
         for (g, bytes) in &resend {
-            let handle = self.senders[*g].as_ref().expect("a surviving sender sends in its subgroup's next view");
+            let handle =
+                self.senders[*g].as_ref().expect("a surviving sender sends in its subgroup's next view");
             handle
                 .try_send_with(bytes.len(), |buf| buf.copy_from_slice(bytes))
                 .expect("resends fit in the new view's empty ring (at most a window of them)");
         }
         let me = self.vc.member();
         let view = self.vc.view().clone();
-        if old.is_none() {
-            // This member joined: every subgroup it is in waits for its state.
-            let group = self.vc.group().clone();
-            for (g, i) in group.index.iter().enumerate() {
-                let Some(i) = i else { continue };
-                let members = &group.config.subgroups[*i].members;
-                if !members.contains(&me) {
-                    continue;
-                }
-                let sources: Vec<MemberId> = members.iter().copied().filter(|m| *m != me).collect();
-                if sources.is_empty() {
-                    sink.restore(g, &[]);
-                    self.events.push(MembershipEvent::Restored { subgroup: g, bytes: 0 });
-                    continue;
-                }
-                let t = Transfer { view: view.id, sources, next: 0, idle: 0, buf: Vec::new(), total: None };
-                self.awaiting.insert(g, t);
+        // Every active subgroup of this member whose state it does not hold
+        // (it joined, or the subgroup was inactive when it joined) waits for
+        // it from the subgroup's other members.
+        let group = self.vc.group().clone();
+        // A transfer for a subgroup inactive in (or without this member in)
+        // the new view waits no more: if the subgroup comes back with this
+        // member in it, its holders snapshot it then.
+        self.awaiting
+            .retain(|g, _| group.index[*g].is_some_and(|i| group.config.subgroups[i].members.contains(&me)));
+        for (g, i) in group.index.iter().enumerate() {
+            let Some(i) = i else { continue };
+            let members = &group.config.subgroups[*i].members;
+            if !members.contains(&me) || self.holds.contains(&g) {
+                continue;
             }
+            let sources: Vec<MemberId> = members.iter().copied().filter(|m| *m != me).collect();
+            if let Some(t) = self.awaiting.get_mut(&g) {
+                if !sources.is_empty() {
+                    t.sources = sources;
+                    continue;
+                }
+                // Every other member of the subgroup is gone: its state
+                // went with them.
+                self.awaiting.remove(&g);
+            }
+            if sources.is_empty() {
+                sink.restore(g, &[]);
+                self.holds.insert(g);
+                self.snapshots.insert((view.id, g), Vec::new());
+                self.events.push(MembershipEvent::Restored { view: view.id, subgroup: g, bytes: 0 });
+                continue;
+            }
+            let t = Transfer {
+                view: view.id,
+                sources,
+                next: 0,
+                idle: 0,
+                buf: Vec::new(),
+                total: None,
+                refused: Default::default(),
+            };
+            self.awaiting.insert(g, t);
+        }
+        if !self.awaiting.is_empty() {
             self.request_state();
         }
         self.vc.installed();
-        let left = old.map(|o| o.view.members.iter().copied().filter(|m| !view.contains(*m)).collect()).unwrap_or_default();
+        let left = old
+            .map(|o| o.view.members.iter().copied().filter(|m| !view.contains(*m)).collect())
+            .unwrap_or_default();
         self.events.push(MembershipEvent::Installed { view, left, joined, ragged, resent: resend.len() });
     }
 
@@ -550,28 +603,54 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
                 t.next += 1;
             }
             let to = t.sources[t.next % t.sources.len()];
-            let msg = ControlMsg::StateRequest { view: t.view, subgroup: g as u32, offset: t.buf.len() as u64 };
+            let msg =
+                ControlMsg::StateRequest { view: t.view, subgroup: g as u32, offset: t.buf.len() as u64 };
             self.outbox.push((to, msg));
         }
     }
 
-    /// Sends up to a few chunks of a snapshot to a joiner that asked.
+    /// Sends up to a few chunks of a snapshot to a joiner that asked (or
+    /// says it holds no state of that subgroup).
     fn answer_state(&mut self, to: MemberId, view: u64, g: usize, offset: u64) {
-        let Some(state) = self.snapshots.get(&(view, g)) else { return };
+        let Some(state) = self.snapshots.get(&(view, g)) else {
+            if !self.holds.contains(&g) {
+                self.outbox.push((to, ControlMsg::NoState { view, subgroup: g as u32 }));
+            }
+            return;
+        };
         let total = state.len() as u64;
         let mut at = offset.min(total) as usize;
         for _ in 0..CHUNKS_PER_REQUEST {
             let end = (at + STATE_CHUNK).min(state.len());
             let bytes = state[at..end].to_vec();
-            self.outbox.push((
-                to,
-                ControlMsg::State { view, subgroup: g as u32, offset: at as u64, total, bytes },
-            ));
+            self.outbox
+                .push((to, ControlMsg::State { view, subgroup: g as u32, offset: at as u64, total, bytes }));
             at = end;
             if at >= state.len() {
                 break;
             }
         }
+    }
+
+    /// A source holds no state of `g`: once every source said so, no holder
+    /// is left and this member starts `g` empty.
+    fn on_no_state(&mut self, from: MemberId, view: u64, g: usize, sink: &mut impl StateTransfer) -> usize {
+        let Some(t) = self.awaiting.get_mut(&g) else { return 0 };
+        if t.view != view || !t.buf.is_empty() {
+            return 0;
+        }
+        t.refused.insert(from);
+        t.next += 1;
+        t.idle = 0;
+        if t.sources.iter().all(|s| t.refused.contains(s)) {
+            self.awaiting.remove(&g);
+            sink.restore(g, &[]);
+            self.holds.insert(g);
+            // Others waiting for the same state get the same (empty) one.
+            self.snapshots.insert((view, g), Vec::new());
+            self.events.push(MembershipEvent::Restored { view, subgroup: g, bytes: 0 });
+        }
+        1
     }
 
     /// A chunk of state for this joiner: appended if it is the next one;
@@ -595,7 +674,10 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
         if t.buf.len() as u64 >= total {
             let t = self.awaiting.remove(&g).expect("present");
             sink.restore(g, &t.buf);
-            self.events.push(MembershipEvent::Restored { subgroup: g, bytes: t.buf.len() });
+            self.holds.insert(g);
+            self.events.push(MembershipEvent::Restored { view: t.view, subgroup: g, bytes: t.buf.len() });
+            // It can serve other joiners waiting for the same state.
+            self.snapshots.insert((t.view, g), t.buf);
         }
         1
     }
@@ -612,6 +694,8 @@ struct Transfer {
     idle: u32,
     buf: Vec<u8>,
     total: Option<u64>,
+    /// Sources that said they hold no state of the subgroup.
+    refused: std::collections::BTreeSet<MemberId>,
 }
 
 /// A decided view whose endpoint is not open yet.

@@ -233,6 +233,15 @@ pub enum ControlMsg {
         /// The chunk (at most [`STATE_CHUNK`] bytes).
         bytes: Vec<u8>,
     },
+    /// The answer of a member that does not hold the state of `subgroup`
+    /// (it joined after it, too): a joiner whose every source says so
+    /// starts with an empty state (no holder is left).
+    NoState {
+        /// The joiner's first view.
+        view: u64,
+        /// Configured subgroup.
+        subgroup: u32,
+    },
     /// A joiner asks for the state of `subgroup` at the start of view
     /// `view`, from `offset`.
     StateRequest {
@@ -265,6 +274,7 @@ impl ControlMsg {
             | ControlMsg::Heartbeat { view }
             | ControlMsg::Join { view, .. }
             | ControlMsg::State { view, .. }
+            | ControlMsg::NoState { view, .. }
             | ControlMsg::StateRequest { view, .. } => *view,
         }
     }
@@ -313,6 +323,7 @@ const TAG_HEARTBEAT: u8 = 9;
 const TAG_JOIN: u8 = 10;
 const TAG_STATE: u8 = 11;
 const TAG_STATE_REQUEST: u8 = 12;
+const TAG_NO_STATE: u8 = 13;
 
 struct Writer<'a>(&'a mut Vec<u8>);
 
@@ -486,6 +497,11 @@ impl ControlMsg {
                 w.u32(bytes.len() as u32);
                 w.0.extend_from_slice(bytes);
             }
+            ControlMsg::NoState { view, subgroup } => {
+                w.u8(TAG_NO_STATE);
+                w.u64(*view);
+                w.u32(*subgroup);
+            }
             ControlMsg::StateRequest { view, subgroup, offset } => {
                 w.u8(TAG_STATE_REQUEST);
                 w.u64(*view);
@@ -549,6 +565,7 @@ impl ControlMsg {
                 ControlMsg::State { view, subgroup, offset, total, bytes }
             }
             TAG_STATE_REQUEST => ControlMsg::StateRequest { view, subgroup: r.u32()?, offset: r.u64()? },
+            TAG_NO_STATE => ControlMsg::NoState { view, subgroup: r.u32()? },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         if !r.0.is_empty() {
@@ -725,6 +742,11 @@ pub struct ViewChange {
     /// Ticks since this (wedged, not leading) member last heard from a
     /// leader of the view.
     waiting_ticks: u32,
+    /// Ticks since a lower-ranked member this one trusts last asked it
+    /// to promise or accept (it leads: do not compete with it).
+    yield_ticks: u32,
+    /// That member.
+    yield_to: Option<MemberId>,
     patience: u32,
     /// Ticks since each member of the view was last heard from.
     silent: BTreeMap<MemberId, u32>,
@@ -772,6 +794,8 @@ impl ViewChange {
             max_round: 0,
             lead: None,
             waiting_ticks: 0,
+            yield_ticks: u32::MAX,
+            yield_to: None,
             patience: DEFAULT_PATIENCE,
             silent: BTreeMap::new(),
             heard: BTreeSet::new(),
@@ -837,7 +861,8 @@ impl ViewChange {
     /// commit awaits acknowledgements. (Ticks are due regardless, for
     /// heartbeats.)
     pub fn has_pending(&self) -> bool {
-        self.status == Status::Joining || (self.status == Status::Running && (self.wedged || !self.unacked.is_empty()))
+        self.status == Status::Joining
+            || (self.status == Status::Running && (self.wedged || !self.unacked.is_empty()))
     }
 
     /// Whether a view change is under way (this member is wedged).
@@ -964,6 +989,7 @@ impl ViewChange {
         if let Some(t) = self.minority_ticks.as_mut() {
             *t += 1;
         }
+        self.yield_ticks = self.yield_ticks.saturating_add(1);
         if self.leaving {
             self.broadcast(ControlMsg::Suspect { view, suspects: vec![self.me] });
         } else if !self.suspects.is_empty() {
@@ -988,7 +1014,10 @@ impl ViewChange {
                 }
                 Phase::Accepts { decision, accepted } => {
                     for m in decision.next.members.iter().copied() {
-                        if !accepted.contains(&m) && self.group.view.contains(m) && !self.suspects.contains(&m) {
+                        if !accepted.contains(&m)
+                            && self.group.view.contains(m)
+                            && !self.suspects.contains(&m)
+                        {
                             let msg = ControlMsg::Accept { view, ballot, decision: decision.clone() };
                             self.outbox.push((m, msg));
                             if expired {
@@ -1000,7 +1029,9 @@ impl ViewChange {
             }
         } else {
             self.waiting_ticks += 1;
-            if self.waiting_ticks >= patience
+            // Longer than a leader yields to a lower-ranked one's last ballot
+            // (twice the patience), so a yielding leader is not suspected.
+            if self.waiting_ticks >= patience.saturating_mul(3)
                 && let Some(l) = self.leader()
                 && l != self.me
             {
@@ -1036,7 +1067,7 @@ impl ViewChange {
         match msg {
             ControlMsg::Join { incarnation, .. } => return self.on_join(from, incarnation, received),
             // State transfer is the member's business, not the view change's.
-            ControlMsg::State { .. } | ControlMsg::StateRequest { .. } => return,
+            ControlMsg::State { .. } | ControlMsg::StateRequest { .. } | ControlMsg::NoState { .. } => return,
             _ => {}
         }
         let view = self.group.view.id;
@@ -1081,6 +1112,7 @@ impl ViewChange {
             }
             ControlMsg::Prepare { ballot, .. } => {
                 self.max_round = self.max_round.max(ballot.round);
+                self.note_leader(from);
                 if self.promised.is_some_and(|p| p > ballot) {
                     let promised = self.promised.expect("checked");
                     self.outbox.push((from, ControlMsg::Nack { view, promised }));
@@ -1124,6 +1156,7 @@ impl ViewChange {
             }
             ControlMsg::Accept { ballot, decision, .. } => {
                 self.max_round = self.max_round.max(ballot.round);
+                self.note_leader(from);
                 if self.promised.is_some_and(|p| p > ballot) {
                     let promised = self.promised.expect("checked");
                     self.outbox.push((from, ControlMsg::Nack { view, promised }));
@@ -1152,11 +1185,29 @@ impl ViewChange {
                 }
             }
             ControlMsg::Installed { .. } | ControlMsg::Heartbeat { .. } => {}
-            ControlMsg::Join { .. } | ControlMsg::State { .. } | ControlMsg::StateRequest { .. } => {
+            ControlMsg::Join { .. }
+            | ControlMsg::State { .. }
+            | ControlMsg::StateRequest { .. }
+            | ControlMsg::NoState { .. } => {
                 unreachable!("handled above")
             }
         }
         self.drive(received);
+    }
+
+    /// `from` runs a ballot: if it ranks below this member, this member
+    /// stops competing while `from` keeps at it (several members that each
+    /// think they lead — their suspicions differ, two may even suspect each
+    /// other — would otherwise preempt each other's ballots for ever). A
+    /// leader only runs ballots with a majority it trusts, and one that
+    /// stops (it died) is not waited for longer than twice the patience.
+    fn note_leader(&mut self, from: MemberId) {
+        let rank = |m: MemberId| self.group.view.members.iter().position(|x| *x == m);
+        if rank(from) < rank(self.me) {
+            self.yield_ticks = 0;
+            self.yield_to = Some(from);
+            self.lead = None;
+        }
     }
 
     /// A configured member asks to join as `incarnation`: it is added by
@@ -1198,7 +1249,8 @@ impl ViewChange {
     /// This joiner is in `decision.next`: it becomes a member of it.
     fn join_learn(&mut self, decision: Decision) {
         self.group = allocate(&self.template, &decision.next);
-        self.incarnation_of = decision.next.members.iter().copied().zip(decision.incarnations.iter().copied()).collect();
+        self.incarnation_of =
+            decision.next.members.iter().copied().zip(decision.incarnations.iter().copied()).collect();
         self.status = Status::Running;
         self.suspects.clear();
         self.reports.clear();
@@ -1237,7 +1289,10 @@ impl ViewChange {
         d.next.id == self.group.view.id + 1
             && !d.next.members.is_empty()
             && d.incarnations.len() == d.next.members.len()
-            && d.next.members.iter().all(|m| self.group.view.contains(*m) || self.template.members.contains(m))
+            && d.next
+                .members
+                .iter()
+                .all(|m| self.group.view.contains(*m) || self.template.members.contains(m))
             && d.trims.len() == subs.len()
             && subs.iter().zip(&d.trims).all(|(s, t)| t.is_empty() || t.len() == s.senders.len())
     }
@@ -1331,6 +1386,9 @@ impl ViewChange {
                 && self.waiting_ticks < self.patience
                 && !self.suspects.contains(&self.promised.expect("checked").leader)
             {
+                return;
+            }
+            if self.yield_ticks < self.patience.saturating_mul(2) && self.yield_to.is_some() {
                 return;
             }
             let round = self.max_round.max(self.promised.map_or(0, |p| p.round)) + 1;
@@ -1474,6 +1532,8 @@ impl ViewChange {
         self.lead = None;
         self.max_round = 0;
         self.waiting_ticks = 0;
+        self.yield_ticks = u32::MAX;
+        self.yield_to = None;
         self.events.push(ViewEvent::Install { old, decision });
     }
 

@@ -163,6 +163,7 @@ fn every_message_round_trips_and_every_truncation_is_refused() {
         ControlMsg::Join { view: 0, incarnation: 12345 },
         ControlMsg::State { view: 4, subgroup: 1, offset: 3, total: 10, bytes: vec![1, 2, 3] },
         ControlMsg::StateRequest { view: 4, subgroup: 1, offset: 3 },
+        ControlMsg::NoState { view: 4, subgroup: 1 },
     ];
     for m in msgs {
         let bytes = m.to_bytes();
@@ -247,7 +248,8 @@ fn a_decision_accepted_before_the_leader_died_is_adopted_by_the_next_leader() {
     for m in 1..4 {
         net.suspect(m, 0);
     }
-    net.settle(4);
+    // Member 1 yields to the dead leader's last ballot for two patiences.
+    net.settle(4 + 3 * DEFAULT_PATIENCE as usize);
     for m in 1..4 {
         let d = net.installs(m);
         assert_eq!(d[0], accepted.1, "m{m} installs the decision member 1 accepted, dead leader included");
