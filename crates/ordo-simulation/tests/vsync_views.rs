@@ -152,6 +152,7 @@ fn print_history() {
 fn seeds_cover_the_interesting_paths() {
     let (mut views, mut ragged, mut resent, mut minority, mut removed, mut survived, mut multi) =
         (0, 0, 0, 0, 0, 0, 0);
+    let (mut restored, mut restored_state) = (0, 0);
     let seeds = 300;
     for seed in 5000..5000 + seeds {
         let params = sim::Params::draw(seed);
@@ -167,6 +168,10 @@ fn seeds_cover_the_interesting_paths() {
                     resent += usize::from(*s > 0);
                 }
                 sim::ViewsEvent::Minority { .. } => minority += 1,
+                sim::ViewsEvent::Restored { count, .. } => {
+                    restored += 1;
+                    restored_state += usize::from(*count > 0);
+                }
                 sim::ViewsEvent::Removed { .. } => removed += 1,
                 sim::ViewsEvent::Finished => finished = true,
                 _ => {}
@@ -178,8 +183,10 @@ fn seeds_cover_the_interesting_paths() {
     }
     println!(
         "{seeds} seeds: {views} with a view change, {multi} with two or more, {survived} finished after one; \
-         installs with a ragged edge {ragged}, with resends {resent}; minority stops {minority}, removals {removed}"
+         installs with a ragged edge {ragged}, with resends {resent}; minority stops {minority}, removals {removed}; \
+         joiners' restores {restored} ({restored_state} with a non-empty state)"
     );
+    assert!(restored >= 50 && restored_state >= 20, "joiners restore state ({restored}, {restored_state} non-empty)");
     assert!(views >= 60, "view changes happen ({views})");
     assert!(multi >= 10, "successive view changes happen ({multi})");
     assert!(survived >= 50, "survivors finish after a view change ({survived})");
