@@ -15,6 +15,11 @@ pub struct NodeArgs {
     /// by the group).
     #[arg(long)]
     pub for_s: Option<u64>,
+    /// Join a running group (a new member, or a restarted one) instead of
+    /// forming view 0: the daemon asks the configured members to let it
+    /// in and receives its subgroups' state before it delivers.
+    #[arg(long)]
+    pub join: bool,
 }
 
 #[derive(Subcommand)]
@@ -24,6 +29,15 @@ pub enum Cluster {
     Up(UpArgs),
     /// Each member's view, state and counters (from its status endpoint).
     Status(StatusArgs),
+    /// Restart a member that died or left as a new incarnation: it joins
+    /// the running group and receives its state (`ordo node --join`).
+    Restart {
+        /// The member id.
+        member: u32,
+        /// The cluster directory.
+        #[arg(long, default_value = "ordo-cluster")]
+        dir: PathBuf,
+    },
     /// SIGKILL one member (to watch the others change the view).
     Kill {
         /// The member id.
@@ -94,7 +108,10 @@ extern "C" fn on_terminate(_: libc::c_int) {
 
 /// `ordo node`. SIGTERM or SIGINT leaves the group gracefully (the others
 /// install a view without this member), then exits.
-pub fn node(args: NodeArgs) -> Result<(), String> {
+pub fn node(mut args: NodeArgs) -> Result<(), String> {
+    if args.join {
+        args.config.sets.push("node.join=true".into());
+    }
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe {
         libc::signal(libc::SIGTERM, on_terminate as *const () as libc::sighandler_t);
@@ -192,7 +209,46 @@ pub fn cluster(cmd: Cluster) -> Result<(), String> {
             Ok(())
         }
         Cluster::Down { dir } => down(&dir),
+        Cluster::Restart { member, dir } => restart(member, &dir),
     }
+}
+
+fn spawn_node(dir: &Path, id: u32, join: bool) -> Result<u32, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}"))?;
+    let path = dir.join(format!("node-{id}.toml"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("node-{id}.log")))
+        .map_err(|e| e.to_string())?;
+    let err = log.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(["node", "--config"]).arg(&path);
+    if join {
+        cmd.arg("--join");
+    }
+    let child = cmd
+        .env("ORDO_LOG", std::env::var("ORDO_LOG").unwrap_or_else(|_| "info".into()))
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("spawning member {id}: {e}"))?;
+    Ok(child.id())
+}
+
+fn restart(member: u32, dir: &Path) -> Result<(), String> {
+    let mut pids = read_pids(dir)?;
+    let slot =
+        pids.get_mut(member as usize).ok_or_else(|| format!("no member {member} in {}", dir.display()))?;
+    if alive(*slot) {
+        return Err(format!("member {member} (pid {slot}) is running"));
+    }
+    *slot = spawn_node(dir, member, true)?;
+    let list: String = pids.iter().map(|p| format!("{p}\n")).collect();
+    std::fs::write(dir.join("pids"), list).map_err(|e| e.to_string())?;
+    println!("member {member} restarted (pid {}); it joins the running group", pids[member as usize]);
+    Ok(())
 }
 
 fn up(args: UpArgs) -> Result<(), String> {
@@ -215,26 +271,13 @@ fn up(args: UpArgs) -> Result<(), String> {
         ordo_runtime::Secret::generate_file(&secret).map_err(|e| e.to_string())?;
     }
     let cluster = format!("cluster-{}", std::process::id());
-    let exe = std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}"))?;
     let mut pids = Vec::new();
     for id in 0..args.members {
         let c = local(&args, &cluster).member_config(&base, id);
         c.validate_node_daemon().map_err(|e| format!("member {id}: {e}"))?;
         let path = args.dir.join(format!("node-{id}.toml"));
         std::fs::write(&path, c.to_toml_string()).map_err(|e| format!("{}: {e}", path.display()))?;
-        let log =
-            std::fs::File::create(args.dir.join(format!("node-{id}.log"))).map_err(|e| e.to_string())?;
-        let err = log.try_clone().map_err(|e| e.to_string())?;
-        let child = std::process::Command::new(&exe)
-            .args(["node", "--config"])
-            .arg(&path)
-            .env("ORDO_LOG", std::env::var("ORDO_LOG").unwrap_or_else(|_| "info".into()))
-            .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("spawning member {id}: {e}"))?;
-        pids.push(child.id());
+        pids.push(spawn_node(&args.dir, id, false)?);
     }
     let list: String = pids.iter().map(|p| format!("{p}\n")).collect();
     std::fs::write(args.dir.join("pids"), list).map_err(|e| e.to_string())?;

@@ -320,3 +320,57 @@ fn a_member_leaves_gracefully_on_sigterm() {
     assert_eq!(in_view(&a, 0), in_view(&b, 0), "members 0 and 1 agree on view 0");
     assert!(is_prefix(&in_view(&c.log(2), 0), &in_view(&a, 0)), "what the leaver delivered, the others did");
 }
+
+#[test]
+fn a_killed_member_restarts_rejoins_and_receives_its_state() {
+    for fabric in ["shm", "tcp"] {
+        let c = Cluster::up(&format!("rejoin-{fabric}"), 3, fabric);
+        c.wait_progress(&[0, 1, 2], 200);
+        c.kill(2);
+        c.wait_view(1, &[0, 1]);
+        c.wait_progress(&[0, 1], 200);
+        let out = ordo(&["cluster", "restart", "2", "--dir", c.dir.to_str().unwrap()]);
+        assert!(out.status.success(), "cluster restart: {}", String::from_utf8_lossy(&out.stderr));
+        c.wait_view(2, &[0, 1, 2]);
+        c.wait_progress(&[0, 1, 2], 300);
+        std::thread::sleep(Duration::from_millis(100));
+        let logs: Vec<Vec<Line>> = (0..3).map(|m| c.log(m)).collect();
+        // Member 2 restored the group's history at its join: its counter
+        // covers everything delivered in views 0 and 1, though its new
+        // incarnation delivered only from view 2 on.
+        let before: usize = logs[0].iter().filter(|l| l.0 < 2).count();
+        assert_eq!(
+            before,
+            logs[1].iter().filter(|l| l.0 < 2).count(),
+            "members 0 and 1 agree before the join"
+        );
+        let st = c.status();
+        let delivered = |m: usize| -> u64 {
+            st[m]["subgroups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g["delivered_messages"].as_u64().unwrap())
+                .sum()
+        };
+        let since: usize = read_log(&c.dir.join("delivered-2.log")).iter().filter(|l| l.0 >= 2).count();
+        assert!(
+            delivered(2) >= before as u64 && delivered(2) as usize >= since,
+            "member 2's restored state counts the history: {} delivered, {before} before its join{}",
+            delivered(2),
+            c.logs()
+        );
+        // In view 2 all three deliver the same sequence (so far).
+        let v2: Vec<Vec<Line>> = logs.iter().map(|l| in_view(l, 2)).collect();
+        for m in 1..3 {
+            assert!(
+                is_prefix(&v2[m], &v2[0]) || is_prefix(&v2[0], &v2[m]),
+                "members 0 and {m} agree on view 2"
+            );
+        }
+        assert!(!v2[2].is_empty(), "the joiner delivers in view 2");
+        for (m, log) in logs.iter().enumerate() {
+            check_fifo(m as u32, log, &[]);
+        }
+    }
+}

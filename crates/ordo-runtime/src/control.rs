@@ -408,6 +408,18 @@ fn write_loop(
             continue;
         }
         frame[..4].copy_from_slice(&(len as u32).to_be_bytes());
+        // A cached connection whose peer closed it (the member died or
+        // restarted) reads as EOF: write on a fresh one instead of losing
+        // the frame into a dead socket.
+        if conns.get(&to).is_some_and(|c| {
+            let _ = c.set_nonblocking(true);
+            let closed =
+                !matches!(c.peek(&mut [0u8; 1]), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            let _ = c.set_nonblocking(false);
+            closed
+        }) {
+            conns.remove(&to);
+        }
         let conn = match conns.entry(to) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {

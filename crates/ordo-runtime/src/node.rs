@@ -418,6 +418,10 @@ struct ViewAgent {
     /// next index and the time its next message is due.
     rate: u64,
     message_bytes: usize,
+    /// The load generator's first message index: 0 for an original
+    /// member, the start time in µs for a joiner (a restarted member's
+    /// messages never repeat its earlier incarnation's indices).
+    first_index: u64,
     sent: Vec<u64>,
     due: Vec<Duration>,
     wedged_at: Option<Instant>,
@@ -468,7 +472,7 @@ impl ViewAgent {
             let mut burst = 0;
             while self.due[g] <= now && burst < 64 {
                 let Some(handle) = self.member.sender(g) else { break };
-                let index = self.sent[g];
+                let index = self.first_index + self.sent[g];
                 let me = self.me;
                 match handle.try_send_with(self.message_bytes, |b| payload(me, index, b)) {
                     Ok(()) => {
@@ -874,6 +878,7 @@ impl Node {
             rate: config.node.send_rate,
             message_bytes: config.node.message_bytes,
             sent: vec![0; n],
+            first_index: if config.node.join { unix_ns() / 1000 } else { 0 },
             due: senders_in.iter().map(|s| if *s { Duration::ZERO } else { Duration::MAX }).collect(),
             wedged_at: None,
             wedged_at_unix_ns: 0,

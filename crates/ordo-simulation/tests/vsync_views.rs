@@ -186,7 +186,10 @@ fn seeds_cover_the_interesting_paths() {
          installs with a ragged edge {ragged}, with resends {resent}; minority stops {minority}, removals {removed}; \
          joiners' restores {restored} ({restored_state} with a non-empty state)"
     );
-    assert!(restored >= 50 && restored_state >= 20, "joiners restore state ({restored}, {restored_state} non-empty)");
+    assert!(
+        restored >= 50 && restored_state >= 20,
+        "joiners restore state ({restored}, {restored_state} non-empty)"
+    );
     assert!(views >= 60, "view changes happen ({views})");
     assert!(multi >= 10, "successive view changes happen ({multi})");
     assert!(survived >= 50, "survivors finish after a view change ({survived})");
