@@ -311,13 +311,19 @@ pub fn payload(g: usize, sender: MemberId, index: u64, max_payload: usize) -> Ve
     out
 }
 
+/// Per configured subgroup: (messages delivered, chained digest).
+type AppState = Vec<(u64, u64)>;
+
+/// Snapshots per (view, subgroup): (member, count, digest).
+type Snaps = BTreeMap<(u64, usize), Vec<(MemberId, u64, u64)>>;
+
 /// What the fault driver may know of the members (shared, one thread).
 #[derive(Debug, Default)]
 struct Shared {
     /// Per member: current view members while a change is under way.
     changing: Vec<Option<Vec<MemberId>>>,
     /// Per member: (incarnation, application state), kept current.
-    state: Vec<Option<(u64, Vec<(u64, u64)>)>>,
+    state: Vec<Option<(u64, AppState)>>,
 }
 
 type Opener = Box<dyn FnMut(&ViewGroup, usize) -> Result<SimFabric, String>>;
@@ -1369,7 +1375,7 @@ impl Checker<ViewsEvent> for StateTransferCheck {
     }
     fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
         // Per (view, subgroup): every member's snapshot at the join point.
-        let mut snaps: BTreeMap<(u64, usize), Vec<(MemberId, u64, u64)>> = BTreeMap::new();
+        let mut snaps: Snaps = BTreeMap::new();
         for e in &h.entries {
             if let ViewsEvent::Snapshot { view, subgroup, count, digest } = e.event {
                 snaps.entry((view, subgroup)).or_default().push((e.member, count, digest));
