@@ -88,6 +88,15 @@ pub struct UpArgs {
     /// Write each member's delivered messages to DIR/delivered-ID.log.
     #[arg(long)]
     pub delivery_log: bool,
+    /// The engine: vsync (views) or acuerdo (quorum atomic broadcast).
+    #[arg(long, value_enum, default_value = "vsync")]
+    pub engine: EngineArg,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub enum EngineArg {
+    Vsync,
+    Acuerdo,
 }
 
 #[derive(Args)]
@@ -130,11 +139,12 @@ pub fn node(mut args: NodeArgs) -> Result<(), String> {
         }
     };
     println!(
-        "ordo node: member {} of {:?} on {:?}, control {}{}",
+        "ordo node: member {} of {:?} on {:?} ({:?}), control {}{}",
         config.member.id,
         config.group.members,
         config.fabric.backend,
-        node.control_addr(),
+        config.node.engine,
+        node.control_addr().map_or("none".to_string(), |a| a.to_string()),
         server.as_ref().map(|s| format!(", status http://{}/status", s.local_addr())).unwrap_or_default()
     );
     let start = Instant::now();
@@ -214,6 +224,10 @@ pub fn cluster(cmd: Cluster) -> Result<(), String> {
 }
 
 fn spawn_node(dir: &Path, id: u32, join: bool) -> Result<u32, String> {
+    spawn_node_with(dir, id, join, None)
+}
+
+fn spawn_node_with(dir: &Path, id: u32, join: bool, incarnation: Option<u64>) -> Result<u32, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}"))?;
     let path = dir.join(format!("node-{id}.toml"));
     let log = std::fs::OpenOptions::new()
@@ -226,6 +240,9 @@ fn spawn_node(dir: &Path, id: u32, join: bool) -> Result<u32, String> {
     cmd.args(["node", "--config"]).arg(&path);
     if join {
         cmd.arg("--join");
+    }
+    if let Some(i) = incarnation {
+        cmd.args(["--set", &format!("node.incarnation={i}")]);
     }
     let child = cmd
         .env("ORDO_LOG", std::env::var("ORDO_LOG").unwrap_or_else(|_| "info".into()))
@@ -244,7 +261,12 @@ fn restart(member: u32, dir: &Path) -> Result<(), String> {
     if alive(*slot) {
         return Err(format!("member {member} (pid {slot}) is running"));
     }
-    *slot = spawn_node(dir, member, true)?;
+    // Incarnations count up per member (acuerdo needs larger ones).
+    let counter = dir.join(format!("incarnation-{member}"));
+    let inc =
+        std::fs::read_to_string(&counter).ok().and_then(|t| t.trim().parse::<u64>().ok()).unwrap_or(1) + 1;
+    std::fs::write(&counter, inc.to_string()).map_err(|e| e.to_string())?;
+    *slot = spawn_node_with(dir, member, true, Some(inc))?;
     let list: String = pids.iter().map(|p| format!("{p}\n")).collect();
     std::fs::write(dir.join("pids"), list).map_err(|e| e.to_string())?;
     println!("member {member} restarted (pid {}); it joins the running group", pids[member as usize]);
@@ -273,7 +295,11 @@ fn up(args: UpArgs) -> Result<(), String> {
     let cluster = format!("cluster-{}", std::process::id());
     let mut pids = Vec::new();
     for id in 0..args.members {
-        let c = local(&args, &cluster).member_config(&base, id);
+        let mut c = local(&args, &cluster).member_config(&base, id);
+        if args.engine == EngineArg::Acuerdo {
+            c.node.engine = ordo_runtime::NodeEngine::Acuerdo;
+            c.node.message_bytes = c.node.message_bytes.max(16);
+        }
         c.validate_node_daemon().map_err(|e| format!("member {id}: {e}"))?;
         let path = args.dir.join(format!("node-{id}.toml"));
         std::fs::write(&path, c.to_toml_string()).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -285,7 +311,8 @@ fn up(args: UpArgs) -> Result<(), String> {
     let args_status = StatusArgs { dir: args.dir.clone(), json: false };
     loop {
         let all = statuses(&args.dir)?;
-        if all.iter().all(|(_, s)| s.as_ref().is_ok_and(|s| s.state == "running")) {
+        let up = |s: &NodeStatus| matches!(s.state.as_str(), "running" | "leader" | "follower");
+        if all.iter().all(|(_, s)| s.as_ref().is_ok_and(up)) {
             break;
         }
         if Instant::now() > deadline {
@@ -295,8 +322,9 @@ fn up(args: UpArgs) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(100));
     }
     println!(
-        "{} members up on the {:?} fabric (configs, secret, logs and pids in {})",
+        "{} {:?} members up on the {:?} fabric (configs, secret, logs and pids in {})",
         args.members,
+        args.engine,
         args.fabric,
         args.dir.display()
     );

@@ -48,6 +48,10 @@ fn free_base(n: u16) -> u16 {
 
 impl Cluster {
     fn up(name: &str, n: u16, fabric: &str) -> Cluster {
+        Cluster::up_with(name, n, fabric, "vsync")
+    }
+
+    fn up_with(name: &str, n: u16, fabric: &str, engine: &str) -> Cluster {
         let dir = std::env::temp_dir().join(format!("ordo-node-views-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let base = free_base(n).to_string();
@@ -67,6 +71,8 @@ impl Cluster {
             "--size",
             "128",
             "--delivery-log",
+            "--engine",
+            engine,
         ]);
         let c = Cluster { dir };
         assert!(out.status.success(), "cluster up: {}{}", String::from_utf8_lossy(&out.stdout), c.logs());
@@ -372,5 +378,52 @@ fn a_killed_member_restarts_rejoins_and_receives_its_state() {
         for (m, log) in logs.iter().enumerate() {
             check_fifo(m as u32, log, &[]);
         }
+    }
+}
+
+#[test]
+fn acuerdo_daemons_survive_a_leader_kill_and_catch_up_a_restart() {
+    for fabric in ["shm", "tcp"] {
+        let c = Cluster::up_with(&format!("acuerdo-{fabric}"), 3, fabric, "acuerdo");
+        c.wait_progress(&[0, 1, 2], 200);
+        let leader = |st: &[Value]| st.iter().position(|s| s["state"] == "leader").map(|i| i as u32);
+        let old = leader(&c.status()).expect("a leader");
+        c.kill(old);
+        let rest: Vec<u32> = (0..3).filter(|m| *m != old).collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !leader(&c.status()).is_some_and(|l| l != old) {
+            assert!(Instant::now() < deadline, "no new leader{}", c.logs());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        c.wait_progress(&rest, 200);
+        // What the killed leader delivered (its log ends with its death).
+        let dead: Vec<Line> = read_log(&c.dir.join(format!("delivered-{old}.log")));
+        let out = ordo(&["cluster", "restart", &old.to_string(), "--dir", c.dir.to_str().unwrap()]);
+        assert!(out.status.success(), "cluster restart: {}", String::from_utf8_lossy(&out.stderr));
+        c.wait_progress(&[0, 1, 2], 200);
+        std::thread::sleep(Duration::from_millis(100));
+        // The survivors delivered the same sequence (one a prefix of the
+        // other, as they run on); the killed leader's is a prefix of it.
+        let (a, b) = (c.log(rest[0]), c.log(rest[1]));
+        assert!(is_prefix(&a, &b) || is_prefix(&b, &a), "the survivors agree");
+        let longest = if a.len() >= b.len() { &a } else { &b };
+        assert!(
+            is_prefix(&dead[..dead.len().min(longest.len())], longest),
+            "the killed leader's deliveries are a prefix"
+        );
+        // The restarted member caught up: its counter covers the history.
+        let st = c.status();
+        let delivered = |m: u32| -> u64 {
+            st[m as usize]["subgroups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g["delivered_messages"].as_u64().unwrap())
+                .sum()
+        };
+        assert!(
+            delivered(old) + 500 >= delivered(rest[0]).min(delivered(rest[1])),
+            "the restarted member caught up: {st:#?}"
+        );
     }
 }

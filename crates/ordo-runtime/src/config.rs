@@ -92,8 +92,28 @@ pub struct NodeConfig {
     /// `join`: start by joining a running group (a new member, or a
     /// restarted one: a new incarnation) instead of forming view 0 with
     /// every member; it receives its subgroups' state before it delivers
-    /// (default false).
+    /// (default false). vsync only: an acuerdo member rejoins by itself.
     pub join: bool,
+    /// `engine`: `"vsync"` (default: the `[vsync]` group with views) or
+    /// `"acuerdo"` (quorum atomic broadcast over `group.members`: the
+    /// leader orders everything; a restarted member catches up).
+    pub engine: NodeEngine,
+    /// `incarnation`: this start's incarnation; 0 (default): automatic
+    /// (vsync: 0 for an original member, the clock for a joiner; acuerdo:
+    /// 1). An acuerdo member that restarts needs a larger one than before,
+    /// below 2^15 (`ordo cluster restart` counts them).
+    pub incarnation: u64,
+}
+
+/// `node.engine`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeEngine {
+    /// Derecho's atomic multicast with views (`ordo_vsync`).
+    #[default]
+    Vsync,
+    /// Acuerdo (`ordo_acuerdo`).
+    Acuerdo,
 }
 
 impl Default for NodeConfig {
@@ -107,6 +127,8 @@ impl Default for NodeConfig {
             message_bytes: 1024,
             delivery_log: None,
             join: false,
+            engine: NodeEngine::Vsync,
+            incarnation: 0,
         }
     }
 }
@@ -947,6 +969,19 @@ impl OrdoConfig {
     /// subgroup this member sends in when it generates load.
     pub fn validate_node_daemon(&self) -> Result<(), ValidationError> {
         self.validate()?;
+        if self.node.engine == NodeEngine::Acuerdo {
+            if self.node.message_bytes < 16 {
+                return Err(ValidationError::NodeControl {
+                    reason: format!("node.message_bytes {} is below 16 (acuerdo)", self.node.message_bytes),
+                });
+            }
+            if self.group.members.iter().any(|m| *m > 255) {
+                return Err(ValidationError::NodeControl {
+                    reason: "acuerdo member ids are below 256".into(),
+                });
+            }
+            return Ok(());
+        }
         if let Some(&id) = self.group.members.iter().find(|&&id| self.node.control_addr(id).is_none()) {
             return Err(ValidationError::NodeControl {
                 reason: format!("member {id} has no node.control address"),

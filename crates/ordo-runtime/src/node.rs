@@ -115,6 +115,10 @@ pub struct NodeStatus {
     pub members: Vec<MemberId>,
     /// The fabric backend.
     pub backend: String,
+    /// The engine: `vsync` or `acuerdo`.
+    pub engine: String,
+    /// The acuerdo leader this member follows (acuerdo only).
+    pub leader: Option<MemberId>,
     /// Per configured subgroup this member belongs to.
     pub subgroups: Vec<SubgroupStatus>,
     /// Peers suspected by this member's fabric so far.
@@ -582,6 +586,7 @@ impl ViewAgent {
             view: view.id,
             members: view.members.clone(),
             backend: format!("{:?}", self.backend).to_lowercase(),
+            engine: "vsync".into(),
             suspicions: self.suspicions,
             view_changes: self.view_changes,
             last_view_change_ms: self.last_change.as_secs_f64() * 1e3,
@@ -788,9 +793,181 @@ fn view_config(base: &OrdoConfig, view: &View, region_len: usize) -> OrdoConfig 
 /// A running member daemon.
 pub struct Node {
     runner: Option<Runner<ViewAgent>>,
+    acuerdo: Option<AcuerdoNode>,
     shared: Arc<Shared>,
-    control_addr: SocketAddr,
+    control_addr: Option<SocketAddr>,
     senders: Arc<Mutex<Vec<Option<ordo_vsync::Sender>>>>,
+}
+
+/// An acuerdo member run by a [`Node`]: its agent, and the thread that
+/// generates load (as the leader) and publishes the status.
+struct AcuerdoNode {
+    runner: Option<Runner<crate::acuerdo::AcuerdoMember<MemberFabric>>>,
+    driver: Option<std::thread::JoinHandle<()>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AcuerdoNode {
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(d) = self.driver.take() {
+            let _ = d.join();
+        }
+        if let Some(r) = self.runner.take() {
+            drop(r.join());
+        }
+    }
+}
+
+/// The acuerdo payload: index (8 bytes), the submitting member (4), then
+/// [`payload`]'s filler.
+fn acuerdo_payload(me: MemberId, index: u64, buf: &mut [u8]) {
+    payload(me, index, buf);
+    buf[8..12].copy_from_slice(&me.to_le_bytes());
+}
+
+/// Starts an acuerdo member as `config` says (`node.engine = "acuerdo"`).
+fn start_acuerdo(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
+    use crate::acuerdo::{ClientEvent, MemberOptions, region_len, runtime_config, start_member};
+    let me = config.member.id;
+    let mut cfg = runtime_config(config.group.members.clone(), me);
+    // A restarted member is a new, larger incarnation: the group catches
+    // it up.
+    cfg.incarnation = config.node.incarnation.max(1);
+    cfg.max_payload = cfg.max_payload.max(config.node.message_bytes);
+    cfg.validate().map_err(|e| NodeError::Start(e.to_string()))?;
+    let mut c = config.clone();
+    c.fabric.region_bytes = c.fabric.region_bytes.max(region_len(&cfg));
+    let fabric = connect_fabric(&c).map_err(|e| NodeError::Start(e.to_string()))?;
+    let log = match &config.node.delivery_log {
+        None => None,
+        Some(p) => Some(BufWriter::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| NodeError::Log { path: p.display().to_string(), why: e.to_string() })?,
+        )),
+    };
+    let sink = Arc::new(Mutex::new(NodeSink {
+        view: 0,
+        counts: vec![(0, 0)],
+        log,
+        log_error: false,
+        on_deliver: app.on_deliver,
+        snapshot: app.snapshot,
+        restore: app.restore,
+    }));
+    let (s1, s2, s3) = (sink.clone(), sink.clone(), sink.clone());
+    let options = MemberOptions {
+        on_deliver: Some(Box::new(move |h, p| {
+            let mut s = s1.lock().unwrap_or_else(|e| e.into_inner());
+            s.view = u64::from(h.epoch.round);
+            let sender = p.get(8..12).map_or(0, |b| MemberId::from_le_bytes(b.try_into().expect("4")));
+            let d = Delivered { subgroup: 0, sender, seq: h.count as i64, round: 0, payload: p };
+            s.deliver(std::slice::from_ref(&d));
+        })),
+        on_snapshot: Some(Box::new(move || {
+            ordo_vsync::StateTransfer::snapshot(&mut *s2.lock().unwrap_or_else(|e| e.into_inner()), 0)
+        })),
+        on_restore: Some(Box::new(move |_, state| {
+            ordo_vsync::StateTransfer::restore(&mut *s3.lock().unwrap_or_else(|e| e.into_inner()), 0, state)
+        })),
+        ..MemberOptions::default()
+    };
+    let (runner, mut client) = start_member(fabric, cfg, options).map_err(NodeError::Start)?;
+    let shared = Arc::new(Shared {
+        status: Mutex::new(NodeStatus::default()),
+        exit: Mutex::new(None),
+        exited: Condvar::new(),
+        leave: std::sync::atomic::AtomicBool::new(false),
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (rate, bytes, tick) =
+        (config.node.send_rate, config.node.message_bytes, Duration::from_millis(config.node.tick_ms));
+    let (sh, st, members, backend) =
+        (shared.clone(), stop.clone(), config.group.members.clone(), config.fabric.backend);
+    let driver = std::thread::Builder::new()
+        .name(format!("acuerdo-node-{me}"))
+        .spawn(move || {
+            let t0 = Instant::now();
+            let live = client.status().clone();
+            let mut buf = vec![0u8; bytes];
+            let (mut sent, mut due, mut next_status) = (0u64, Duration::ZERO, Duration::ZERO);
+            let mut in_flight = 0u64;
+            while !st.load(Ordering::Acquire) {
+                let now = t0.elapsed();
+                while let Some(e) = client.poll() {
+                    if matches!(
+                        e,
+                        ClientEvent::Committed { .. }
+                            | ClientEvent::Lost { .. }
+                            | ClientEvent::Rejected { .. }
+                    ) {
+                        in_flight = in_flight.saturating_sub(1);
+                    }
+                }
+                // The leader orders every message: only it generates load.
+                if rate > 0 && live.is_leader() {
+                    let step = Duration::from_nanos(1_000_000_000 / rate);
+                    if now.saturating_sub(due) > Duration::from_secs(1) {
+                        due = now;
+                    }
+                    while due <= now && in_flight < 512 {
+                        acuerdo_payload(me, sent, &mut buf);
+                        if client.submit(&buf).is_err() {
+                            break;
+                        }
+                        sent += 1;
+                        in_flight += 1;
+                        due += step;
+                    }
+                } else {
+                    due = now;
+                }
+                if now >= next_status {
+                    next_status = now + tick;
+                    let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(log) = s.log.as_mut() {
+                        let _ = log.flush();
+                    }
+                    let e = live.epoch();
+                    let (m, b) = s.counts[0];
+                    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = NodeStatus {
+                        member: me,
+                        state: format!("{:?}", live.role()).to_lowercase(),
+                        view: u64::from(e.round),
+                        members: members.clone(),
+                        backend: format!("{backend:?}").to_lowercase(),
+                        engine: "acuerdo".into(),
+                        leader: live.leader(),
+                        subgroups: vec![SubgroupStatus {
+                            subgroup: 0,
+                            delivered_messages: m,
+                            delivered_bytes: b,
+                            sent_messages: sent,
+                            ..SubgroupStatus::default()
+                        }],
+                        view_changes: live.elections_won(),
+                        uptime_s: t0.elapsed().as_secs_f64(),
+                        taken_at_unix_ns: unix_ns(),
+                        ..NodeStatus::default()
+                    };
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            if let Some(log) = sink.lock().unwrap_or_else(|e| e.into_inner()).log.as_mut() {
+                let _ = log.flush();
+            }
+        })
+        .map_err(|e| NodeError::Start(e.to_string()))?;
+    Ok(Node {
+        runner: None,
+        acuerdo: Some(AcuerdoNode { runner: Some(runner), driver: Some(driver), stop }),
+        shared,
+        control_addr: None,
+        senders: Arc::new(Mutex::new(Vec::new())),
+    })
 }
 
 impl Node {
@@ -801,9 +978,16 @@ impl Node {
         Node::start_with(config, NodeApp::default())
     }
 
-    /// As [`start`](Self::start), with an application's upcalls.
+    /// As [`start`](Self::start), with an application's upcalls. With
+    /// `node.engine = "acuerdo"` it runs an acuerdo member instead (no
+    /// views: the leader orders everything, a restarted member catches up;
+    /// delivery upcalls see subgroup 0, `view` the epoch's round; no view
+    /// upcalls or send handles).
     pub fn start_with(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
         config.validate_node_daemon()?;
+        if config.node.engine == crate::config::NodeEngine::Acuerdo {
+            return start_acuerdo(config, app);
+        }
         let me = config.member.id;
         let template = config.vsync_group()?;
         let secret = config.security.load_secret()?;
@@ -830,7 +1014,8 @@ impl Node {
             }
         });
         let mut member = if config.node.join {
-            ViewMember::join(me, template.clone(), unix_ns().max(1), open)
+            let inc = if config.node.incarnation > 0 { config.node.incarnation } else { unix_ns().max(1) };
+            ViewMember::join(me, template.clone(), inc, open)
         } else {
             let view = View { id: 0, members: config.group.members.clone() };
             ViewMember::new(me, template.clone(), view, open)
@@ -900,7 +1085,7 @@ impl Node {
         let mut options = config.runner_options();
         options.threading = crate::ThreadingMode::Dedicated;
         let runner = Runner::start(vec![agent], &options)?;
-        Ok(Node { runner: Some(runner), shared, control_addr, senders })
+        Ok(Node { runner: Some(runner), acuerdo: None, shared, control_addr: Some(control_addr), senders })
     }
 
     /// A send handle for configured subgroup `g` that follows the views
@@ -911,7 +1096,7 @@ impl Node {
     }
 
     /// The control plane's address.
-    pub fn control_addr(&self) -> SocketAddr {
+    pub fn control_addr(&self) -> Option<SocketAddr> {
         self.control_addr
     }
 
@@ -956,6 +1141,9 @@ impl Node {
         if let Some(r) = self.runner.take() {
             drop(r.join());
         }
+        if let Some(a) = self.acuerdo.as_mut() {
+            a.stop();
+        }
         self.shared.exit.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or(NodeExit::Stopped)
     }
 }
@@ -964,6 +1152,9 @@ impl Drop for Node {
     fn drop(&mut self) {
         if let Some(r) = self.runner.take() {
             drop(r.join());
+        }
+        if let Some(a) = self.acuerdo.as_mut() {
+            a.stop();
         }
     }
 }
