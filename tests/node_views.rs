@@ -391,7 +391,7 @@ fn acuerdo_daemons_survive_a_leader_kill_and_catch_up_a_restart() {
         c.kill(old);
         let rest: Vec<u32> = (0..3).filter(|m| *m != old).collect();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !leader(&c.status()).is_some_and(|l| l != old) {
+        while leader(&c.status()).is_none_or(|l| l == old) {
             assert!(Instant::now() < deadline, "no new leader{}", c.logs());
             std::thread::sleep(Duration::from_millis(20));
         }
