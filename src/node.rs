@@ -474,21 +474,7 @@ pub fn demo_views(d: &DemoViews) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     ordo_runtime::Secret::generate_file(&dir.join("cluster.secret")).map_err(|e| e.to_string())?;
-    let mut base_port = 0;
-    for attempt in 0..200u32 {
-        let b = 20_000
-            + ((std::process::id().wrapping_mul(2_654_435_761).wrapping_add(attempt * 7919)) % 35_000) as u16;
-        let free = (0..d.members as u16).all(|i| {
-            [0, 100, 200].iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", b + o + i)).is_ok())
-        });
-        if free {
-            base_port = b;
-            break;
-        }
-    }
-    if base_port == 0 {
-        return Err("no free ports".into());
-    }
+    let base_port = ordo_runtime::node::free_base_port(d.members).ok_or("no free ports")?;
     let local = LocalCluster {
         members: d.members,
         backend: match d.fabric {

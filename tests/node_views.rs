@@ -31,19 +31,9 @@ fn ordo(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ordo")).args(args).output().expect("run ordo")
 }
 
-/// A base port whose 300 neighbours (fabric, control, status) are free now.
+/// A base port whose fabric, control and status ports are free now.
 fn free_base(n: u16) -> u16 {
-    let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
-    for attempt in 0..200u64 {
-        let base = 20_000 + ((seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 7919)) % 35_000) as u16;
-        let ok = (0..n).all(|i| {
-            [0, 100, 200].iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o + i)).is_ok())
-        });
-        if ok {
-            return base;
-        }
-    }
-    panic!("no free ports");
+    ordo_runtime::node::free_base_port(u32::from(n)).expect("free ports")
 }
 
 impl Cluster {

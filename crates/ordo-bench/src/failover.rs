@@ -21,7 +21,9 @@
 use crate::experiment::{Csv, Experiment, write};
 use crate::machine::MachineInfo;
 use crate::plot::{Panel, Series, write_png};
-use ordo_runtime::node::{LocalCluster, NodeStatus, fetch_status, remove_view_files, unix_ns};
+use ordo_runtime::node::{
+    LocalCluster, NodeStatus, fetch_status, free_base_port, remove_view_files, unix_ns,
+};
 use ordo_runtime::{Backend, OrdoConfig, Secret};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -149,20 +151,6 @@ impl Drop for Running {
     }
 }
 
-fn free_base(n: u32) -> Result<u16, String> {
-    let seed = unix_ns() ^ u64::from(std::process::id());
-    for attempt in 0..500u64 {
-        let base = 20_000 + ((seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 7919)) % 35_000) as u16;
-        let free = (0..n as u16).all(|i| {
-            [0, 100, 200].iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o + i)).is_ok())
-        });
-        if free {
-            return Ok(base);
-        }
-    }
-    Err("no free ports for a cluster".into())
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -176,7 +164,7 @@ impl Failover {
             members: n,
             backend,
             dir: dir.to_path_buf(),
-            base_port: free_base(n)?,
+            base_port: free_base_port(n).ok_or("no free ports for a cluster")?,
             cluster: format!("failover-{}-{k}", std::process::id()),
             rate: self.args.rate,
             message_bytes: self.args.size,

@@ -137,11 +137,19 @@ impl ControlPlane {
         let stats = Arc::new(ControlStats::default());
         let mut threads = Vec::new();
         {
-            let (shutdown, stats, bell, ids) = (shutdown.clone(), stats.clone(), bell.clone(), ids.clone());
+            let proto = Reader {
+                me,
+                ids: ids.clone(),
+                opener,
+                inbox: in_tx,
+                bell: bell.clone(),
+                shutdown: shutdown.clone(),
+                stats: stats.clone(),
+            };
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("control-accept-{me}"))
-                    .spawn(move || accept_loop(me, listener, ids, opener, in_tx, bell, shutdown, stats))
+                    .spawn(move || accept_loop(listener, proto))
                     .expect("spawn the control acceptor"),
             );
         }
@@ -204,19 +212,12 @@ impl Drop for ControlPlane {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn accept_loop(
-    me: MemberId,
-    listener: TcpListener,
-    ids: Vec<MemberId>,
-    opener: Option<Arc<Mutex<Opener>>>,
-    inbox: SyncSender<(MemberId, ControlMsg)>,
-    bell: Arc<Mutex<Option<Doorbell>>>,
-    shutdown: Arc<AtomicBool>,
-    stats: Arc<ControlStats>,
-) {
+/// Accepts connections and gives each a reader thread with a copy of
+/// `proto` (the shared context), at most [`MAX_INBOUND`] at once.
+fn accept_loop(listener: TcpListener, proto: Reader) {
+    let me = proto.me;
     let mut readers: Vec<JoinHandle<()>> = Vec::new();
-    while !shutdown.load(Ordering::Acquire) {
+    while !proto.shutdown.load(Ordering::Acquire) {
         readers.retain(|r| !r.is_finished());
         match listener.accept() {
             Ok((stream, from)) => {
@@ -224,15 +225,7 @@ fn accept_loop(
                     tracing::warn!(member = me, %from, "control plane: too many connections; closing a new one");
                     continue;
                 }
-                let ctx = Reader {
-                    me,
-                    ids: ids.clone(),
-                    opener: opener.clone(),
-                    inbox: inbox.clone(),
-                    bell: bell.clone(),
-                    shutdown: shutdown.clone(),
-                    stats: stats.clone(),
-                };
+                let ctx = proto.clone();
                 if let Ok(r) = std::thread::Builder::new()
                     .name(format!("control-read-{me}"))
                     .spawn(move || ctx.run(stream, from))
@@ -254,6 +247,8 @@ fn accept_loop(
     }
 }
 
+/// What every reader thread shares (cheap to clone: ids and handles).
+#[derive(Clone)]
 struct Reader {
     me: MemberId,
     ids: Vec<MemberId>,

@@ -826,6 +826,31 @@ fn acuerdo_payload(me: MemberId, index: u64, buf: &mut [u8]) {
     buf[8..12].copy_from_slice(&me.to_le_bytes());
 }
 
+/// The delivery log `node.delivery_log` names, opened for appending.
+fn open_log(config: &OrdoConfig) -> Result<Option<BufWriter<File>>, NodeError> {
+    let Some(p) = &config.node.delivery_log else { return Ok(None) };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+        .map_err(|e| NodeError::Log { path: p.display().to_string(), why: e.to_string() })?;
+    Ok(Some(BufWriter::new(file)))
+}
+
+/// A base port for a [`LocalCluster`] of `n` members whose fabric,
+/// control and status ports (base+i, base+100+i, base+200+i) are all free
+/// now (None after 500 tries).
+pub fn free_base_port(n: u32) -> Option<u16> {
+    let seed = unix_ns() ^ u64::from(std::process::id());
+    (0..500u64).find_map(|attempt| {
+        let base = 20_000 + ((seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 7919)) % 35_000) as u16;
+        let free = (0..n as u16).all(|i| {
+            [0, 100, 200].iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o + i)).is_ok())
+        });
+        free.then_some(base)
+    })
+}
+
 /// Starts an acuerdo member as `config` says (`node.engine = "acuerdo"`).
 fn start_acuerdo(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
     use crate::acuerdo::{ClientEvent, MemberOptions, region_len, runtime_config, start_member};
@@ -839,16 +864,7 @@ fn start_acuerdo(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
     let mut c = config.clone();
     c.fabric.region_bytes = c.fabric.region_bytes.max(region_len(&cfg));
     let fabric = connect_fabric(&c).map_err(|e| NodeError::Start(e.to_string()))?;
-    let log = match &config.node.delivery_log {
-        None => None,
-        Some(p) => Some(BufWriter::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|e| NodeError::Log { path: p.display().to_string(), why: e.to_string() })?,
-        )),
-    };
+    let log = open_log(config)?;
     let sink = Arc::new(Mutex::new(NodeSink {
         view: 0,
         counts: vec![(0, 0)],
@@ -1023,16 +1039,7 @@ impl Node {
         .map_err(|e| NodeError::Start(e.to_string()))?;
         member.set_patience(config.node.patience);
         control.set_bell(member.try_driver().and_then(|d| d.fabric().doorbell().cloned()));
-        let log = match &config.node.delivery_log {
-            None => None,
-            Some(p) => Some(BufWriter::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|e| NodeError::Log { path: p.display().to_string(), why: e.to_string() })?,
-            )),
-        };
+        let log = open_log(config)?;
         let n = template.subgroups.len();
         let shared = Arc::new(Shared {
             status: Mutex::new(NodeStatus::default()),

@@ -514,14 +514,8 @@ pub fn checkers() -> Vec<Box<dyn Checker<AcEvent>>> {
 /// Runs and checks one seed.
 pub fn run(seed: u64) -> Result<u64, String> {
     let params = Params::draw(seed);
-    let history = std::panic::catch_unwind(|| simulate(seed, &params)).map_err(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        format!("seed {seed}: panicked: {msg}")
-    })?;
+    let history = std::panic::catch_unwind(|| simulate(seed, &params))
+        .map_err(|p| format!("seed {seed}: panicked: {}", crate::panic_message(&*p)))?;
     ordo_sim::check_all(&history, &checkers()).map_err(|v| format!("seed {seed}: {v} ({params:?})"))?;
     Ok(history.digest())
 }

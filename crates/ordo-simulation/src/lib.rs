@@ -117,6 +117,15 @@ pub static REGISTRY: &[Workload] = &[
     r3p2::WORKLOAD,
 ];
 
+/// What a caught panic said (its `String` or `&str` payload; empty
+/// otherwise), for a seed's failure report.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// The workload called `name`.
 pub fn find(name: &str) -> Option<&'static Workload> {
     REGISTRY.iter().find(|w| w.name == name)

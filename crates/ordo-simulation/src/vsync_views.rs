@@ -770,14 +770,8 @@ pub fn checkers(group: &GroupConfig) -> Vec<Box<dyn Checker<ViewsEvent>>> {
 /// Runs and checks one seed: (history digest, summary).
 pub fn run(seed: u64) -> Result<(u64, String), String> {
     let params = Params::draw(seed);
-    let history = std::panic::catch_unwind(|| simulate(seed, &params)).map_err(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        format!("seed {seed}: panicked: {msg}")
-    })?;
+    let history = std::panic::catch_unwind(|| simulate(seed, &params))
+        .map_err(|p| format!("seed {seed}: panicked: {}", crate::panic_message(&*p)))?;
     ordo_sim::check_all(&history, &checkers(&params.group)).map_err(|v| format!("seed {seed}: {v}"))?;
     let views = history
         .entries

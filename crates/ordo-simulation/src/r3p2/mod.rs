@@ -480,12 +480,7 @@ impl SimProcess<R3Event> for ServerProc {
     }
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
+use crate::panic_message;
 
 /// What a failed fsync says (a simulated power loss).
 const POWER_LOSS: &str = "simulated power loss";

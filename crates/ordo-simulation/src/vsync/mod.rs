@@ -416,11 +416,7 @@ pub fn run(seed: u64, opts: &RunOptions) -> Result<RunReport, RunFailure> {
         ordo_sim::execute(NAME, seed, opts, scenario(seed, opts))
     }));
     let result = result.unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "non-string panic".into());
+        let message = crate::panic_message(&*panic);
         Err(RunFailure {
             workload: NAME.to_string(),
             seed,
