@@ -225,22 +225,7 @@ impl Params {
         // for every sender's next round (spindle §III-B), and senders whose
         // counts differ — as they do after a view change moves the rounds —
         // stall it legitimately.
-        let switches = match rng.below(3) {
-            0 => Switches::SPINDLE,
-            1 => Switches { null_sends: true, ..Switches::BASELINE },
-            _ => {
-                let mut b = || rng.chance(500_000);
-                Switches {
-                    send_batching: b(),
-                    receive_batching: b(),
-                    delivery_batching: b(),
-                    null_sends: true,
-                    post_after_unlock: b(),
-                    lock_free_send: b(),
-                    batched_upcall: b(),
-                }
-            }
-        };
+        let switches = Switches { null_sends: true, ..crate::vsync::draw_switches(&mut rng, 3) };
         let mut sends: Vec<Vec<SendPlan>> = vec![Vec::new(); n as usize];
         let mut subgroups = Vec::new();
         for g in 0..rng.range(1, 2) as usize {

@@ -229,22 +229,7 @@ impl Params {
     pub fn draw(seed: u64) -> Params {
         let mut rng = SimRng::new(derive_seed(seed, streams::SCENARIO));
         let n = rng.range(2, 5) as u32;
-        let switches = match rng.below(4) {
-            0 => Switches::SPINDLE,
-            1 => Switches::BASELINE,
-            _ => {
-                let mut b = || rng.chance(500_000);
-                Switches {
-                    send_batching: b(),
-                    receive_batching: b(),
-                    delivery_batching: b(),
-                    null_sends: b(),
-                    post_after_unlock: b(),
-                    lock_free_send: b(),
-                    batched_upcall: b(),
-                }
-            }
-        };
+        let switches = draw_switches(&mut rng, 4);
         let mut plans: Vec<MemberPlan> = (0..n).map(|_| MemberPlan::default()).collect();
         let mut subgroups = Vec::new();
         for g in 0..rng.range(1, 3) as usize {
@@ -347,6 +332,27 @@ impl Params {
             return 0;
         }
         s.senders.iter().map(|x| self.sent_count(g, *x)).sum()
+    }
+}
+
+/// The Spindle switches a seed runs with: all on, all off (the baseline),
+/// or (for `choices - 2` of `choices`) each switch on or off at random.
+pub fn draw_switches(rng: &mut SimRng, choices: u64) -> Switches {
+    match rng.below(choices) {
+        0 => Switches::SPINDLE,
+        1 => Switches::BASELINE,
+        _ => {
+            let mut b = || rng.chance(500_000);
+            Switches {
+                send_batching: b(),
+                receive_batching: b(),
+                delivery_batching: b(),
+                null_sends: b(),
+                post_after_unlock: b(),
+                lock_free_send: b(),
+                batched_upcall: b(),
+            }
+        }
     }
 }
 
