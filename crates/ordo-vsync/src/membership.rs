@@ -19,12 +19,12 @@
 //! - A removed or minority member stops: its engine stays wedged and it
 //!   delivers nothing more.
 //! - **Joins and state transfer.** A member started with
-//!   [`ViewMember::join`] asks to join until a view includes it. At the
-//!   install of a view with joiners, every member that was in a subgroup
-//!   with a joiner before takes a snapshot of that subgroup's application
-//!   state ([`StateTransfer::snapshot`]) right after the failed view's
-//!   ragged edge and before anything of the new view is delivered — the
-//!   same point at every such member, by virtual synchrony. The joiner
+//!   [`ViewMember::join`] asks to join until a view includes it. At every
+//!   install, each member holding the state of an active subgroup it is in
+//!   takes a snapshot of it ([`StateTransfer::snapshot`]) right after the
+//!   failed view's ragged edge and before anything of the new view is
+//!   delivered — the same point at every such member, by virtual
+//!   synchrony (so a state costs one snapshot per view change). The joiner
 //!   fetches it in chunks ([`ControlMsg::StateRequest`] / `State`, from
 //!   one such member, then the next if it does not answer), restores it
 //!   ([`StateTransfer::restore`]) and only then polls its engine: it
@@ -483,20 +483,16 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             .map(|(g, bytes)| (old.configured[g], bytes))
             .collect();
         let joiners = decision.joiners(&old.view);
-        // A subgroup that gains members (joiners, or members of a subgroup
-        // that was inactive) is snapshot by every member of it that holds
-        // its state: the new ones fetch it.
+        // Every member that holds an active subgroup snapshots it at the
+        // install, after the failed view's ragged edge: whoever in it lacks
+        // the state (a joiner, a member of a subgroup that was inactive, a
+        // joiner still waiting from an earlier view) fetches this one.
         let me = self.vc.member();
         let new = self.vc.group().clone();
         for (g, is) in new.index.iter().enumerate() {
             let Some(is) = is else { continue };
             let members = &new.config.subgroups[*is].members;
-            let before: &[MemberId] = match old.index[g] {
-                Some(was) => &old.config.subgroups[was].members,
-                None => &[],
-            };
-            let gains = members.iter().any(|m| !before.contains(m));
-            if gains && members.contains(&me) && self.holds.contains(&g) {
+            if members.contains(&me) && self.holds.contains(&g) && members.len() > 1 {
                 let state = sink.snapshot(g);
                 self.snapshots.insert((decision.next.id, g), state);
                 while self.snapshots.len() > KEPT_SNAPSHOTS {
@@ -559,6 +555,12 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             if let Some(t) = self.awaiting.get_mut(&g) {
                 if !sources.is_empty() {
                     t.sources = sources;
+                    if t.buf.is_empty() {
+                        // Nothing fetched yet: ask for the state at this
+                        // view's start, which every holder just took.
+                        t.view = view.id;
+                        t.refused.clear();
+                    }
                     continue;
                 }
                 // Every other member of the subgroup is gone: its state

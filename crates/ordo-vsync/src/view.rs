@@ -1004,23 +1004,20 @@ impl ViewChange {
             match &lead.phase {
                 Phase::Promises(got) => {
                     for m in self.group.view.members.iter().copied() {
-                        if m != self.me && !self.suspects.contains(&m) && !got.contains_key(&m) {
+                        if m != self.me && !got.contains_key(&m) {
                             self.outbox.push((m, ControlMsg::Prepare { view, ballot }));
-                            if expired {
+                            if expired && !self.suspects.contains(&m) {
                                 silent.push(m);
                             }
                         }
                     }
                 }
                 Phase::Accepts { decision, accepted } => {
-                    for m in decision.next.members.iter().copied() {
-                        if !accepted.contains(&m)
-                            && self.group.view.contains(m)
-                            && !self.suspects.contains(&m)
-                        {
+                    for m in self.group.view.members.iter().copied() {
+                        if m != self.me && !accepted.contains(&m) {
                             let msg = ControlMsg::Accept { view, ballot, decision: decision.clone() };
                             self.outbox.push((m, msg));
-                            if expired {
+                            if expired && decision.next.contains(m) && !self.suspects.contains(&m) {
                                 silent.push(m);
                             }
                         }
@@ -1398,9 +1395,13 @@ impl ViewChange {
             let mut got = BTreeMap::new();
             got.insert(self.me, PromiseInfo { accepted: self.accepted.clone(), received: received.to_vec() });
             self.lead = Some(Lead { ballot, phase: Phase::Promises(got), ticks: 0 });
-            let targets: Vec<MemberId> = self.trusted().filter(|m| *m != self.me).collect();
-            for m in targets {
-                self.outbox.push((m, ControlMsg::Prepare { view: view.id, ballot }));
+            // Every other member hears it, suspected ones too: a live one
+            // that suspects this member back then yields instead of
+            // competing with its own ballots.
+            for &m in &view.members {
+                if m != self.me {
+                    self.outbox.push((m, ControlMsg::Prepare { view: view.id, ballot }));
+                }
             }
         }
         let lead = self.lead.as_ref().expect("leading");
@@ -1421,9 +1422,10 @@ impl ViewChange {
                 self.accepted = Some((ballot, decision.clone()));
                 let mut accepted = BTreeSet::new();
                 accepted.insert(self.me);
-                // Acceptors are the view's members (joiners are not).
-                for &m in &decision.next.members {
-                    if m != self.me && view.contains(m) && !self.suspects.contains(&m) {
+                // Acceptors are the view's members (joiners are not); the
+                // suspected hear it too (see the prepare).
+                for &m in &view.members {
+                    if m != self.me {
                         let msg = ControlMsg::Accept { view: view.id, ballot, decision: decision.clone() };
                         self.outbox.push((m, msg));
                     }
