@@ -49,7 +49,7 @@ enum Command {
     /// control-plane addresses, status endpoint, load): it survives
     /// failures by view changes (virtual synchrony).
     Node(node::NodeArgs),
-    /// A local cluster of `ordo node` daemons: up, status, kill, down.
+    /// A local cluster of `ordo node` daemons: up, status, kill, restart, down.
     #[command(subcommand)]
     Cluster(node::Cluster),
     /// Cluster secrets: `ordo secret new FILE` writes a fresh random one

@@ -20,18 +20,23 @@
 //!   prepare, accept and commit), splits of the group (a minority, a
 //!   majority or half of it cut off, healed later) and single cut links.
 //!   The control plane is the simulated datagram network (lossy,
-//!   duplicating, reordering: the protocol retransmits). Crashed members do
-//!   not come back (joins are not built yet); at the calm every partition
-//!   heals.
+//!   duplicating, reordering: the protocol retransmits). A crashed member
+//!   may restart before the calm, and (in half the seeds) every dead or
+//!   stopped member restarts at the calm — a herd of joiners: each is a
+//!   new incarnation that joins, fetches its subgroups' state and goes on
+//!   (its messages get new indices). At the calm every partition heals.
+//! - The application: per subgroup, a count of delivered messages and a
+//!   digest chained over them — what members snapshot and joiners restore.
 //!
 //! # Checked
 //! - **anomalies**: none (no ring faults, no undecodable control message,
 //!   no refused send other than back-pressure or a wedge).
 //! - **view agreement**: members that install view `v` install the same
-//!   member list; each member installs views `1, 2, ...` in order.
-//! - **partition safety**: every installed view holds a majority of the
-//!   view before it and only its members; a member that stopped in a
-//!   minority installs nothing afterwards.
+//!   member list; each incarnation installs consecutive views (an original
+//!   one from view 1, a joiner from the view that admitted it).
+//! - **partition safety**: every installed view keeps a majority of the
+//!   view before it; a member that stopped in a minority (or was removed)
+//!   installs nothing afterwards.
 //! - **membership**: a member delivers in view `v` only if it is in `v` and
 //!   in the subgroup, and only messages of the subgroup's senders in `v`.
 //! - **virtual synchrony**: the members that survive view `v` (install
@@ -48,9 +53,15 @@
 //! - **no loss for survivors**: every message sent by a member running at
 //!   the end is delivered by every member running at the end that is in
 //!   its subgroup (ordered subgroups: a message the trim aborted was resent).
+//! - **state transfer**: members' snapshots of an ordered subgroup at one
+//!   view's start are equal; a joiner restores one of the snapshots taken
+//!   for its view (or an empty state when no holder was left).
 //! - **liveness**: members running at the end (alive, not removed, not in a
-//!   minority) agree on the final view and are finished: all their sends
-//!   made, every own slot reclaimed, no view change pending.
+//!   minority; joiners included) agree on the final view and are finished:
+//!   all their sends made, every own slot reclaimed, no view change or
+//!   state transfer pending; every live joiner was let in; and every member
+//!   of an ordered subgroup active in the final view ends with the same
+//!   state (count and digest).
 
 use crate::SeedReport;
 use crate::Workload;
@@ -78,8 +89,8 @@ pub const NAME: &str = "vsync-views";
 pub const WORKLOAD: Workload = Workload {
     name: NAME,
     summary: "vsync view changes through ViewMember: crashes (the view leader mid-change too), partitions, \
-              lossy control plane; view agreement, partition safety, virtual synchrony, failure atomicity, \
-              resend, total order, liveness",
+              restarts that rejoin with state transfer, a lossy control plane; view agreement, partition safety, \
+              virtual synchrony, failure atomicity, resend, total order, state transfer, liveness",
     run: |seed, _| {
         let (digest, summary) = run(seed)?;
         Ok(SeedReport { workload: NAME.into(), seed, history_digest: digest, summary })
