@@ -1,7 +1,8 @@
 //! A vsync member across views: the view change ([`crate::view`]) driving
 //! one [`VsyncDriver`] per view — everything a member does except threads,
 //! sockets and clocks. The seeded simulation (`ordo sim --workload
-//! vsync-views`) drives this type; so will the member daemon.
+//! vsync-views`) and the member daemon (`ordo node`, `ordo_runtime::Node`)
+//! both drive this type.
 //!
 //! # Invariants
 //! - The engine is wedged before the next poll after any suspicion or any

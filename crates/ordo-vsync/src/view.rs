@@ -37,6 +37,21 @@
 //!    view is **removed** and stops. The leader resends `Commit` until every
 //!    unsuspected member of the next view answered.
 //!
+//! 6. **Joins.** A configured member that is not in the group (new, or a
+//!    restarted member: a new incarnation) sends `Join` to every configured
+//!    member; any member that hears it wedges, and the leader's next
+//!    decision appends the joiners (with their incarnations) to the next
+//!    view. A `Join` from a new incarnation of a member still in the view
+//!    first has the old one suspected and removed. Joiners are told the
+//!    commit (`Commit` goes to them too) and then fetch their state (see
+//!    [`crate::ViewMember`]); they are not acceptors of the view they join.
+//! 7. **One leader at a time, in practice.** Members may disagree on whom
+//!    they trust (reported suspicions differ; two may suspect each other),
+//!    so several may think they lead. Every ballot is sent to every other
+//!    member, and a member that hears a lower-ranked one running ballots
+//!    stops competing for two patiences after the last one it heard; a
+//!    member waiting for a leader suspects it after three.
+//!
 //! # Invariants
 //! - **Agreement.** At most one decision is chosen per view (Paxos: a
 //!   chosen decision was accepted by a majority of the view, every later
