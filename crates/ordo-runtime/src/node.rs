@@ -466,7 +466,7 @@ impl ViewAgent {
     }
 
     fn send_load(&mut self) -> usize {
-        if self.rate == 0 || !self.member.running() || self.member.is_changing() {
+        if self.rate == 0 || !self.member.is_settled() {
             return 0;
         }
         let now = self.now();
@@ -970,7 +970,12 @@ fn start_acuerdo(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
                         ..NodeStatus::default()
                     };
                 }
-                std::thread::sleep(Duration::from_micros(200));
+                // Sleep until the next send is due (as the leader) or the
+                // next status, not on a fixed short period: daemons share
+                // few cores.
+                let now = t0.elapsed();
+                let until = if rate > 0 && live.is_leader() { due.min(next_status) } else { next_status };
+                std::thread::sleep(until.saturating_sub(now).clamp(Duration::from_micros(50), tick));
             }
             if let Some(log) = sink.lock().unwrap_or_else(|e| e.into_inner()).log.as_mut() {
                 let _ = log.flush();

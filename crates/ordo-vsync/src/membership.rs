@@ -154,12 +154,16 @@ pub struct ViewMember<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> {
     patience: u32,
     events: Vec<MembershipEvent>,
     suspicions: Vec<(MemberId, FailureCause)>,
+    /// The remapped delivery batch, reused (empty between calls).
+    remap_buf: Vec<Delivered<'static>>,
 }
 
-/// Rewrites engine subgroup indices to configured ones.
+/// Rewrites engine subgroup indices to configured ones, into a buffer the
+/// member keeps (no allocation per delivered batch).
 struct Remap<'s, S: ?Sized> {
     sink: &'s mut S,
     configured: &'s [usize],
+    buf: &'s mut Vec<Delivered<'static>>,
 }
 
 impl<S: DeliverySink + ?Sized> DeliverySink for Remap<'_, S> {
@@ -167,9 +171,18 @@ impl<S: DeliverySink + ?Sized> DeliverySink for Remap<'_, S> {
         if batch.iter().all(|d| self.configured[d.subgroup] == d.subgroup) {
             return self.sink.deliver(batch);
         }
-        let mut out: Vec<Delivered<'_>> = Vec::with_capacity(batch.len());
-        out.extend(batch.iter().map(|d| Delivered { subgroup: self.configured[d.subgroup], ..*d }));
-        self.sink.deliver(&out);
+        debug_assert!(self.buf.is_empty());
+        self.buf.extend(batch.iter().map(|d| {
+            // SAFETY: only the payload borrow's lifetime is widened; the
+            // entries live in `buf` for the sink call below and are
+            // cleared before this returns, so the 'static is never
+            // observable (the engine's own delivery batch does the same).
+            let d: Delivered<'static> =
+                unsafe { std::mem::transmute::<Delivered<'_>, Delivered<'static>>(*d) };
+            Delivered { subgroup: self.configured[d.subgroup], ..d }
+        }));
+        self.sink.deliver(self.buf);
+        self.buf.clear();
     }
 }
 
@@ -198,6 +211,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             patience: crate::view::DEFAULT_PATIENCE,
             events: Vec::new(),
             suspicions: Vec::new(),
+            remap_buf: Vec::new(),
         })
     }
 
@@ -220,6 +234,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             patience: crate::view::DEFAULT_PATIENCE,
             events: Vec::new(),
             suspicions: Vec::new(),
+            remap_buf: Vec::new(),
         })
     }
 
@@ -245,10 +260,6 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
 
     fn drv(&self) -> &VsyncDriver<F> {
         self.driver.as_ref().expect("a running member has a driver")
-    }
-
-    fn drv_mut(&mut self) -> &mut VsyncDriver<F> {
-        self.driver.as_mut().expect("a running member has a driver")
     }
 
     /// The current view.
@@ -296,11 +307,6 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
         self.vc.is_changing()
     }
 
-    /// Whether [`tick`](Self::tick) has retransmissions to make.
-    pub fn has_pending(&self) -> bool {
-        (self.running() || self.is_joining()) && (self.vc.has_pending() || !self.awaiting.is_empty())
-    }
-
     /// The send handle of configured subgroup `g` in the current view
     /// (None: not a sender there, or the subgroup is inactive).
     pub fn sender(&self, g: usize) -> Option<&Sender> {
@@ -342,7 +348,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
         // A joiner delivers nothing before its state is restored.
         if driver.can_poll() && self.awaiting.is_empty() {
             let configured = &self.vc.group().configured;
-            let mut remap = Remap { sink, configured };
+            let mut remap = Remap { sink, configured, buf: &mut self.remap_buf };
             work += driver.poll_engine(&mut remap);
             work += driver.post_backlog();
         }
@@ -471,10 +477,10 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
     /// caller has sent the outbox: opening waits for the other members, who
     /// must first learn the decision.
     fn install(&mut self, old: ViewGroup, decision: &Decision, sink: &mut impl StateTransfer) {
-        let driver = self.drv_mut();
+        let driver = self.driver.as_mut().expect("a running member has a driver");
         driver.wedge();
         let ragged = {
-            let mut remap = Remap { sink, configured: &old.configured };
+            let mut remap = Remap { sink, configured: &old.configured, buf: &mut self.remap_buf };
             driver.deliver_ragged(&decision.trims, &mut remap)
         };
         let resend: Vec<(usize, Vec<u8>)> = driver

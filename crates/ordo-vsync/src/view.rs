@@ -872,14 +872,6 @@ impl ViewChange {
         self.status
     }
 
-    /// Whether retransmissions are due: a view change is under way or a
-    /// commit awaits acknowledgements. (Ticks are due regardless, for
-    /// heartbeats.)
-    pub fn has_pending(&self) -> bool {
-        self.status == Status::Joining
-            || (self.status == Status::Running && (self.wedged || !self.unacked.is_empty()))
-    }
-
     /// Whether a view change is under way (this member is wedged).
     pub fn is_changing(&self) -> bool {
         self.wedged
