@@ -194,6 +194,13 @@ pub struct Columns {
     /// Per sender (by row): `session << 32 | consumed` of its ring to this
     /// member (the slot reuse rule).
     pub ring_ack: CounterArrayCol,
+    /// A leader's read barrier: bumped (and the row pushed) once per batch
+    /// of [`crate::Engine::read_index`] requests.
+    pub read_seq: CounterCol,
+    /// A follower's echo of its leader's `read_seq`, written only while it
+    /// follows that leader's epoch and promised no bigger one (the read
+    /// index's confirmation round, see the crate docs).
+    pub read_ack: CounterCol,
 }
 
 /// The region layout of a group.
@@ -205,8 +212,8 @@ pub struct Layout {
     pub columns: Columns,
     /// Bytes of a row that hold columns (pushed as one write).
     pub row_used: usize,
-    /// The Accept and ring_ack columns (adjacent): what a push that only
-    /// acknowledges carries.
+    /// The Accept, ring_ack and read_ack columns (adjacent): what a push
+    /// that only acknowledges carries.
     pub ack_push: ColumnRange,
     /// Bytes of the SST.
     pub sst_len: usize,
@@ -225,12 +232,13 @@ impl Layout {
     pub fn new(cfg: &Config) -> Layout {
         let n = cfg.members.len();
         let mut b = LayoutBuilder::new();
-        // Accept and ring_ack first and adjacent: a follower's per-message
-        // acknowledgement pushes only them (`ack_push`, one cache line for
-        // up to 7 members), which leaves the receiver's cached copy of the
-        // rest of the row valid.
+        // Accept, ring_ack and read_ack first and adjacent: a follower's
+        // per-message acknowledgement (and its read-barrier echo) pushes
+        // only them (`ack_push`, one cache line for up to 6 members), which
+        // leaves the receiver's cached copy of the rest of the row valid.
         let accept = b.counter("accept");
         let ring_ack = b.counters("ring_ack", n);
+        let read_ack = b.counter("read_ack");
         let columns = Columns {
             heartbeat: b.counter("heartbeat"),
             accept,
@@ -241,11 +249,13 @@ impl Layout {
             diff_request: b.counter("diff_request"),
             ring_session: b.counters("ring_session", n),
             ring_ack,
+            read_seq: b.counter("read_seq"),
+            read_ack,
         };
-        let acks = ColumnRange::from(ring_ack);
+        let acks = ColumnRange::from(read_ack);
         let first = ColumnRange::from(accept);
         let ack_push = ColumnRange { offset: first.offset, len: acks.offset + acks.len - first.offset };
-        let last = ColumnRange::from(columns.ring_session);
+        let last = ColumnRange::from(columns.read_seq);
         let row_used = last.offset + last.len;
         let sst = b.build();
         let sst_len = sst.table_len(n);

@@ -125,6 +125,13 @@ impl<F: Fabric> AcuerdoDriver<F> {
         Ok(header)
     }
 
+    /// Asks for a linearizable read (leader only, see
+    /// [`Engine::read_index`]); `ticket` comes back in the
+    /// [`effects`](Self::effects) of a later poll, ready or failed.
+    pub fn read_index(&mut self, ticket: u64) -> Result<(), BroadcastError> {
+        self.engine.read_index(ticket)
+    }
+
     /// Proposes `payload` (leader only) without tracking its fate.
     pub fn broadcast(&mut self, payload: &[u8]) -> Result<Header, BroadcastError> {
         self.engine.broadcast(payload)

@@ -200,7 +200,9 @@ impl LoadedMember {
         while let Some(ev) = self.client.poll() {
             work += 1;
             match ev {
-                ClientEvent::Accepted { .. } => {}
+                ClientEvent::Accepted { .. }
+                | ClientEvent::ReadReady { .. }
+                | ClientEvent::ReadFailed { .. } => {}
                 ClientEvent::Committed { ticket, header } => {
                     let now = monotonic_ns();
                     if let Some(t) = self.in_flight.remove(&ticket)

@@ -266,7 +266,9 @@ pub fn run(args: &PeerArgs) -> Result<(), String> {
         while let Some(ev) = client.poll() {
             busy = true;
             match ev {
-                ClientEvent::Accepted { .. } => {}
+                ClientEvent::Accepted { .. }
+                | ClientEvent::ReadReady { .. }
+                | ClientEvent::ReadFailed { .. } => {}
                 ClientEvent::Committed { .. } => {
                     in_flight -= 1;
                     status.committed_own += 1;

@@ -126,6 +126,22 @@ pub enum ClientEvent {
         /// Its header.
         header: Header,
     },
+    /// A read barrier ([`AcuerdoClient::read_barrier`]) is confirmed: the
+    /// application state, as of this event, reflects every message
+    /// committed before the barrier was asked for (a linearizable read may
+    /// be answered from it).
+    ReadReady {
+        /// The client's ticket.
+        ticket: u64,
+    },
+    /// A read barrier will not be confirmed here: this member is not (or
+    /// no longer) the leader. Retry at `leader`.
+    ReadFailed {
+        /// The client's ticket.
+        ticket: u64,
+        /// The leader this member knows of, if any.
+        leader: Option<MemberId>,
+    },
     /// The message was accepted but will never be committed: this member
     /// lost its epoch before a quorum accepted it, and the group committed
     /// past its header without it. Resubmit it (to the new leader).
@@ -144,6 +160,8 @@ impl ClientEvent {
             ClientEvent::Accepted { ticket, .. }
             | ClientEvent::Rejected { ticket, .. }
             | ClientEvent::Committed { ticket, .. }
+            | ClientEvent::ReadReady { ticket }
+            | ClientEvent::ReadFailed { ticket, .. }
             | ClientEvent::Lost { ticket, .. } => ticket,
         }
     }
@@ -187,6 +205,8 @@ pub enum ClientError {
 
 struct Request {
     ticket: u64,
+    /// A read barrier (payload empty) rather than a message.
+    read: bool,
     payload: Vec<u8>,
 }
 
@@ -359,7 +379,26 @@ impl AcuerdoClient {
         let ticket = self.next_ticket;
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.extend_from_slice(payload);
-        self.requests.push(Request { ticket, payload: buf }).map_err(|_| SubmitError::Full)?;
+        self.requests.push(Request { ticket, read: false, payload: buf }).map_err(|_| SubmitError::Full)?;
+        self.next_ticket += 1;
+        if let Some(bell) = &self.bell {
+            bell.ring();
+        }
+        Ok(ticket)
+    }
+
+    /// Asks the member (it must lead) for a linearizable read barrier and
+    /// returns its ticket; [`ClientEvent::ReadReady`] or
+    /// [`ClientEvent::ReadFailed`] follows. Reads asked for together share
+    /// one confirmation round (see `ordo_acuerdo`'s read index).
+    pub fn read_barrier(&mut self) -> Result<u64, SubmitError> {
+        if self.requests.is_abandoned() {
+            return Err(SubmitError::Closed);
+        }
+        let ticket = self.next_ticket;
+        self.requests
+            .push(Request { ticket, read: true, payload: Vec::new() })
+            .map_err(|_| SubmitError::Full)?;
         self.next_ticket += 1;
         if let Some(bell) = &self.bell {
             bell.ring();
@@ -436,6 +475,10 @@ pub struct MemberOptions {
     /// State transfer, receiving side: replace the application state by a
     /// leader's snapshot (default: ignore it).
     pub on_restore: Option<RestoreFn>,
+    /// Called on the agent's thread after a duty cycle that queued client
+    /// events, so a client that sleeps on its own poller (an event loop)
+    /// can be woken; it must not block.
+    pub on_client_event: Option<Box<dyn FnMut() + Send>>,
 }
 
 impl Default for MemberOptions {
@@ -447,6 +490,7 @@ impl Default for MemberOptions {
             on_note: None,
             on_snapshot: None,
             on_restore: None,
+            on_client_event: None,
         }
     }
 }
@@ -461,6 +505,9 @@ pub struct AcuerdoMember<F: Fabric> {
     on_note: Option<NoteFn>,
     on_snapshot: Option<SnapshotFn>,
     on_restore: Option<RestoreFn>,
+    on_client_event: Option<Box<dyn FnMut() + Send>>,
+    /// Client events were queued in this duty cycle.
+    replied: bool,
     requests: rtrb::Consumer<Request>,
     /// Returns request payload buffers to the client for reuse.
     spare: rtrb::Producer<Vec<u8>>,
@@ -505,6 +552,8 @@ impl<F: Fabric> AcuerdoMember<F> {
             on_note: options.on_note,
             on_snapshot: options.on_snapshot,
             on_restore: options.on_restore,
+            on_client_event: options.on_client_event,
+            replied: false,
             requests: req_rx,
             spare: spare_tx,
             replies: rep_tx,
@@ -564,6 +613,7 @@ impl<F: Fabric> AcuerdoMember<F> {
     }
 
     fn reply(&mut self, ev: ClientEvent) {
+        self.replied = true;
         if !self.overflow.is_empty() {
             self.overflow.push_back(ev);
         } else if let Err(rtrb::PushError::Full(ev)) = self.replies.push(ev) {
@@ -586,6 +636,16 @@ impl<F: Fabric> AcuerdoMember<F> {
         while self.overflow.is_empty() {
             let Ok(req) = self.requests.pop() else { break };
             work += 1;
+            if req.read {
+                if let Err(e) = self.driver.read_index(req.ticket) {
+                    let leader = match e {
+                        BroadcastError::NotLeader { leader } => leader,
+                        _ => self.driver.engine().leader(),
+                    };
+                    self.reply(ClientEvent::ReadFailed { ticket: req.ticket, leader });
+                }
+                continue;
+            }
             match self.driver.submit(req.ticket, &req.payload) {
                 Ok(header) => self.reply(ClientEvent::Accepted { ticket: req.ticket, header }),
                 Err(error) => self.reply(ClientEvent::Rejected { ticket: req.ticket, error }),
@@ -638,6 +698,17 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
                 f(now_ns, note);
             }
         }
+        let leader = self.driver.engine().leader();
+        let fx = self.driver.effects();
+        let reads: Vec<ClientEvent> = fx
+            .reads_ready
+            .iter()
+            .map(|&ticket| ClientEvent::ReadReady { ticket })
+            .chain(fx.reads_failed.iter().map(|&ticket| ClientEvent::ReadFailed { ticket, leader }))
+            .collect();
+        for ev in reads {
+            self.reply(ev);
+        }
         for s in settled.drain(..) {
             self.reply(match s {
                 Settled::Committed { ticket, header } => ClientEvent::Committed { ticket, header },
@@ -646,6 +717,11 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
         }
         self.settled = settled;
         self.status.update(self.driver.engine());
+        if std::mem::take(&mut self.replied)
+            && let Some(f) = self.on_client_event.as_mut()
+        {
+            f();
+        }
         work + self.handle_events(now_ns)
     }
 

@@ -55,6 +55,97 @@ pub struct OrdoConfig {
     /// `[node]`: the member daemon (`ordo node`): control plane, views,
     /// status endpoint, load.
     pub node: NodeConfig,
+    /// `[kv]`: the key-value service (`ordo kv serve`): its RESP address,
+    /// every replica's, reads, bounds.
+    pub kv: KvConfig,
+}
+
+/// `[kv]`: `ordo kv serve`, the replicated hash table (acuerdo §4.3)
+/// spoken as Redis (RESP2/RESP3) on every replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KvConfig {
+    /// `listen`: `host:port` this replica's RESP server binds (default
+    /// `127.0.0.1:6379`).
+    pub listen: String,
+    /// `replicas`: `[{ id, addr }]`, every replica's RESP address (this one
+    /// included): a follower forwards writes and linearizable reads to the
+    /// leader's, or names it in a `MOVED` redirect.
+    pub replicas: Vec<TcpPeer>,
+    /// `redirect`: a follower answers writes with `-MOVED 0 host:port`
+    /// (the leader's address) instead of forwarding them (default false).
+    pub redirect: bool,
+    /// `reads`: `"linearizable"` (default: the leader answers after a
+    /// read-index round confirms it still leads; followers forward reads)
+    /// or `"local"` (every replica answers from its own copy: fast and
+    /// possibly stale; for tests of the checker and for users who accept
+    /// stale reads). A `READONLY` connection reads locally either way.
+    pub reads: KvReads,
+    /// `max_clients`: connections served at once (default 1024); more are
+    /// closed at accept.
+    pub max_clients: usize,
+    /// `max_key_bytes`: longest key (default 16384).
+    pub max_key_bytes: usize,
+    /// `max_value_bytes`: longest value (default 7168); a log entry must
+    /// fit the group's ring slots (`max_entry_bytes`).
+    pub max_value_bytes: usize,
+    /// `max_entry_bytes`: the largest log entry (the acuerdo group's
+    /// `max_payload`, default 8192): a write whose entry is larger is
+    /// refused with an error.
+    pub max_entry_bytes: usize,
+    /// `max_args`: most arguments in one command (default 1024).
+    pub max_args: usize,
+    /// `max_request_bytes`: largest request, and most unparsed bytes a
+    /// connection may hold (default 1 MiB); beyond it the connection gets
+    /// an error and is closed.
+    pub max_request_bytes: usize,
+    /// `max_pending`: requests one connection may have in flight
+    /// (pipelined, unanswered) before the server stops reading from it
+    /// (default 1024).
+    pub max_pending: usize,
+    /// `window`: slots of each acuerdo ring (default 64).
+    pub window: usize,
+    /// `max_outstanding`: log entries the leader keeps proposed but not
+    /// committed (default 256).
+    pub max_outstanding: u32,
+}
+
+/// `kv.reads`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvReads {
+    /// Reads at the leader after a read-index confirmation round.
+    #[default]
+    Linearizable,
+    /// Every replica reads its own copy (possibly stale).
+    Local,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        KvConfig {
+            listen: "127.0.0.1:6379".into(),
+            replicas: Vec::new(),
+            redirect: false,
+            reads: KvReads::Linearizable,
+            max_clients: 1024,
+            max_key_bytes: 16 << 10,
+            max_value_bytes: 7 << 10,
+            max_entry_bytes: 8 << 10,
+            max_args: 1024,
+            max_request_bytes: 1 << 20,
+            max_pending: 1024,
+            window: 64,
+            max_outstanding: 256,
+        }
+    }
+}
+
+impl KvConfig {
+    /// The RESP address of replica `id`.
+    pub fn replica_addr(&self, id: MemberId) -> Option<&str> {
+        self.replicas.iter().find(|p| p.id == id).map(|p| p.addr.as_str())
+    }
 }
 
 /// `[node]`: what `ordo node` needs beyond the group: every member's
@@ -159,9 +250,27 @@ pub struct SecurityConfig {
     /// (anyone who reaches a member's port can write to its region). For
     /// closed test networks only; default false.
     pub allow_unauthenticated: bool,
+    /// `client_secret_file`: the clients' secret (the password of `AUTH`
+    /// on `ordo kv serve`); same file rules as `secret_file`. Absent (and
+    /// no `client_secret_env`): clients need no password.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret_file: Option<PathBuf>,
+    /// `client_secret_env`: an environment variable holding it instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret_env: Option<String>,
 }
 
 impl SecurityConfig {
+    /// Reads the clients' secret (`Ok(None)` when none is configured).
+    pub fn load_client_secret(&self) -> Result<Option<ordo_auth::Secret>, ordo_auth::SecretError> {
+        let source = match (&self.client_secret_file, &self.client_secret_env) {
+            (Some(path), _) => Some(ordo_auth::SecretSource::File(path.clone())),
+            (None, Some(var)) => Some(ordo_auth::SecretSource::Env(var.clone())),
+            (None, None) => None,
+        };
+        source.map(|s| ordo_auth::Secret::load(&s)).transpose()
+    }
+
     /// Where the secret is read from, if configured.
     pub fn source(&self) -> Option<ordo_auth::SecretSource> {
         match (&self.secret_file, &self.secret_env) {
@@ -565,6 +674,12 @@ pub enum ValidationError {
         /// What is wrong.
         reason: String,
     },
+    /// The `[kv]` section is wrong.
+    #[error("`kv`: {reason}")]
+    Kv {
+        /// What is wrong.
+        reason: String,
+    },
     /// `group.members` is empty.
     #[error("`group.members` is empty; a group needs at least one member")]
     EmptyGroup,
@@ -696,6 +811,7 @@ impl ValidationError {
             ValidationError::SecretMissing => "security.secret_file".into(),
             ValidationError::SecretTwice => "security.secret_env".into(),
             ValidationError::NodeControl { .. } => "node".into(),
+            ValidationError::Kv { .. } => "kv".into(),
         }
     }
 }
@@ -960,6 +1076,63 @@ impl OrdoConfig {
             return Err(ValidationError::NodeControl {
                 reason: format!("node.message_bytes {} is below 8", node.message_bytes),
             });
+        }
+        Ok(())
+    }
+
+    /// Checks what `ordo kv serve` needs beyond [`validate`](Self::validate).
+    pub fn validate_kv(&self) -> Result<(), ValidationError> {
+        self.validate()?;
+        let kv = &self.kv;
+        let bad = |reason: String| Err(ValidationError::Kv { reason });
+        check_address("kv.listen", &kv.listen)?;
+        if self.group.members.iter().any(|m| *m > 255) {
+            return bad("acuerdo member ids are below 256".into());
+        }
+        for &id in &self.group.members {
+            match kv.replica_addr(id) {
+                None if self.group.members.len() > 1 => {
+                    return bad(format!("kv.replicas has no address for member {id}"));
+                }
+                Some(a) => check_address("kv.replicas", a)?,
+                None => {}
+            }
+        }
+        if let Some(p) = kv.replicas.iter().find(|p| !self.group.members.contains(&p.id)) {
+            return bad(format!("kv.replicas names {}, which is not in group.members", p.id));
+        }
+        for (key, v, lo) in [
+            ("kv.max_clients", kv.max_clients, 1),
+            ("kv.max_key_bytes", kv.max_key_bytes, 1),
+            ("kv.max_args", kv.max_args, 3),
+            ("kv.max_pending", kv.max_pending, 1),
+            ("kv.window", kv.window, 2),
+            ("kv.max_entry_bytes", kv.max_entry_bytes, 256),
+        ] {
+            if v < lo {
+                return bad(format!("{key} is {v}; it must be at least {lo}"));
+            }
+        }
+        // A SET's entry carries the key, the value and 64 bytes more; one
+        // whose key and value together do not fit is refused when sent.
+        if kv.max_value_bytes + 64 > kv.max_entry_bytes {
+            return bad(format!(
+                "kv.max_value_bytes {} does not fit kv.max_entry_bytes {} (an entry carries the key, the value and 64 bytes more)",
+                kv.max_value_bytes, kv.max_entry_bytes
+            ));
+        }
+        if kv.max_request_bytes < kv.max_value_bytes + kv.max_key_bytes + 64 {
+            return bad(format!(
+                "kv.max_request_bytes {} is below one SET of the largest key and value",
+                kv.max_request_bytes
+            ));
+        }
+        if kv.max_outstanding == 0 {
+            return bad("kv.max_outstanding is 0".into());
+        }
+        let sec = &self.security;
+        if sec.client_secret_file.is_some() && sec.client_secret_env.is_some() {
+            return bad("set security.client_secret_file or security.client_secret_env, not both".into());
         }
         Ok(())
     }

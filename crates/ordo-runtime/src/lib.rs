@@ -26,9 +26,9 @@ pub mod vsync;
 pub mod wiring;
 
 pub use config::{
-    Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, MemberConfig, NodeConfig,
-    NodeEngine, OrdoConfig, OverrideOrigin, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer,
-    TlsFiles, ValidationError, VsyncConfig,
+    Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, KvConfig, KvReads,
+    MemberConfig, NodeConfig, NodeEngine, OrdoConfig, OverrideOrigin, RuntimeConfig, SecurityConfig,
+    ShmConfig, TcpConfig, TcpPeer, TlsFiles, ValidationError, VsyncConfig,
 };
 pub use control::{ControlError, ControlPlane};
 pub use node::{DeliverFn, Node, NodeApp, NodeError, NodeExit, NodeStatus, ViewFn, ViewSender};

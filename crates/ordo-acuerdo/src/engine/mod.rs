@@ -38,6 +38,8 @@ mod commit;
 mod diffs;
 mod election;
 mod gc;
+mod reads;
+pub use reads::MAX_PENDING_READS;
 mod rows;
 mod sessions;
 mod snapshots;
@@ -147,6 +149,12 @@ pub struct Effects {
     /// Poll again no later than this (the next heartbeat, or the next
     /// periodic push of a changed Commit column).
     pub wake_at_ns: Option<u64>,
+    /// Tickets of [`Engine::read_index`] requests that may be answered now
+    /// from the application state (every delivery they need is made).
+    pub reads_ready: Vec<u64>,
+    /// Tickets of read requests that will not be confirmed: this member no
+    /// longer leads their epoch (retry at the new leader).
+    pub reads_failed: Vec<u64>,
 }
 
 impl Effects {
@@ -156,6 +164,8 @@ impl Effects {
         self.committed.clear();
         self.notes.clear();
         self.wake_at_ns = None;
+        self.reads_ready.clear();
+        self.reads_failed.clear();
     }
 }
 
@@ -335,6 +345,14 @@ pub struct Engine {
     /// message once warm.
     pool: Vec<Vec<u8>>,
     delivered: u64,
+    /// Reads waiting for their confirmation round (leader).
+    reads: Vec<reads::PendingRead>,
+    /// A read arrived since the last `read_seq` bump.
+    read_wanted: bool,
+    /// This member's `read_seq` column.
+    read_seq: u64,
+    /// This member's `read_ack` column.
+    read_ack: u64,
 }
 
 impl Engine {
@@ -428,6 +446,10 @@ impl Engine {
             msgs: Vec::new(),
             pool: Vec::new(),
             delivered: 0,
+            reads: Vec::new(),
+            read_wanted: false,
+            read_seq: 0,
+            read_ack: 0,
         };
         engine.write_status();
         assert_eq!(engine.members[engine.my_row], engine.me, "my row is mine");
@@ -592,7 +614,10 @@ impl Engine {
             work += self.receive(fx, sink);
         }
         work += self.roles(fx);
+        self.echo_reads();
         work += self.commit(fx, sink);
+        self.bump_read_seq();
+        work += self.settle_reads(fx);
         self.collect_garbage();
         if self.role == Role::Leader {
             self.serve_requests();
@@ -636,6 +661,7 @@ impl Engine {
             assert!(self.e_cur.leader != self.me, "a follower follows someone else");
         }
         assert!(self.committed <= self.accepted || !self.synced, "nothing committed that was not accepted");
+        assert!(self.role == Role::Leader || self.reads.is_empty(), "only a leader holds reads");
         if self.role != Role::Leader {
             assert!(
                 self.out.iter().flatten().all(|l| l.stream == Stream::Idle),

@@ -1,0 +1,1083 @@
+//! `ordo kv serve`: one replica of the replicated hash table — an acuerdo
+//! member (its agent thread) and a RESP front end (one mio event loop
+//! thread) that speaks to any Redis client.
+//!
+//! # How a request is served
+//! - **Writes** at the leader become an [`Entry`] stamped with the leader's
+//!   clock, proposed through the member's client queue; every replica
+//!   applies committed entries in the total order ([`KvState::apply`], on
+//!   the agent's thread); the replica whose front end took the request
+//!   (`origin`, `nonce`) hands the state machine's reply to the waiting
+//!   connection. At a follower a write is forwarded to the leader's RESP
+//!   port over one pipelined link (authenticated with the client secret,
+//!   marked `ORDO FORWARDED` so the leader never forwards it again), or
+//!   answered `-MOVED 0 host:port` when `kv.redirect` is set.
+//! - **Reads** are linearizable by default: the leader batches the reads of
+//!   one loop turn behind one read barrier ([`AcuerdoClient::read_barrier`],
+//!   the engine's read index: no log write), and answers them from the
+//!   state once the barrier is confirmed; followers forward reads to the
+//!   leader. A `READONLY` connection (or `kv.reads = "local"`) reads the
+//!   local copy at once, possibly stale.
+//!
+//! # Invariants
+//! - Replies go out in request order per connection (pipelining): each
+//!   request takes a slot at the tail of its connection's queue, and bytes
+//!   are written only from filled slots at the head.
+//! - A client is answered once per request: `+OK`/value after its entry was
+//!   applied here; `-TRYAGAIN ...` only when the write was certainly not
+//!   applied (refused, or lost in a leader change) or the outcome is
+//!   unknown (the forwarding link broke), and it says which.
+//! - Nothing a client sends changes state before it is parsed and
+//!   authorized; what one connection may hold is bounded (unparsed bytes,
+//!   pipelined requests), and so is the number of connections.
+
+use crate::command::{Action, Read, ScanCursors, Sizes, answer, parse};
+use crate::resp::{self, Limits};
+use crate::state::{Entry, KvState, Reply};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use ordo_fabric::MemberId;
+use ordo_runtime::acuerdo::{
+    AcuerdoClient, ClientEvent, MemberOptions, region_len, runtime_config, start_member,
+};
+use ordo_runtime::node::{NodeStatus, SubgroupStatus, unix_ns};
+use ordo_runtime::wiring::{MemberFabric, connect_fabric};
+use ordo_runtime::{KvReads, OrdoConfig, Runner, StatusServer};
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+const FORWARD: Token = Token(2);
+const FIRST_CONN: usize = 16;
+
+/// Why a replica did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KvError {
+    /// The configuration is not one `ordo kv serve` can run.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The client secret could not be read.
+    #[error("client secret: {0}")]
+    Secret(String),
+    /// The fabric or the member did not start.
+    #[error("starting the member: {0}")]
+    Start(String),
+    /// The RESP port could not be bound.
+    #[error("binding {addr}: {why}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// Counters the front end keeps (INFO, status, tests).
+#[derive(Debug, Default)]
+pub struct KvCounters {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Connections open now.
+    pub clients: AtomicU64,
+    /// Commands processed.
+    pub commands: AtomicU64,
+    /// Writes proposed here (as leader).
+    pub writes_proposed: AtomicU64,
+    /// Requests forwarded to the leader.
+    pub forwarded: AtomicU64,
+    /// Read barriers asked for.
+    pub read_barriers: AtomicU64,
+    /// Requests refused as malformed or over a bound (connection closed).
+    pub protocol_errors: AtomicU64,
+    /// Failed AUTH attempts.
+    pub auth_failures: AtomicU64,
+}
+
+struct Shared {
+    state: Mutex<KvState>,
+    /// Replies of entries this front end proposed, by request number.
+    results: Mutex<Vec<(u64, Reply)>>,
+    waker: Waker,
+    counters: KvCounters,
+    stop: AtomicBool,
+    status: Mutex<NodeStatus>,
+}
+
+/// A running replica.
+pub struct KvServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    front: Option<std::thread::JoinHandle<()>>,
+    runner: Option<Runner<ordo_runtime::acuerdo::AcuerdoMember<MemberFabric>>>,
+    _status: Option<StatusServer>,
+}
+
+impl KvServer {
+    /// Starts the replica `config` describes ([`OrdoConfig::validate_kv`]):
+    /// the acuerdo member over the configured fabric (waiting for every
+    /// member to come up), then the RESP front end.
+    pub fn start(config: &OrdoConfig) -> Result<KvServer, KvError> {
+        config.validate_kv().map_err(|e| KvError::Config(e.to_string()))?;
+        let password = config
+            .security
+            .load_client_secret()
+            .map_err(|e| KvError::Secret(e.to_string()))?
+            .map(|s| s.env_value().map(|v| v.as_bytes().to_vec()))
+            .map(|v| v.ok_or_else(|| KvError::Secret("the client secret is not UTF-8 text".into())))
+            .transpose()?;
+        let kv = config.kv.clone();
+        let me = config.member.id;
+        let mut cfg = runtime_config(config.group.members.clone(), me);
+        cfg.incarnation = config.node.incarnation.max(1);
+        cfg.max_payload = kv.max_entry_bytes;
+        cfg.window = kv.window;
+        cfg.max_outstanding = kv.max_outstanding;
+        cfg.validate().map_err(|e| KvError::Config(e.to_string()))?;
+        let mut c = config.clone();
+        c.fabric.region_bytes = c.fabric.region_bytes.max(region_len(&cfg));
+        let listener = std::net::TcpListener::bind(&kv.listen)
+            .map_err(|e| KvError::Bind { addr: kv.listen.clone(), why: e.to_string() })?;
+        listener.set_nonblocking(true).map_err(|e| KvError::Start(e.to_string()))?;
+        let addr = listener.local_addr().map_err(|e| KvError::Start(e.to_string()))?;
+        let poll = Poll::new().map_err(|e| KvError::Start(e.to_string()))?;
+        let waker = Waker::new(poll.registry(), WAKER).map_err(|e| KvError::Start(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(KvState::new()),
+            results: Mutex::new(Vec::new()),
+            waker,
+            counters: KvCounters::default(),
+            stop: AtomicBool::new(false),
+            status: Mutex::new(NodeStatus::default()),
+        });
+        let nonce = unix_ns() ^ (u64::from(std::process::id()) << 40) ^ u64::from(me);
+        let fabric = connect_fabric(&c).map_err(|e| KvError::Start(e.to_string()))?;
+        let (s1, s2, s3, s4) = (shared.clone(), shared.clone(), shared.clone(), shared.clone());
+        let options = MemberOptions {
+            on_deliver: Some(Box::new(move |_h, payload| {
+                let entry = match Entry::decode(payload) {
+                    Ok(e) => e,
+                    Err(why) => {
+                        // Only a leader proposes, and only entries it
+                        // encoded: a bad one is a bug, but it must not
+                        // stop the replica; every replica skips it alike.
+                        tracing::error!(%why, "a committed entry does not decode; skipped");
+                        return;
+                    }
+                };
+                let reply = s1.state.lock().unwrap_or_else(|e| e.into_inner()).apply(&entry);
+                if entry.origin == me && entry.nonce == nonce && entry.request != 0 {
+                    s1.results.lock().unwrap_or_else(|e| e.into_inner()).push((entry.request, reply));
+                }
+            })),
+            on_snapshot: Some(Box::new(move || {
+                s2.state.lock().unwrap_or_else(|e| e.into_inner()).snapshot()
+            })),
+            on_restore: Some(Box::new(move |header, bytes| {
+                let mut st = s3.state.lock().unwrap_or_else(|e| e.into_inner());
+                match st.restore(bytes) {
+                    Ok(()) => {
+                        tracing::info!(?header, keys = st.len(0), "state restored from the leader's snapshot")
+                    }
+                    Err(why) => tracing::error!(%why, "the leader's snapshot does not decode; state kept"),
+                }
+            })),
+            on_client_event: Some(Box::new(move || {
+                let _ = s4.waker.wake();
+            })),
+            ..MemberOptions::default()
+        };
+        let (runner, client) = start_member(fabric, cfg, options).map_err(KvError::Start)?;
+        let status_server = match &config.node.status {
+            Some(a) => {
+                let a: SocketAddr =
+                    a.parse().map_err(|e| KvError::Config(format!("node.status {a}: {e}")))?;
+                let sh = shared.clone();
+                Some(
+                    StatusServer::start(a, move || {
+                        sh.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+                    })
+                    .map_err(|e| KvError::Bind { addr: a.to_string(), why: e.to_string() })?,
+                )
+            }
+            None => None,
+        };
+        let mut front = Front {
+            poll,
+            listener: TcpListener::from_std(listener),
+            conns: HashMap::new(),
+            next_token: FIRST_CONN,
+            next_conn_id: 1,
+            shared: shared.clone(),
+            client,
+            me,
+            nonce,
+            password,
+            kv: kv.clone(),
+            limits: Limits { max_args: kv.max_args, max_request_bytes: kv.max_request_bytes },
+            sizes: Sizes { max_key_bytes: kv.max_key_bytes, max_value_bytes: kv.max_value_bytes },
+            next_request: 1,
+            writes: HashMap::new(),
+            tickets: HashMap::new(),
+            backlog: VecDeque::new(),
+            in_flight: 0,
+            read_batch: Vec::new(),
+            barriers: HashMap::new(),
+            fwd: None,
+            members: config.group.members.clone(),
+            backend: format!("{:?}", config.fabric.backend).to_lowercase(),
+            started: std::time::Instant::now(),
+            next_status: std::time::Instant::now(),
+        };
+        front
+            .poll
+            .registry()
+            .register(&mut front.listener, LISTENER, Interest::READABLE)
+            .map_err(|e| KvError::Start(e.to_string()))?;
+        let thread = std::thread::Builder::new()
+            .name(format!("kv-front-{me}"))
+            .spawn(move || front.run())
+            .map_err(|e| KvError::Start(e.to_string()))?;
+        tracing::info!(member = me, %addr, "ordo-kv serving RESP");
+        Ok(KvServer { shared, addr, front: Some(thread), runner: Some(runner), _status: status_server })
+    }
+
+    /// The RESP address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The front end's counters.
+    pub fn counters(&self) -> &KvCounters {
+        &self.shared.counters
+    }
+
+    /// The replica's status (as its status endpoint serves it).
+    pub fn status(&self) -> NodeStatus {
+        self.shared.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A copy of the table (tests, tools).
+    pub fn state(&self) -> KvState {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Stops the front end and the member.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let _ = self.shared.waker.wake();
+        if let Some(t) = self.front.take() {
+            let _ = t.join();
+        }
+        if let Some(r) = self.runner.take() {
+            drop(r.join());
+        }
+    }
+}
+
+impl Drop for KvServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Where a reply goes: a connection (by token and id, so a reused token
+/// never receives another connection's reply) and its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Waiter {
+    token: Token,
+    conn: u64,
+    seq: u64,
+}
+
+struct PendingWrite {
+    waiter: Waiter,
+    entry: Vec<u8>,
+    ticket: Option<u64>,
+}
+
+struct Conn {
+    stream: TcpStream,
+    id: u64,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    /// Replies in request order; `None` while waiting.
+    slots: VecDeque<Option<Reply>>,
+    /// Sequence number of `slots[0]`.
+    base: u64,
+    authed: bool,
+    proto: u8,
+    readonly: bool,
+    forwarded: bool,
+    name: Option<Vec<u8>>,
+    cursors: ScanCursors,
+    /// Close once everything queued is written.
+    closing: bool,
+    /// The socket may hold more input than was read (buffer bound).
+    more_input: bool,
+    dead: bool,
+}
+
+impl Conn {
+    fn push(&mut self, reply: Option<Reply>) -> Waiter {
+        let seq = self.base + self.slots.len() as u64;
+        self.slots.push_back(reply);
+        Waiter { token: Token(0), conn: self.id, seq }
+    }
+}
+
+struct ForwardLink {
+    stream: TcpStream,
+    leader: MemberId,
+    connected: bool,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
+    /// Who waits for each reply in order (None: the link's own handshake).
+    fifo: VecDeque<Option<Waiter>>,
+}
+
+struct Front {
+    poll: Poll,
+    listener: TcpListener,
+    conns: HashMap<Token, Conn>,
+    next_token: usize,
+    next_conn_id: u64,
+    shared: Arc<Shared>,
+    client: AcuerdoClient,
+    me: MemberId,
+    nonce: u64,
+    password: Option<Vec<u8>>,
+    kv: ordo_runtime::KvConfig,
+    limits: Limits,
+    sizes: Sizes,
+    next_request: u64,
+    writes: HashMap<u64, PendingWrite>,
+    tickets: HashMap<u64, u64>,
+    /// Writes waiting for room in the member's window, by request number.
+    backlog: VecDeque<u64>,
+    in_flight: u32,
+    read_batch: Vec<(Waiter, Read, Vec<Vec<u8>>)>,
+    barriers: HashMap<u64, Vec<(Waiter, Read, Vec<Vec<u8>>)>>,
+    fwd: Option<ForwardLink>,
+    members: Vec<MemberId>,
+    backend: String,
+    started: std::time::Instant,
+    next_status: std::time::Instant,
+}
+
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn unix_ms() -> u64 {
+    unix_ns() / 1_000_000
+}
+
+impl Front {
+    fn run(mut self) {
+        let mut events = Events::with_capacity(256);
+        while !self.shared.stop.load(Ordering::Acquire) {
+            let timeout = Duration::from_millis(20);
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != std::io::ErrorKind::Interrupted
+            {
+                tracing::error!(%e, "poll failed; the front end stops");
+                break;
+            }
+            let mut touched: Vec<Token> = Vec::new();
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    FORWARD => self.forward_io(),
+                    t => touched.push(t),
+                }
+            }
+            for t in touched {
+                self.read_conn(t);
+            }
+            self.settle();
+            // Connections with input left (paused by a bound) or waiting.
+            let tokens: Vec<Token> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.more_input || !c.inbuf.is_empty())
+                .map(|(t, _)| *t)
+                .collect();
+            for t in tokens {
+                self.read_conn(t);
+            }
+            self.issue_reads();
+            self.drain_backlog();
+            self.check_leader();
+            self.flush_all();
+            self.publish_status();
+        }
+        // Closing: every connection is dropped with the loop.
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, _)) => {
+                    if self.conns.len() >= self.kv.max_clients {
+                        let _ = stream.write_all(b"-ERR max number of clients reached\r\n");
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let token = Token(self.next_token);
+                    self.next_token += 1;
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let id = self.next_conn_id;
+                    self.next_conn_id += 1;
+                    self.shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+                    self.shared.counters.clients.fetch_add(1, Ordering::Relaxed);
+                    self.conns.insert(
+                        token,
+                        Conn {
+                            stream,
+                            id,
+                            inbuf: Vec::new(),
+                            out: Vec::new(),
+                            slots: VecDeque::new(),
+                            base: 0,
+                            authed: self.password.is_none(),
+                            proto: 2,
+                            readonly: false,
+                            forwarded: false,
+                            name: None,
+                            cursors: ScanCursors::default(),
+                            closing: false,
+                            more_input: true,
+                            dead: false,
+                        },
+                    );
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!(%e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads what the socket has (within the bound) and serves complete
+    /// requests while the connection has room for more in flight.
+    fn read_conn(&mut self, token: Token) {
+        let max_in = self.kv.max_request_bytes;
+        let Some(c) = self.conns.get_mut(&token) else { return };
+        if c.closing || c.dead {
+            return;
+        }
+        let mut buf = [0u8; 16 * 1024];
+        while c.inbuf.len() < max_in {
+            match c.stream.read(&mut buf) {
+                Ok(0) => {
+                    c.dead = true;
+                    break;
+                }
+                Ok(n) => c.inbuf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    c.more_input = false;
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    c.dead = true;
+                    break;
+                }
+            }
+        }
+        if c.inbuf.len() >= max_in {
+            c.more_input = true;
+        }
+        let mut used = 0;
+        loop {
+            let Some(c) = self.conns.get_mut(&token) else { return };
+            if c.closing || c.slots.len() >= self.kv.max_pending {
+                break;
+            }
+            match resp::next_request(&c.inbuf[used..], &self.limits) {
+                Ok(Some((args, n))) => {
+                    used += n;
+                    if !args.is_empty() {
+                        self.serve(token, args);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                    c.push(Some(Reply::err(e.to_string())));
+                    c.closing = true;
+                    used = c.inbuf.len();
+                    break;
+                }
+            }
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.inbuf.drain(..used);
+            if c.dead && c.inbuf.is_empty() {
+                self.close(token);
+            }
+        }
+    }
+
+    fn close(&mut self, token: Token) {
+        if let Some(mut c) = self.conns.remove(&token) {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            self.shared.counters.clients.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        self.client.status().is_leader()
+    }
+
+    /// One request of connection `token`.
+    fn serve(&mut self, token: Token, args: Vec<Vec<u8>>) {
+        self.shared.counters.commands.fetch_add(1, Ordering::Relaxed);
+        let action = parse(&args, &self.sizes);
+        let password = self.password.clone();
+        let leader = self.is_leader();
+        let local_reads = self.kv.reads == KvReads::Local;
+        let Some(c) = self.conns.get_mut(&token) else { return };
+        if !c.authed && !matches!(action, Action::Auth { .. } | Action::Hello { .. } | Action::Quit) {
+            c.push(Some(Reply::Error("NOAUTH Authentication required.".into())));
+            return;
+        }
+        let waiter = |c: &mut Conn| {
+            let mut w = c.push(None);
+            w.token = token;
+            w
+        };
+        match action {
+            Action::Reply(r) => {
+                c.push(Some(r));
+            }
+            Action::Auth { user, password: given } => {
+                let ok = match &password {
+                    None => {
+                        c.push(Some(Reply::err(
+                            "AUTH <password> called without any password configured for the default user",
+                        )));
+                        return;
+                    }
+                    Some(p) => user.as_deref().is_none_or(|u| u == b"default") && ct_eq(&given, p),
+                };
+                if ok {
+                    c.authed = true;
+                    c.push(Some(Reply::Ok));
+                } else {
+                    self.shared.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
+                    c.push(Some(Reply::Error(
+                        "WRONGPASS invalid username-password pair or user is disabled.".into(),
+                    )));
+                }
+            }
+            Action::Hello { proto, auth, name } => {
+                if let Some((user, given)) = auth {
+                    let ok = password.as_ref().is_some_and(|p| user == b"default" && ct_eq(&given, p))
+                        || (password.is_none() && user == b"default");
+                    if !ok {
+                        self.shared.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
+                        c.push(Some(Reply::Error(
+                            "WRONGPASS invalid username-password pair or user is disabled.".into(),
+                        )));
+                        return;
+                    }
+                    c.authed = true;
+                }
+                if !c.authed {
+                    c.push(Some(Reply::Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into())));
+                    return;
+                }
+                if let Some(p) = proto {
+                    c.proto = p;
+                }
+                if name.is_some() {
+                    c.name = name;
+                }
+                let s = |t: &str| Reply::Bulk(t.as_bytes().to_vec());
+                let hello = Reply::Map(vec![
+                    (s("server"), s("ordo-kv")),
+                    (s("version"), s(env!("CARGO_PKG_VERSION"))),
+                    (s("proto"), Reply::Int(i64::from(c.proto))),
+                    (s("id"), Reply::Int(c.id as i64)),
+                    (s("mode"), s("standalone")),
+                    (s("role"), s(if leader { "master" } else { "replica" })),
+                    (s("modules"), Reply::Array(Vec::new())),
+                ]);
+                c.push(Some(hello));
+            }
+            Action::SetName(n) => {
+                c.name = Some(n);
+                c.push(Some(Reply::Ok));
+            }
+            Action::GetName => {
+                let r = Reply::opt(c.name.as_deref());
+                c.push(Some(r));
+            }
+            Action::ClientId => {
+                let id = c.id as i64;
+                c.push(Some(Reply::Int(id)));
+            }
+            Action::ReadOnly => {
+                c.readonly = true;
+                c.push(Some(Reply::Ok));
+            }
+            Action::ReadWrite => {
+                c.readonly = false;
+                c.push(Some(Reply::Ok));
+            }
+            Action::Quit => {
+                c.push(Some(Reply::Ok));
+                c.closing = true;
+            }
+            Action::Forwarded => {
+                c.forwarded = true;
+                c.push(Some(Reply::Ok));
+            }
+            Action::Info => {
+                let info = self.info();
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.push(Some(Reply::Bulk(info.into_bytes())));
+                }
+            }
+            Action::Read(read) => {
+                if c.readonly || local_reads {
+                    let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    let r = answer(&read, &state, unix_ms(), &mut c.cursors);
+                    drop(state);
+                    c.push(Some(r));
+                } else if leader {
+                    let w = waiter(c);
+                    self.read_batch.push((w, read, args));
+                } else {
+                    let forwarded = c.forwarded;
+                    let w = waiter(c);
+                    self.forward(w, args, forwarded);
+                }
+            }
+            Action::Write(write) => {
+                if !leader {
+                    let forwarded = c.forwarded;
+                    let w = waiter(c);
+                    self.forward(w, args, forwarded);
+                    return;
+                }
+                let request = self.next_request;
+                self.next_request += 1;
+                let entry =
+                    Entry { origin: self.me, nonce: self.nonce, request, now_ms: unix_ms(), write }.encode();
+                if entry.len() > self.kv.max_entry_bytes {
+                    c.push(Some(Reply::err(format!(
+                        "command too large: its log entry of {} bytes exceeds kv.max_entry_bytes {}",
+                        entry.len(),
+                        self.kv.max_entry_bytes
+                    ))));
+                    return;
+                }
+                let w = waiter(c);
+                self.writes.insert(request, PendingWrite { waiter: w, entry, ticket: None });
+                self.backlog.push_back(request);
+                self.drain_backlog();
+            }
+        }
+    }
+
+    fn info(&self) -> String {
+        let status = self.client.status();
+        let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let c = &self.shared.counters;
+        format!(
+            "# Server\r\nordo_version:{}\r\nordo_member:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Replication\r\nrole:{}\r\nordo_leader:{}\r\nordo_epoch:{:?}\r\nordo_committed:{:?}\r\nordo_delivered:{}\r\n\r\n# Stats\r\ntotal_commands_processed:{}\r\nordo_writes_proposed:{}\r\nordo_forwarded:{}\r\nordo_read_barriers:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires={}\r\n",
+            env!("CARGO_PKG_VERSION"),
+            self.me,
+            self.started.elapsed().as_secs(),
+            c.clients.load(Ordering::Relaxed),
+            if status.is_leader() { "master" } else { "slave" },
+            status.leader().map_or("none".to_string(), |l| l.to_string()),
+            status.epoch(),
+            status.committed(),
+            status.delivered(),
+            c.commands.load(Ordering::Relaxed),
+            c.writes_proposed.load(Ordering::Relaxed),
+            c.forwarded.load(Ordering::Relaxed),
+            c.read_barriers.load(Ordering::Relaxed),
+            state.len(unix_ms()),
+            state.expiring(),
+        )
+    }
+
+    /// Fills the slot `w` waits on.
+    fn fill(&mut self, w: Waiter, reply: Reply) {
+        if let Some(c) = self.conns.get_mut(&w.token)
+            && c.id == w.conn
+            && w.seq >= c.base
+            && let Some(slot) = c.slots.get_mut((w.seq - c.base) as usize)
+        {
+            debug_assert!(slot.is_none(), "a slot is filled once");
+            *slot = Some(reply);
+        }
+    }
+
+    /// Proposes backlogged writes while the member's window has room.
+    fn drain_backlog(&mut self) {
+        while self.in_flight < self.kv.max_outstanding
+            && let Some(&request) = self.backlog.front()
+        {
+            let Some(p) = self.writes.get_mut(&request) else {
+                self.backlog.pop_front();
+                continue;
+            };
+            match self.client.submit(&p.entry) {
+                Ok(ticket) => {
+                    p.ticket = Some(ticket);
+                    self.tickets.insert(ticket, request);
+                    self.in_flight += 1;
+                    self.backlog.pop_front();
+                    self.shared.counters.writes_proposed.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(ordo_runtime::acuerdo::SubmitError::Full) => return,
+                Err(e) => {
+                    self.backlog.pop_front();
+                    let w = p.waiter;
+                    self.writes.remove(&request);
+                    self.fill(w, Reply::err(format!("write not applied: {e}")));
+                }
+            }
+        }
+    }
+
+    /// One barrier for every read of this loop turn.
+    fn issue_reads(&mut self) {
+        if self.read_batch.is_empty() {
+            return;
+        }
+        match self.client.read_barrier() {
+            Ok(ticket) => {
+                self.shared.counters.read_barriers.fetch_add(1, Ordering::Relaxed);
+                let batch = std::mem::take(&mut self.read_batch);
+                self.barriers.insert(ticket, batch);
+            }
+            Err(ordo_runtime::acuerdo::SubmitError::Full) => {}
+            Err(e) => {
+                for (w, _, _) in std::mem::take(&mut self.read_batch) {
+                    self.fill(w, Reply::err(format!("read not served: {e}")));
+                }
+            }
+        }
+    }
+
+    /// Applied results and the member's events.
+    fn settle(&mut self) {
+        let results = std::mem::take(&mut *self.shared.results.lock().unwrap_or_else(|e| e.into_inner()));
+        for (request, reply) in results {
+            if let Some(p) = self.writes.remove(&request) {
+                if let Some(t) = p.ticket {
+                    self.tickets.remove(&t);
+                }
+                self.fill(p.waiter, reply);
+            }
+        }
+        while let Some(ev) = self.client.poll() {
+            match ev {
+                ClientEvent::Accepted { .. } => {}
+                ClientEvent::Committed { ticket, .. } => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    // Its reply came (or comes) through the results.
+                    self.tickets.remove(&ticket);
+                }
+                ClientEvent::Lost { ticket, .. } => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    self.fail_write(
+                        ticket,
+                        "TRYAGAIN write lost in a leader change; it was not applied, retry",
+                    );
+                }
+                ClientEvent::Rejected { ticket, error } => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    match error {
+                        ordo_acuerdo::BroadcastError::WouldBlock => {
+                            if let Some(request) = self.tickets.remove(&ticket) {
+                                self.backlog.push_front(request);
+                            }
+                        }
+                        ordo_acuerdo::BroadcastError::NotLeader { .. } => self.fail_write(
+                            ticket,
+                            "TRYAGAIN leadership moved; the write was not applied, retry",
+                        ),
+                        e => self.fail_write(ticket, &format!("ERR write not applied: {e}")),
+                    }
+                }
+                ClientEvent::ReadReady { ticket } => {
+                    let batch = self.barriers.remove(&ticket).unwrap_or_default();
+                    let now = unix_ms();
+                    let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut answers = Vec::with_capacity(batch.len());
+                    for (w, read, _) in batch {
+                        let r = match self.conns.get_mut(&w.token) {
+                            Some(c) if c.id == w.conn => answer(&read, &state, now, &mut c.cursors),
+                            _ => continue,
+                        };
+                        answers.push((w, r));
+                    }
+                    drop(state);
+                    for (w, r) in answers {
+                        self.fill(w, r);
+                    }
+                }
+                ClientEvent::ReadFailed { ticket, .. } => {
+                    for (w, _, args) in self.barriers.remove(&ticket).unwrap_or_default() {
+                        self.forward(w, args, false);
+                    }
+                }
+            }
+        }
+    }
+
+    fn fail_write(&mut self, ticket: u64, why: &str) {
+        if let Some(request) = self.tickets.remove(&ticket)
+            && let Some(p) = self.writes.remove(&request)
+        {
+            self.fill(p.waiter, Reply::Error(why.into()));
+        }
+    }
+
+    /// Sends a request to the leader over the forwarding link (or answers
+    /// MOVED / TRYAGAIN).
+    fn forward(&mut self, w: Waiter, args: Vec<Vec<u8>>, came_forwarded: bool) {
+        let leader = self.client.status().leader().filter(|l| *l != self.me);
+        let Some(leader) = leader else {
+            self.fill(w, Reply::Error("TRYAGAIN no leader (an election is in progress)".into()));
+            return;
+        };
+        if came_forwarded {
+            self.fill(w, Reply::Error(format!("TRYAGAIN not the leader (member {leader} leads)")));
+            return;
+        }
+        let Some(addr) = self.kv.replica_addr(leader).map(str::to_string) else {
+            self.fill(w, Reply::Error(format!("TRYAGAIN the leader (member {leader}) has no kv address")));
+            return;
+        };
+        if self.kv.redirect {
+            self.fill(w, Reply::Error(format!("MOVED 0 {addr}")));
+            return;
+        }
+        if self.fwd.as_ref().is_some_and(|f| f.leader != leader) {
+            self.drop_forward("the leader changed");
+        }
+        if self.fwd.is_none() {
+            let Ok(sock) = addr.parse::<SocketAddr>() else {
+                self.fill(w, Reply::err(format!("bad kv address {addr} for member {leader}")));
+                return;
+            };
+            let mut stream = match TcpStream::connect(sock) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.fill(w, Reply::Error(format!("TRYAGAIN cannot reach the leader at {addr}: {e}")));
+                    return;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            if self
+                .poll
+                .registry()
+                .register(&mut stream, FORWARD, Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                self.fill(w, Reply::Error("TRYAGAIN cannot register the forwarding link".into()));
+                return;
+            }
+            let mut link = ForwardLink {
+                stream,
+                leader,
+                connected: false,
+                out: Vec::new(),
+                inbuf: Vec::new(),
+                fifo: VecDeque::new(),
+            };
+            if let Some(p) = &self.password {
+                resp::encode_request(&[b"AUTH".to_vec(), p.clone()], &mut link.out);
+                link.fifo.push_back(None);
+            }
+            resp::encode_request(&[b"ORDO".to_vec(), b"FORWARDED".to_vec()], &mut link.out);
+            link.fifo.push_back(None);
+            self.fwd = Some(link);
+        }
+        let link = self.fwd.as_mut().expect("just made");
+        resp::encode_request(&args, &mut link.out);
+        link.fifo.push_back(Some(w));
+        self.shared.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+        self.forward_io();
+    }
+
+    fn drop_forward(&mut self, why: &str) {
+        if let Some(mut link) = self.fwd.take() {
+            let _ = self.poll.registry().deregister(&mut link.stream);
+            for w in link.fifo.into_iter().flatten() {
+                self.fill(
+                    w,
+                    Reply::Error(format!(
+                        "TRYAGAIN {why} before the leader answered; the outcome of this request is unknown"
+                    )),
+                );
+            }
+        }
+    }
+
+    fn forward_io(&mut self) {
+        let Some(link) = self.fwd.as_mut() else { return };
+        let mut broken = None;
+        if !link.out.is_empty() {
+            match link.stream.write(&link.out) {
+                Ok(n) => {
+                    link.connected = true;
+                    link.out.drain(..n);
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::NotConnected => {}
+                Err(e) => broken = Some(format!("the link to the leader failed ({e})")),
+            }
+        }
+        let mut buf = [0u8; 16 * 1024];
+        while broken.is_none() {
+            match link.stream.read(&mut buf) {
+                Ok(0) => broken = Some("the leader closed the link".to_string()),
+                Ok(n) => link.inbuf.extend_from_slice(&buf[..n]),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::NotConnected =>
+                {
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => broken = Some(format!("the link to the leader failed ({e})")),
+            }
+        }
+        let mut answers = Vec::new();
+        let mut used = 0;
+        loop {
+            match resp::next_reply(&link.inbuf[used..]) {
+                Ok(Some((reply, n))) => {
+                    used += n;
+                    match link.fifo.pop_front() {
+                        Some(Some(w)) => answers.push((w, reply)),
+                        Some(None) => {
+                            if let Reply::Error(e) = &reply {
+                                broken = Some(format!("the leader refused the forwarding link ({e})"));
+                            }
+                        }
+                        None => broken = Some("the leader sent an unexpected reply".into()),
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    broken = Some(format!("the leader's reply does not parse ({e})"));
+                    break;
+                }
+            }
+        }
+        link.inbuf.drain(..used);
+        for (w, r) in answers {
+            self.fill(w, r);
+        }
+        if let Some(why) = broken {
+            self.drop_forward(&why);
+        }
+    }
+
+    /// Drops the forwarding link when leadership moved (its requests may or
+    /// may not have been applied: they are answered as unknown).
+    fn check_leader(&mut self) {
+        let leader = self.client.status().leader();
+        if let Some(link) = &self.fwd
+            && (leader != Some(link.leader) || self.is_leader())
+        {
+            self.drop_forward("the leader changed");
+        }
+    }
+
+    /// Writes every connection's filled head slots.
+    fn flush_all(&mut self) {
+        let tokens: Vec<Token> = self.conns.keys().copied().collect();
+        for t in tokens {
+            let Some(c) = self.conns.get_mut(&t) else { continue };
+            while let Some(Some(_)) = c.slots.front() {
+                let r = c.slots.pop_front().flatten().expect("filled");
+                c.base += 1;
+                resp::encode(&r, c.proto, &mut c.out);
+            }
+            while !c.out.is_empty() {
+                match c.stream.write(&c.out) {
+                    Ok(0) => {
+                        c.dead = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        c.out.drain(..n);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        c.dead = true;
+                        break;
+                    }
+                }
+            }
+            let done = c.out.is_empty() && c.slots.is_empty();
+            if c.dead || (c.closing && done) {
+                self.close(t);
+            }
+        }
+    }
+
+    fn publish_status(&mut self) {
+        let now = std::time::Instant::now();
+        if now < self.next_status {
+            return;
+        }
+        self.next_status = now + Duration::from_millis(20);
+        let st = self.client.status();
+        let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (keys, applied) = (state.len(unix_ms()) as u64, state.applied());
+        drop(state);
+        *self.shared.status.lock().unwrap_or_else(|e| e.into_inner()) = NodeStatus {
+            member: self.me,
+            state: format!("{:?}", st.role()).to_lowercase(),
+            view: u64::from(st.epoch().round),
+            members: self.members.clone(),
+            backend: self.backend.clone(),
+            engine: "kv".into(),
+            leader: st.leader(),
+            subgroups: vec![SubgroupStatus {
+                subgroup: 0,
+                delivered_messages: applied,
+                delivered_bytes: keys,
+                sent_messages: self.shared.counters.writes_proposed.load(Ordering::Relaxed),
+                ..SubgroupStatus::default()
+            }],
+            view_changes: st.elections_won(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            taken_at_unix_ns: unix_ns(),
+            ..NodeStatus::default()
+        };
+    }
+}
