@@ -15,6 +15,7 @@
 //! - `ordo fabric-peer` — the remote member that benchmarks and the
 //!   multi-process tests spawn (hidden from help).
 
+mod kv;
 mod node;
 mod r3p2;
 
@@ -49,7 +50,12 @@ enum Command {
     /// control-plane addresses, status endpoint, load): it survives
     /// failures by view changes (virtual synchrony).
     Node(node::NodeArgs),
-    /// A local cluster of `ordo node` daemons: up, status, kill, restart, down.
+    /// The replicated key-value store, spoken as Redis: `ordo kv serve
+    /// --config FILE` runs one replica.
+    #[command(subcommand)]
+    Kv(kv::Kv),
+    /// A local cluster of `ordo node` daemons (or `--kv` replicas): up,
+    /// status, kill, restart, down.
     #[command(subcommand)]
     Cluster(node::Cluster),
     /// Cluster secrets: `ordo secret new FILE` writes a fresh random one
@@ -313,6 +319,7 @@ fn main() -> ExitCode {
         Command::Member(args) => member(args),
         Command::Node(args) => node::node(args),
         Command::Cluster(cmd) => node::cluster(cmd),
+        Command::Kv(cmd) => kv::main(cmd),
         Command::Secret(SecretCmd::New { file }) => new_secret(&file),
         #[cfg(feature = "sim")]
         Command::Sim(args) => sim(args),

@@ -91,6 +91,11 @@ pub struct UpArgs {
     /// The engine: vsync (views) or acuerdo (quorum atomic broadcast).
     #[arg(long, value_enum, default_value = "vsync")]
     pub engine: EngineArg,
+    /// Start `ordo kv serve` replicas (the replicated key-value store,
+    /// spoken as Redis on ports base+300+i) instead of `ordo node`
+    /// daemons; clients authenticate with DIR/client.secret.
+    #[arg(long)]
+    pub kv: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
@@ -237,8 +242,13 @@ fn spawn_node_with(dir: &Path, id: u32, join: bool, incarnation: Option<u64>) ->
         .map_err(|e| e.to_string())?;
     let err = log.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = std::process::Command::new(&exe);
-    cmd.args(["node", "--config"]).arg(&path);
-    if join {
+    let kv = dir.join("kind").exists();
+    if kv {
+        cmd.args(["kv", "serve", "--config"]).arg(&path);
+    } else {
+        cmd.args(["node", "--config"]).arg(&path);
+    }
+    if join && !kv {
         cmd.arg("--join");
     }
     if let Some(i) = incarnation {
@@ -292,15 +302,35 @@ fn up(args: UpArgs) -> Result<(), String> {
     if !secret.exists() {
         ordo_runtime::Secret::generate_file(&secret).map_err(|e| e.to_string())?;
     }
+    let client_secret = args.dir.join("client.secret");
+    if args.kv && !client_secret.exists() {
+        ordo_runtime::Secret::generate_file(&client_secret).map_err(|e| e.to_string())?;
+    }
+    // `ordo cluster restart` starts the same kind of process.
+    if args.kv {
+        std::fs::write(args.dir.join("kind"), "kv\n").map_err(|e| e.to_string())?;
+    } else {
+        let _ = std::fs::remove_file(args.dir.join("kind"));
+    }
     let cluster = format!("cluster-{}", std::process::id());
     let mut pids = Vec::new();
     for id in 0..args.members {
         let mut c = local(&args, &cluster).member_config(&base, id);
-        if args.engine == EngineArg::Acuerdo {
+        if args.engine == EngineArg::Acuerdo || args.kv {
             c.node.engine = ordo_runtime::NodeEngine::Acuerdo;
             c.node.message_bytes = c.node.message_bytes.max(16);
         }
-        c.validate_node_daemon().map_err(|e| format!("member {id}: {e}"))?;
+        if args.kv {
+            let kv_port = |i: u32| format!("127.0.0.1:{}", u32::from(args.base_port) + 300 + i);
+            c.kv.listen = kv_port(id);
+            c.kv.replicas =
+                (0..args.members).map(|i| ordo_runtime::TcpPeer { id: i, addr: kv_port(i) }).collect();
+            c.security.client_secret_file = Some(client_secret.clone());
+            c.node.send_rate = 0;
+            c.validate_kv().map_err(|e| format!("replica {id}: {e}"))?;
+        } else {
+            c.validate_node_daemon().map_err(|e| format!("member {id}: {e}"))?;
+        }
         let path = args.dir.join(format!("node-{id}.toml"));
         std::fs::write(&path, c.to_toml_string()).map_err(|e| format!("{}: {e}", path.display()))?;
         pids.push(spawn_node(&args.dir, id, false)?);
@@ -320,6 +350,19 @@ fn up(args: UpArgs) -> Result<(), String> {
             return Err(format!("not every member came up; see {}/node-*.log", args.dir.display()));
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+    if args.kv {
+        println!(
+            "{} ordo-kv replicas up on the {:?} fabric (configs, secrets, logs and pids in {})",
+            args.members,
+            args.fabric,
+            args.dir.display()
+        );
+        let password = std::fs::read_to_string(&client_secret).map_err(|e| e.to_string())?;
+        for id in 0..args.members {
+            println!("  redis-cli -p {} -a {} --no-auth-warning", u32::from(args.base_port) + 300 + id, password.trim());
+        }
+        return status(&args_status);
     }
     println!(
         "{} {:?} members up on the {:?} fabric (configs, secret, logs and pids in {})",
