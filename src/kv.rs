@@ -41,7 +41,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let config = crate::load_config(&args.config)?;
     let server = KvServer::start(&config).map_err(|e| format!("replica {}: {e}", config.member.id))?;
-    let auth = if config.security.client_secret_file.is_some() || config.security.client_secret_env.is_some() {
+    let auth = if config.security.client_secret_file.is_some() || config.security.client_secret_env.is_some()
+    {
         " -a PASSWORD"
     } else {
         ""
@@ -63,7 +64,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let st = server.status();
         if st.state != role && !st.state.is_empty() {
             role = st.state.clone();
-            println!("replica {}: {} (leader {:?}, epoch round {})", config.member.id, role, st.leader, st.view);
+            println!(
+                "replica {}: {} (leader {:?}, epoch round {})",
+                config.member.id, role, st.leader, st.view
+            );
         }
     }
     server.stop();

@@ -360,7 +360,11 @@ fn up(args: UpArgs) -> Result<(), String> {
         );
         let password = std::fs::read_to_string(&client_secret).map_err(|e| e.to_string())?;
         for id in 0..args.members {
-            println!("  redis-cli -p {} -a {} --no-auth-warning", u32::from(args.base_port) + 300 + id, password.trim());
+            println!(
+                "  redis-cli -p {} -a {} --no-auth-warning",
+                u32::from(args.base_port) + 300 + id,
+                password.trim()
+            );
         }
         return status(&args_status);
     }

@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod command;
 pub mod glob;
 pub mod lincheck;

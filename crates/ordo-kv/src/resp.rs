@@ -76,7 +76,7 @@ pub fn next_request(buf: &[u8], limits: &Limits) -> Result<Option<(Vec<Vec<u8>>,
             }
             (frame, used)
         }
-        Ok(None) if buf.len() > limits.max_request_bytes => {
+        Ok(None) if buf.len() >= limits.max_request_bytes => {
             return Err(FrameError::TooLarge { max: limits.max_request_bytes });
         }
         Ok(None) => return Ok(None),

@@ -20,6 +20,11 @@
 //!   local copy at once, possibly stale.
 //!
 //! # Invariants
+//! - A connection's commands take effect in its order: a read is confirmed
+//!   only after every write taken before it was proposed (the read index
+//!   then covers them); a write behind a pending read of its connection is
+//!   held until that read is answered (so the read cannot see it); a
+//!   follower forwards both over one ordered link.
 //! - Replies go out in request order per connection (pipelining): each
 //!   request takes a slot at the tail of its connection's queue, and bytes
 //!   are written only from filled slots at the head.
@@ -324,6 +329,11 @@ struct Conn {
     /// The socket may hold more input than was read (buffer bound).
     more_input: bool,
     dead: bool,
+    /// Reads of this connection waiting for a read barrier here.
+    reads_pending: usize,
+    /// A write that arrived behind a pending read: held (and parsing
+    /// stopped) until the read is answered, so the read cannot see it.
+    held: Option<Vec<Vec<u8>>>,
 }
 
 impl Conn {
@@ -465,6 +475,8 @@ impl Front {
                             closing: false,
                             more_input: true,
                             dead: false,
+                            reads_pending: 0,
+                            held: None,
                         },
                     );
                 }
@@ -512,6 +524,14 @@ impl Front {
             let Some(c) = self.conns.get_mut(&token) else { return };
             if c.closing || c.slots.len() >= self.kv.max_pending {
                 break;
+            }
+            if c.held.is_some() {
+                if c.reads_pending > 0 {
+                    break;
+                }
+                let args = c.held.take().expect("held");
+                self.serve(token, args);
+                continue;
             }
             match resp::next_request(&c.inbuf[used..], &self.limits) {
                 Ok(Some((args, n))) => {
@@ -667,6 +687,7 @@ impl Front {
                     c.push(Some(r));
                 } else if leader {
                     let w = waiter(c);
+                    c.reads_pending += 1;
                     self.read_batch.push((w, read, args));
                 } else {
                     let forwarded = c.forwarded;
@@ -675,6 +696,10 @@ impl Front {
                 }
             }
             Action::Write(write) => {
+                if leader && c.reads_pending > 0 {
+                    c.held = Some(args);
+                    return;
+                }
                 if !leader {
                     let forwarded = c.forwarded;
                     let w = waiter(c);
@@ -765,9 +790,12 @@ impl Front {
         }
     }
 
-    /// One barrier for every read of this loop turn.
+    /// One barrier for every read of this loop turn. Only once every
+    /// write taken before them is proposed: the barrier's index is the
+    /// leader's last proposed entry, so a read pipelined after a write on
+    /// one connection (or forwarded after it on one link) sees it.
     fn issue_reads(&mut self) {
-        if self.read_batch.is_empty() {
+        if self.read_batch.is_empty() || !self.backlog.is_empty() {
             return;
         }
         match self.client.read_barrier() {
@@ -779,6 +807,7 @@ impl Front {
             Err(ordo_runtime::acuerdo::SubmitError::Full) => {}
             Err(e) => {
                 for (w, _, _) in std::mem::take(&mut self.read_batch) {
+                    self.read_done(w);
                     self.fill(w, Reply::err(format!("read not served: {e}")));
                 }
             }
@@ -840,15 +869,26 @@ impl Front {
                     }
                     drop(state);
                     for (w, r) in answers {
+                        self.read_done(w);
                         self.fill(w, r);
                     }
                 }
                 ClientEvent::ReadFailed { ticket, .. } => {
                     for (w, _, args) in self.barriers.remove(&ticket).unwrap_or_default() {
+                        self.read_done(w);
                         self.forward(w, args, false);
                     }
                 }
             }
+        }
+    }
+
+    /// A read of this front end's barriers is answered (or handed on).
+    fn read_done(&mut self, w: Waiter) {
+        if let Some(c) = self.conns.get_mut(&w.token)
+            && c.id == w.conn
+        {
+            c.reads_pending = c.reads_pending.saturating_sub(1);
         }
     }
 

@@ -1,0 +1,219 @@
+//! Three `ordo-kv` replicas in one process (shm fabric, RESP on loopback),
+//! driven through the RESP client: writes at followers are forwarded to
+//! the leader, every replica applies them alike, reads are linearizable
+//! (the leader's read barrier), pipelined replies come back in order,
+//! AUTH gates everything, and malformed or oversized input gets an error,
+//! closes the connection and changes nothing. A replica configured to
+//! redirect answers `MOVED` with the leader's address.
+
+use ordo_kv::client::Client;
+use ordo_kv::{KvServer, Reply};
+use ordo_runtime::{OrdoConfig, Secret};
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Cluster {
+    servers: Vec<KvServer>,
+    password: Vec<u8>,
+    _dir: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start(name: &str, extra: &str) -> Cluster {
+    let dir = std::env::temp_dir().join(format!("ordo-kv-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("client.secret");
+    let password = Secret::generate_file(&secret).unwrap().env_value().unwrap().as_bytes().to_vec();
+    let ports = [free_port(), free_port(), free_port()];
+    let cluster = format!("kvtest-{name}-{}", std::process::id());
+    let configs: Vec<OrdoConfig> = (0..3)
+        .map(|id| {
+            let text = format!(
+                r#"
+[member]
+id = {id}
+[group]
+members = [0, 1, 2]
+[fabric.shm]
+cluster = "{cluster}"
+[security]
+client_secret_file = "{}"
+[kv]
+listen = "127.0.0.1:{}"
+replicas = [{{ id = 0, addr = "127.0.0.1:{}" }}, {{ id = 1, addr = "127.0.0.1:{}" }}, {{ id = 2, addr = "127.0.0.1:{}" }}]
+max_value_bytes = 1000
+max_entry_bytes = 2048
+max_request_bytes = 65536
+{extra}
+"#,
+                secret.display(),
+                ports[id],
+                ports[0],
+                ports[1],
+                ports[2],
+            );
+            OrdoConfig::load_str(&text, std::path::Path::new("kv.toml"), std::iter::empty::<(String, String)>(), &[])
+                .unwrap()
+        })
+        .collect();
+    // Each start waits for the others' fabric endpoints: start them together.
+    let handles: Vec<_> =
+        configs.into_iter().map(|c| std::thread::spawn(move || KvServer::start(&c).expect("replica starts"))).collect();
+    let servers: Vec<KvServer> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let c = Cluster { servers, password, _dir: TempDir(dir) };
+    // Wait for a leader.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.leader().is_none() {
+        assert!(Instant::now() < deadline, "no leader elected");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c
+}
+
+impl Cluster {
+    fn leader(&self) -> Option<usize> {
+        self.servers.iter().position(|s| s.status().state == "leader")
+    }
+
+    fn addr(&self, i: usize) -> SocketAddr {
+        self.servers[i].local_addr()
+    }
+
+    fn client(&self, i: usize) -> Client {
+        Client::connect(self.addr(i), Some(&self.password), Duration::from_secs(5)).unwrap()
+    }
+}
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(s.as_bytes().to_vec())
+}
+
+#[test]
+fn writes_anywhere_reads_linearizable_pipelines_in_order() {
+    let c = start("rw", "");
+    let leader = c.leader().unwrap();
+    let follower = (leader + 1) % 3;
+    let mut f = c.client(follower);
+    let mut l = c.client(leader);
+    assert_eq!(f.call(&[b"SET", b"a", b"1"]).unwrap(), Reply::Ok, "forwarded to the leader");
+    assert_eq!(l.call(&[b"GET", b"a"]).unwrap(), bulk("1"), "the leader read its own commit");
+    assert_eq!(f.call(&[b"GET", b"a"]).unwrap(), bulk("1"), "a follower's read is the leader's");
+    assert_eq!(f.call(&[b"INCR", b"n"]).unwrap(), Reply::Int(1));
+    assert_eq!(l.call(&[b"INCRBY", b"n", b"41"]).unwrap(), Reply::Int(42));
+    assert_eq!(f.call(&[b"CAS", b"a", b"1", b"2"]).unwrap(), Reply::Int(1));
+    assert_eq!(f.call(&[b"CAS", b"a", b"1", b"3"]).unwrap(), Reply::Int(0));
+    assert_eq!(f.call(&[b"SET", b"a", b"9", b"NX"]).unwrap(), Reply::Nil);
+    assert_eq!(f.call(&[b"SET", b"t", b"v", b"PX", b"1"]).unwrap(), Reply::Ok);
+    // Pipelined: 500 SETs and GETs on one follower connection, answered in
+    // order (each GET sees the SET before it).
+    for i in 0..500 {
+        let (k, v) = (format!("p{}", i % 7), format!("{i}"));
+        f.send(&[b"SET", k.as_bytes(), v.as_bytes()]);
+        f.send(&[b"GET", k.as_bytes()]);
+    }
+    for i in 0..500 {
+        assert_eq!(f.recv().unwrap(), Reply::Ok);
+        assert_eq!(f.recv().unwrap(), bulk(&i.to_string()), "reply {i} in order");
+    }
+    assert_eq!(f.call(&[b"EXISTS", b"t"]).unwrap(), Reply::Int(0), "expired after 1 ms");
+    assert_eq!(l.call(&[b"DBSIZE"]).unwrap(), Reply::Int(9));
+    // Every replica applied the same entries to the same table.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let states: Vec<_> = c.servers.iter().map(|s| s.state()).collect();
+        if states.iter().all(|s| s.applied() == states[0].applied() && s.snapshot() == states[0].snapshot()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "replicas diverge");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let counters = c.servers[leader].counters();
+    assert!(counters.read_barriers.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(c.servers[follower].counters().forwarded.load(std::sync::atomic::Ordering::Relaxed) >= 1000);
+    // A READONLY connection reads the local copy.
+    let mut ro = c.client(follower);
+    assert_eq!(ro.call(&[b"READONLY"]).unwrap(), Reply::Ok);
+    assert_eq!(ro.call(&[b"GET", b"n"]).unwrap(), bulk("42"));
+    // RESP3 after HELLO 3 (with AUTH): a map, and a nil is `_`.
+    use std::io::{Read, Write};
+    let mut raw = std::net::TcpStream::connect(c.addr(leader)).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut hello = b"HELLO 3 AUTH default ".to_vec();
+    hello.extend_from_slice(&c.password);
+    hello.extend_from_slice(b"\r\nGET nothing\r\n");
+    raw.write_all(&hello).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"_\r\n") {
+        let n = raw.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"%7\r\n"), "a RESP3 map: {:?}", String::from_utf8_lossy(&got));
+}
+
+#[test]
+fn strangers_and_bad_frames_change_nothing() {
+    let c = start("auth", "");
+    let leader = c.leader().unwrap();
+    let addr = c.addr(leader);
+    let mut anon = Client::connect(addr, None, Duration::from_secs(5)).unwrap();
+    assert_eq!(anon.call(&[b"SET", b"x", b"1"]).unwrap(), Reply::Error("NOAUTH Authentication required.".into()));
+    assert_eq!(
+        anon.call(&[b"AUTH", b"not-the-secret"]).unwrap(),
+        Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
+    );
+    assert_eq!(anon.call(&[b"GET", b"x"]).unwrap(), Reply::Error("NOAUTH Authentication required.".into()));
+    assert!(Client::connect(addr, Some(b"wrong"), Duration::from_secs(5)).is_err());
+    let mut ok = c.client(leader);
+    assert_eq!(ok.call(&[b"DBSIZE"]).unwrap(), Reply::Int(0), "nothing a stranger sent was applied");
+    // A value over the bound: an error, nothing applied.
+    let big = vec![b'v'; 1001];
+    assert!(matches!(ok.call(&[b"SET", b"big", &big]).unwrap(), Reply::Error(e) if e.contains("too large")));
+    assert!(matches!(ok.call(&[b"FLUSHALL"]).unwrap(), Reply::Error(e) if e.starts_with("ERR unknown command")));
+    // Malformed frames: an error, then the connection is closed.
+    for bad in [&b"*1\r\n:5\r\n"[..], b"*99999\r\n", b"*x\r\n"] {
+        let mut m = c.client(leader);
+        m.send_raw(bad).unwrap();
+        let first = m.recv();
+        assert!(matches!(first, Ok(Reply::Error(ref e)) if e.contains("Protocol error")), "{bad:?}: {first:?}");
+        assert!(m.recv().is_err(), "{bad:?}: the connection is closed");
+    }
+    // A length that lies: the server holds no more than max_request_bytes
+    // (65536 here) of it, then answers with an error and closes.
+    let mut m = c.client(leader);
+    let liar = b"*1\r\n$100000\r\n";
+    m.send_raw(liar).unwrap();
+    m.send_raw(&vec![b'x'; 65536 - liar.len()]).unwrap();
+    let first = m.recv();
+    assert!(matches!(first, Ok(Reply::Error(ref e)) if e.contains("larger than 65536")), "{first:?}");
+    assert!(m.recv().is_err(), "the connection is closed");
+    let protocol_errors = c.servers[leader].counters().protocol_errors.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(protocol_errors, 4);
+    assert_eq!(ok.call(&[b"DBSIZE"]).unwrap(), Reply::Int(0));
+    assert_eq!(ok.call(&[b"PING"]).unwrap(), Reply::Status("PONG".into()), "the server still serves");
+}
+
+#[test]
+fn a_redirecting_follower_names_the_leader() {
+    let c = start("moved", "redirect = true");
+    let leader = c.leader().unwrap();
+    let follower = (leader + 1) % 3;
+    let mut f = c.client(follower);
+    let want = format!("MOVED 0 {}", c.addr(leader));
+    assert_eq!(f.call(&[b"SET", b"a", b"1"]).unwrap(), Reply::Error(want.clone()));
+    assert_eq!(f.call(&[b"GET", b"a"]).unwrap(), Reply::Error(want));
+    assert_eq!(c.client(leader).call(&[b"GET", b"a"]).unwrap(), Reply::Nil, "nothing was applied");
+}
