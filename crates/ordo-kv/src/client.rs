@@ -63,7 +63,10 @@ impl Client {
             }
             let n = self.stream.read(&mut buf)?;
             if n == 0 {
-                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the server closed the connection"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection",
+                ));
             }
             self.inbuf.extend_from_slice(&buf[..n]);
         }

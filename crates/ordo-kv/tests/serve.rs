@@ -12,8 +12,11 @@ use ordo_runtime::{OrdoConfig, Secret};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// Three distinct free ports (the listeners are held until all are
+/// chosen, so none is handed out twice).
+fn free_ports() -> [u16; 3] {
+    let l: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    [0, 1, 2].map(|i| l[i].local_addr().unwrap().port())
 }
 
 struct Cluster {
@@ -36,7 +39,7 @@ fn start(name: &str, extra: &str) -> Cluster {
     std::fs::create_dir_all(&dir).unwrap();
     let secret = dir.join("client.secret");
     let password = Secret::generate_file(&secret).unwrap().env_value().unwrap().as_bytes().to_vec();
-    let ports = [free_port(), free_port(), free_port()];
+    let ports = free_ports();
     let cluster = format!("kvtest-{name}-{}", std::process::id());
     let configs: Vec<OrdoConfig> = (0..3)
         .map(|id| {
@@ -69,8 +72,10 @@ max_request_bytes = 65536
         })
         .collect();
     // Each start waits for the others' fabric endpoints: start them together.
-    let handles: Vec<_> =
-        configs.into_iter().map(|c| std::thread::spawn(move || KvServer::start(&c).expect("replica starts"))).collect();
+    let handles: Vec<_> = configs
+        .into_iter()
+        .map(|c| std::thread::spawn(move || KvServer::start(&c).expect("replica starts")))
+        .collect();
     let servers: Vec<KvServer> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let c = Cluster { servers, password, _dir: TempDir(dir) };
     // Wait for a leader.
@@ -170,7 +175,10 @@ fn strangers_and_bad_frames_change_nothing() {
     let leader = c.leader().unwrap();
     let addr = c.addr(leader);
     let mut anon = Client::connect(addr, None, Duration::from_secs(5)).unwrap();
-    assert_eq!(anon.call(&[b"SET", b"x", b"1"]).unwrap(), Reply::Error("NOAUTH Authentication required.".into()));
+    assert_eq!(
+        anon.call(&[b"SET", b"x", b"1"]).unwrap(),
+        Reply::Error("NOAUTH Authentication required.".into())
+    );
     assert_eq!(
         anon.call(&[b"AUTH", b"not-the-secret"]).unwrap(),
         Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
@@ -182,13 +190,18 @@ fn strangers_and_bad_frames_change_nothing() {
     // A value over the bound: an error, nothing applied.
     let big = vec![b'v'; 1001];
     assert!(matches!(ok.call(&[b"SET", b"big", &big]).unwrap(), Reply::Error(e) if e.contains("too large")));
-    assert!(matches!(ok.call(&[b"FLUSHALL"]).unwrap(), Reply::Error(e) if e.starts_with("ERR unknown command")));
+    assert!(
+        matches!(ok.call(&[b"FLUSHALL"]).unwrap(), Reply::Error(e) if e.starts_with("ERR unknown command"))
+    );
     // Malformed frames: an error, then the connection is closed.
     for bad in [&b"*1\r\n:5\r\n"[..], b"*99999\r\n", b"*x\r\n"] {
         let mut m = c.client(leader);
         m.send_raw(bad).unwrap();
         let first = m.recv();
-        assert!(matches!(first, Ok(Reply::Error(ref e)) if e.contains("Protocol error")), "{bad:?}: {first:?}");
+        assert!(
+            matches!(first, Ok(Reply::Error(ref e)) if e.contains("Protocol error")),
+            "{bad:?}: {first:?}"
+        );
         assert!(m.recv().is_err(), "{bad:?}: the connection is closed");
     }
     // A length that lies: the server holds no more than max_request_bytes
@@ -200,7 +213,8 @@ fn strangers_and_bad_frames_change_nothing() {
     let first = m.recv();
     assert!(matches!(first, Ok(Reply::Error(ref e)) if e.contains("larger than 65536")), "{first:?}");
     assert!(m.recv().is_err(), "the connection is closed");
-    let protocol_errors = c.servers[leader].counters().protocol_errors.load(std::sync::atomic::Ordering::Relaxed);
+    let protocol_errors =
+        c.servers[leader].counters().protocol_errors.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(protocol_errors, 4);
     assert_eq!(ok.call(&[b"DBSIZE"]).unwrap(), Reply::Int(0));
     assert_eq!(ok.call(&[b"PING"]).unwrap(), Reply::Status("PONG".into()), "the server still serves");
@@ -216,4 +230,52 @@ fn a_redirecting_follower_names_the_leader() {
     assert_eq!(f.call(&[b"SET", b"a", b"1"]).unwrap(), Reply::Error(want.clone()));
     assert_eq!(f.call(&[b"GET", b"a"]).unwrap(), Reply::Error(want));
     assert_eq!(c.client(leader).call(&[b"GET", b"a"]).unwrap(), Reply::Nil, "nothing was applied");
+}
+
+/// One client writes through the leader and, once acknowledged, reads at
+/// a follower: with `kv.reads = "local"` the follower answers from its own
+/// copy, which may not have applied the write yet — the checker must find
+/// the stale read. With the default (linearizable) reads, the same history
+/// shape always passes. Returns the checker's verdict and the operations.
+fn write_then_read_elsewhere(reads: &str) -> (ordo_kv::lincheck::Verdict, usize) {
+    use ordo_kv::lincheck::{Op, OpKind, check};
+    let c = start(&format!("stale-{reads}"), &format!("reads = \"{reads}\""));
+    let leader = c.leader().unwrap();
+    let mut w = c.client(leader);
+    let mut r = c.client((leader + 1) % 3);
+    let t0 = Instant::now();
+    let now = || t0.elapsed().as_nanos() as u64;
+    let mut history = Vec::new();
+    for i in 0..2000u32 {
+        let v = i.to_string().into_bytes();
+        let call = now();
+        assert_eq!(w.call(&[b"SET", b"k", &v]).unwrap(), Reply::Ok);
+        history.push(Op { key: b"k".to_vec(), call, ret: Some(now()), kind: OpKind::Write(Some(v)) });
+        let call = now();
+        let seen = match r.call(&[b"GET", b"k"]).unwrap() {
+            Reply::Bulk(b) => Some(b),
+            Reply::Nil => None,
+            other => panic!("GET: {other:?}"),
+        };
+        history.push(Op { key: b"k".to_vec(), call, ret: Some(now()), kind: OpKind::Read(seen) });
+        let verdict = check(&history, 1 << 24);
+        if verdict != ordo_kv::lincheck::Verdict::Linearizable {
+            return (verdict, history.len());
+        }
+        if reads == "linearizable" && i >= 300 {
+            break;
+        }
+    }
+    (ordo_kv::lincheck::Verdict::Linearizable, history.len())
+}
+
+#[test]
+fn the_checker_catches_stale_local_reads_and_passes_linearizable_ones() {
+    let (verdict, ops) = write_then_read_elsewhere("local");
+    assert!(
+        matches!(verdict, ordo_kv::lincheck::Verdict::Violation { .. }),
+        "local reads at a follower: a stale read within {ops} operations, got {verdict:?}"
+    );
+    let (verdict, ops) = write_then_read_elsewhere("linearizable");
+    assert_eq!(verdict, ordo_kv::lincheck::Verdict::Linearizable, "{ops} operations");
 }

@@ -838,14 +838,17 @@ fn open_log(config: &OrdoConfig) -> Result<Option<BufWriter<File>>, NodeError> {
 }
 
 /// A base port for a [`LocalCluster`] of `n` members whose fabric,
-/// control and status ports (base+i, base+100+i, base+200+i) are all free
+/// control, status and kv ports (base+i, base+100+i, base+200+i,
+/// base+300+i) are all free
 /// now (None after 500 tries).
 pub fn free_base_port(n: u32) -> Option<u16> {
     let seed = unix_ns() ^ u64::from(std::process::id());
     (0..500u64).find_map(|attempt| {
         let base = 20_000 + ((seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 7919)) % 35_000) as u16;
         let free = (0..n as u16).all(|i| {
-            [0, 100, 200].iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o + i)).is_ok())
+            [0, 100, 200, 300]
+                .iter()
+                .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o + i)).is_ok())
         });
         free.then_some(base)
     })

@@ -1,0 +1,269 @@
+//! `ordo-kv` with real processes: `ordo cluster up --kv -n 3` starts three
+//! `ordo kv serve` replicas; `redis-cli` and `redis-benchmark -t set,get -n
+//! 10000` (Debian's redis-tools, which `.ci/run` installs) talk to them;
+//! then clients on every replica write and read shared keys while the
+//! leader is SIGKILLed. Afterwards every acknowledged write is read back
+//! from the survivors, and the recorded history (invocation and response
+//! times, unknown outcomes included) passes the linearizability checker.
+//!
+//! Bounded: every wait has a deadline; `Drop` takes the cluster down.
+
+use ordo_kv::Reply;
+use ordo_kv::client::Client;
+use ordo_kv::lincheck::{self, Op, OpKind, Verdict};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct Cluster {
+    dir: PathBuf,
+    base: u16,
+    password: String,
+}
+
+fn ordo(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ordo")).args(args).output().expect("run ordo")
+}
+
+impl Cluster {
+    fn up(name: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("ordo-kv-kill-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let base = ordo_runtime::node::free_base_port(3).expect("free ports");
+        let out = ordo(&[
+            "cluster",
+            "up",
+            "--kv",
+            "-n",
+            "3",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--base-port",
+            &base.to_string(),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "cluster up: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains(&format!("redis-cli -p {} -a ", base + 300)), "prints redis-cli lines: {text}");
+        let password = std::fs::read_to_string(dir.join("client.secret")).unwrap().trim().to_string();
+        Cluster { dir, base, password }
+    }
+
+    fn addr(&self, i: usize) -> SocketAddr {
+        format!("127.0.0.1:{}", self.base as usize + 300 + i).parse().unwrap()
+    }
+
+    fn client(&self, i: usize) -> std::io::Result<Client> {
+        Client::connect(self.addr(i), Some(self.password.as_bytes()), Duration::from_secs(2))
+    }
+
+    /// The replica whose INFO says it is the master (waits up to 10 s).
+    fn leader(&self, alive: &[usize]) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            for &i in alive {
+                if let Ok(mut c) = self.client(i)
+                    && let Ok(Reply::Bulk(info)) = c.call(&[b"INFO"])
+                    && String::from_utf8_lossy(&info).contains("role:master")
+                {
+                    return i;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader among {alive:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn pid(&self, i: usize) -> i32 {
+        let pids = std::fs::read_to_string(self.dir.join("pids")).unwrap();
+        pids.lines().nth(i).unwrap().trim().parse().unwrap()
+    }
+
+    fn redis_cli(&self, i: usize, args: &[&str]) -> String {
+        let port = (self.base as usize + 300 + i).to_string();
+        let out = Command::new("redis-cli")
+            .args(["-p", &port, "-a", &self.password, "--no-auth-warning"])
+            .args(args)
+            .output()
+            .expect("redis-cli (Debian's redis-tools) is installed: .ci/run installs it");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = ordo(&["cluster", "down", "--dir", self.dir.to_str().unwrap()]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What one client thread recorded.
+#[derive(Default)]
+struct Record {
+    history: Vec<Op>,
+    /// Unique keys whose SET was acknowledged, with their values.
+    acked: Vec<(String, String)>,
+}
+
+/// A client that spreads over `targets`, reconnecting to the next one when
+/// its replica dies; writes (`SET k v`, unique v) and reads shared keys and
+/// writes unique keys, until `stop`.
+fn run_client(c: &Cluster, me: usize, targets: Vec<usize>, stop: Arc<AtomicBool>, t0: Instant) -> Record {
+    let mut rec = Record::default();
+    let mut at = me % targets.len();
+    let mut conn: Option<Client> = None;
+    let mut i = 0u64;
+    let now = || t0.elapsed().as_nanos() as u64;
+    while !stop.load(Ordering::Acquire) {
+        let Some(cl) = conn.as_mut() else {
+            match c.client(targets[at]) {
+                Ok(cl) => conn = Some(cl),
+                Err(_) => {
+                    at = (at + 1) % targets.len();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            continue;
+        };
+        i += 1;
+        let key = format!("shared:{}", (i * 7 + me as u64) % 16);
+        let op = i % 3;
+        let call = now();
+        if op == 0 {
+            let r = cl.call(&[b"GET", key.as_bytes()]);
+            let ret = now();
+            match r {
+                Ok(Reply::Bulk(v)) => rec.history.push(Op {
+                    key: key.into_bytes(),
+                    call,
+                    ret: Some(ret),
+                    kind: OpKind::Read(Some(v)),
+                }),
+                Ok(Reply::Nil) => rec.history.push(Op {
+                    key: key.into_bytes(),
+                    call,
+                    ret: Some(ret),
+                    kind: OpKind::Read(None),
+                }),
+                Ok(_) => {}
+                Err(_) => conn = None,
+            }
+        } else {
+            let (k, v) = if op == 1 {
+                (key.clone(), format!("c{me}-{i}"))
+            } else {
+                (format!("unique:{me}:{i}"), format!("v{i}"))
+            };
+            let r = cl.call(&[b"SET", k.as_bytes(), v.as_bytes()]);
+            let ret = now();
+            let (ret, acked) = match &r {
+                Ok(Reply::Ok) => (Some(ret), true),
+                // Certainly not applied: leave it out of the history.
+                Ok(Reply::Error(e)) if e.contains("not applied") || e.starts_with("NOAUTH") => continue,
+                // Unknown outcome (a broken forwarding link, a dead replica).
+                Ok(_) => (None, false),
+                Err(_) => {
+                    conn = None;
+                    (None, false)
+                }
+            };
+            if op == 1 {
+                rec.history.push(Op {
+                    key: k.into_bytes(),
+                    call,
+                    ret,
+                    kind: OpKind::Write(Some(v.into_bytes())),
+                });
+            } else if acked {
+                rec.acked.push((k, v));
+            }
+        }
+        if conn.is_none() {
+            at = (at + 1) % targets.len();
+        }
+        // A few hundred operations per second per client: enough history
+        // around the kill, small enough for an exhaustive check.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    rec
+}
+
+#[test]
+fn redis_tools_then_the_leader_killed_under_load_loses_no_acknowledged_write() {
+    let c = Cluster::up("main");
+    // redis-cli against every replica (followers forward).
+    assert_eq!(c.redis_cli(1, &["set", "a", "1"]), "OK");
+    for i in 0..3 {
+        assert_eq!(c.redis_cli(i, &["get", "a"]), "1", "replica {i}");
+    }
+    assert_eq!(c.redis_cli(2, &["incr", "counter"]), "1");
+    // redis-benchmark against the leader: every request answered.
+    let leader = c.leader(&[0, 1, 2]);
+    let port = (c.base as usize + 300 + leader).to_string();
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port, "-a", &c.password, "-t", "set,get", "-n", "10000", "-q"])
+        .output()
+        .expect("redis-benchmark (Debian's redis-tools) is installed: .ci/run installs it");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "redis-benchmark: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("SET:") && text.contains("GET:"), "{text}");
+    // Its SETs wrote `key:__rand_int__` (a 3-byte value).
+    assert_eq!(c.redis_cli((leader + 1) % 3, &["strlen", "key:__rand_int__"]), "3");
+
+    // Clients on every replica; the leader is killed 1 s in.
+    let c = Arc::new(c);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..6)
+        .map(|me| {
+            let (c, stop, records) = (c.clone(), stop.clone(), records.clone());
+            std::thread::spawn(move || {
+                let r = run_client(&c, me, vec![0, 1, 2], stop, t0);
+                records.lock().unwrap().push(r);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) on a process this test started.
+    unsafe { libc::kill(c.pid(leader), libc::SIGKILL) };
+    let killed_at = t0.elapsed();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Release);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let new_leader = c.leader(&survivors);
+    assert_ne!(new_leader, leader);
+    let records = std::mem::take(&mut *records.lock().unwrap());
+    let history: Vec<Op> = records.iter().flat_map(|r| r.history.iter().cloned()).collect();
+    let acked: Vec<(String, String)> = records.iter().flat_map(|r| r.acked.iter().cloned()).collect();
+    let after_kill = history
+        .iter()
+        .filter(|o| o.call > killed_at.as_nanos() as u64 + 500_000_000 && o.ret.is_some())
+        .count();
+    assert!(after_kill > 100, "the survivors served after the kill ({after_kill} completed operations)");
+    assert!(acked.len() > 100, "{} acknowledged unique writes", acked.len());
+    // Every acknowledged write is read back from each survivor.
+    for &s in &survivors {
+        let mut cl = c.client(s).unwrap();
+        for (k, _) in &acked {
+            cl.send(&[b"GET", k.as_bytes()]);
+        }
+        for (k, v) in &acked {
+            assert_eq!(cl.recv().unwrap(), Reply::Bulk(v.clone().into_bytes()), "{k} at replica {s}");
+        }
+    }
+    let verdict = lincheck::check(&history, 50_000_000);
+    assert_eq!(verdict, Verdict::Linearizable, "{} operations", history.len());
+    // redis-benchmark against the new leader still works.
+    let port = (c.base as usize + 300 + new_leader).to_string();
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port, "-a", &c.password, "-t", "set", "-n", "2000", "-q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("SET:"));
+}
