@@ -203,6 +203,9 @@ enum Bench {
     /// view p50/p99 per group size and fabric, and a survivor's delivered
     /// throughput across a kill (CSV and PNG under --out).
     Failover(ordo_bench::failover::FailoverArgs),
+    /// ordo-kv (3 replicas) beside a single redis-server, both driven by
+    /// redis-benchmark (SET, GET, with and without -P 16), interleaved.
+    Kv(ordo_bench::kv_bench::KvArgs),
 }
 
 #[derive(Args)]
@@ -332,6 +335,12 @@ fn main() -> ExitCode {
             let json = args.json;
             std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}")).and_then(
                 |exe| ordo_bench::experiment::run(&ordo_bench::failover::Failover::new(args, exe), json),
+            )
+        }
+        Command::Bench(Bench::Kv(args)) => {
+            let json = args.json;
+            std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}")).and_then(
+                |exe| ordo_bench::experiment::run(&ordo_bench::kv_bench::KvBench::new(args, exe), json),
             )
         }
     };

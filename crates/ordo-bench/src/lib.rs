@@ -37,6 +37,7 @@ pub mod demo;
 pub mod experiment;
 pub mod fabric;
 pub mod failover;
+pub mod kv_bench;
 pub mod machine;
 pub mod peer;
 pub mod plot;

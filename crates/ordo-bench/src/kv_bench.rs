@@ -1,0 +1,385 @@
+//! `ordo bench kv`: ordo-kv (3 replicas, acuerdo, in memory, started with
+//! `ordo cluster up --kv`) beside a single unreplicated `redis-server` (the
+//! speed a Redis user knows), both driven by Debian's `redis-benchmark`
+//! (SET and GET, without and with `-P 16` pipelining) in one run.
+//!
+//! # Method
+//! - Every compared pair is measured interleaved (redis, ordo, redis, ordo
+//!   ...), `reps` times each, reported as median with min-max; ratios are
+//!   computed from the medians of this run only.
+//! - ordo-kv is measured at its leader (a client of a follower adds a hop
+//!   to the leader); the resident memory of every server is read from
+//!   `/proc` after the load.
+//! - YCSB against etcd and ZooKeeper is not part of this benchmark yet
+//!   (see BENCHMARKS.md).
+
+use crate::experiment::Experiment;
+use crate::machine::MachineInfo;
+use clap::Args;
+use ordo_kv::Reply;
+use ordo_kv::client::Client;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `ordo bench kv` arguments.
+#[derive(Args, Clone, Debug)]
+pub struct KvArgs {
+    /// Reduced run (fewer requests per measurement).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Interleaved repetitions of every measurement.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// redis-benchmark clients (`-c`).
+    #[arg(long, default_value_t = 50)]
+    pub clients: u32,
+    /// Directory for report.json.
+    #[arg(long, default_value = "bench-results/kv")]
+    pub out: PathBuf,
+}
+
+/// One redis-benchmark measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    /// `redis-server` or `ordo-kv`.
+    pub system: String,
+    /// SET or GET.
+    pub test: String,
+    /// Pipeline depth (`-P`).
+    pub pipeline: u32,
+    /// Requests per second.
+    pub rps: f64,
+    /// Latency p50, ms.
+    pub p50_ms: f64,
+    /// Latency p99, ms.
+    pub p99_ms: f64,
+}
+
+/// Medians of one (system, test, pipeline).
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// System.
+    pub system: String,
+    /// Test.
+    pub test: String,
+    /// Pipeline depth.
+    pub pipeline: u32,
+    /// Median rps and its min, max.
+    pub rps: [f64; 3],
+    /// Median p50 latency (ms).
+    pub p50_ms: f64,
+    /// Median p99 latency (ms).
+    pub p99_ms: f64,
+    /// ordo-kv rps / redis-server rps (medians), on ordo-kv rows.
+    pub vs_redis: Option<f64>,
+}
+
+/// The whole result.
+#[derive(Clone, Debug, Serialize)]
+pub struct KvReport {
+    /// Where it ran.
+    pub machine: MachineInfo,
+    /// Load average (1 min) before the run.
+    pub loadavg_before: f64,
+    /// Requests per measurement.
+    pub requests: u64,
+    /// Every sample, in measurement order.
+    pub samples: Vec<Sample>,
+    /// Medians.
+    pub rows: Vec<Row>,
+    /// Resident memory after the load, KiB: redis-server, then each
+    /// ordo-kv replica.
+    pub rss_kib: Vec<(String, u64)>,
+}
+
+/// The benchmark.
+pub struct KvBench {
+    args: KvArgs,
+    exe: PathBuf,
+}
+
+impl KvBench {
+    /// The benchmark with `args`, starting replicas with `exe` (the `ordo`
+    /// binary).
+    pub fn new(args: KvArgs, exe: PathBuf) -> KvBench {
+        KvBench { args, exe }
+    }
+}
+
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn need(tool: &str) -> Result<(), String> {
+    let ok = Command::new(tool).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{tool} not found: install it with `apt-get install redis-server redis-tools`"))
+    }
+}
+
+fn wait_ping(port: u16, password: Option<&[u8]>) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let addr = format!("127.0.0.1:{port}").parse().expect("address");
+    loop {
+        if let Ok(mut c) = Client::connect(addr, password, Duration::from_secs(1))
+            && c.call(&[b"PING"]).is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("nothing answers PING on port {port}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs redis-benchmark and parses its CSV.
+fn redis_benchmark(
+    port: u16,
+    password: Option<&str>,
+    n: u64,
+    clients: u32,
+    pipeline: u32,
+) -> Result<Vec<(String, f64, f64, f64)>, String> {
+    let mut cmd = Command::new("redis-benchmark");
+    cmd.args(["-p", &port.to_string(), "-t", "set,get", "-n", &n.to_string(), "-c", &clients.to_string()]);
+    cmd.args(["-P", &pipeline.to_string(), "--csv"]);
+    if let Some(p) = password {
+        cmd.args(["-a", p]);
+    }
+    let out = cmd.stderr(Stdio::null()).output().map_err(|e| format!("redis-benchmark: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<_> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<String> = l.split(',').map(|x| x.trim_matches('"').to_string()).collect();
+            Some((
+                f.first()?.clone(),
+                f.get(1)?.parse().ok()?,
+                f.get(4)?.parse().ok()?,
+                f.get(6)?.parse().ok()?,
+            ))
+        })
+        .collect();
+    if rows.len() != 2 {
+        return Err(format!("redis-benchmark on port {port} printed: {text}"));
+    }
+    Ok(rows)
+}
+
+struct Guard {
+    redis: Option<Child>,
+    exe: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.redis.take() {
+            let _ = r.kill();
+            let _ = r.wait();
+        }
+        let _ = Command::new(&self.exe).args(["cluster", "down", "--dir"]).arg(&self.dir).output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+impl Experiment for KvBench {
+    type Report = KvReport;
+
+    fn name(&self) -> &'static str {
+        "kv"
+    }
+
+    fn out_dir(&self) -> Option<&std::path::Path> {
+        Some(&self.args.out)
+    }
+
+    fn measure(&self, progress: &mut dyn FnMut(&str)) -> Result<KvReport, String> {
+        need("redis-server")?;
+        need("redis-benchmark")?;
+        let loadavg_before = loadavg();
+        let base = ordo_runtime::node::free_base_port(3).ok_or("no free ports")?;
+        let redis_port = base + 400;
+        let dir = std::env::temp_dir().join(format!("ordo-bench-kv-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut guard = Guard { redis: None, exe: self.exe.clone(), dir: dir.clone() };
+        progress("starting redis-server (no persistence) and 3 ordo-kv replicas (shm fabric)");
+        guard.redis = Some(
+            Command::new("redis-server")
+                .args([
+                    "--port",
+                    &redis_port.to_string(),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--bind",
+                    "127.0.0.1",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("redis-server: {e}"))?,
+        );
+        let up = Command::new(&self.exe)
+            .args(["cluster", "up", "--kv", "-n", "3", "--base-port", &base.to_string(), "--dir"])
+            .arg(&dir)
+            .env("ORDO_LOG", "warn")
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !up.status.success() {
+            return Err(format!("ordo cluster up --kv: {}", String::from_utf8_lossy(&up.stderr)));
+        }
+        let password = std::fs::read_to_string(dir.join("client.secret")).map_err(|e| e.to_string())?;
+        let password = password.trim().to_string();
+        wait_ping(redis_port, None)?;
+        // The leader: the replica whose INFO says master.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let leader_port = loop {
+            let found = (0..3u16).map(|i| base + 300 + i).find(|p| {
+                let addr = format!("127.0.0.1:{p}").parse().expect("address");
+                Client::connect(addr, Some(password.as_bytes()), Duration::from_secs(1))
+                    .and_then(|mut c| c.call(&[b"INFO"]))
+                    .is_ok_and(|r| matches!(r, Reply::Bulk(b) if String::from_utf8_lossy(&b).contains("role:master")))
+            });
+            if let Some(p) = found {
+                break p;
+            }
+            if Instant::now() > deadline {
+                return Err("no ordo-kv leader".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let n: u64 = if self.args.quick { 20_000 } else { 100_000 };
+        let mut samples = Vec::new();
+        for rep in 0..self.args.reps.max(1) {
+            for pipeline in [1u32, 16] {
+                let n = if pipeline == 1 { n / 2 } else { n * 2 };
+                for (system, port, pw) in
+                    [("redis-server", redis_port, None), ("ordo-kv", leader_port, Some(password.as_str()))]
+                {
+                    progress(&format!("rep {}: {system} -P {pipeline} ({n} requests per test)", rep + 1));
+                    for (test, rps, p50, p99) in redis_benchmark(port, pw, n, self.args.clients, pipeline)? {
+                        samples.push(Sample {
+                            system: system.into(),
+                            test,
+                            pipeline,
+                            rps,
+                            p50_ms: p50,
+                            p99_ms: p99,
+                        });
+                    }
+                }
+            }
+        }
+        let mut rss = Vec::new();
+        if let Some(r) = &guard.redis {
+            rss.push(("redis-server".to_string(), rss_kib(r.id())));
+        }
+        let pids = std::fs::read_to_string(dir.join("pids")).unwrap_or_default();
+        for (i, pid) in pids.lines().filter_map(|l| l.trim().parse::<u32>().ok()).enumerate() {
+            rss.push((format!("ordo-kv replica {i}"), rss_kib(pid)));
+        }
+        let mut rows: Vec<Row> = Vec::new();
+        for system in ["redis-server", "ordo-kv"] {
+            for pipeline in [1u32, 16] {
+                for test in ["SET", "GET"] {
+                    let of: Vec<&Sample> = samples
+                        .iter()
+                        .filter(|s| s.system == system && s.pipeline == pipeline && s.test == test)
+                        .collect();
+                    if of.is_empty() {
+                        continue;
+                    }
+                    let rps: Vec<f64> = of.iter().map(|s| s.rps).collect();
+                    let (lo, hi) = (
+                        rps.iter().copied().fold(f64::MAX, f64::min),
+                        rps.iter().copied().fold(0.0, f64::max),
+                    );
+                    let med = median(rps);
+                    let vs_redis = (system == "ordo-kv")
+                        .then(|| {
+                            rows.iter()
+                                .find(|r| {
+                                    r.system == "redis-server" && r.pipeline == pipeline && r.test == test
+                                })
+                                .map(|r| med / r.rps[0])
+                        })
+                        .flatten();
+                    rows.push(Row {
+                        system: system.into(),
+                        test: test.into(),
+                        pipeline,
+                        rps: [med, lo, hi],
+                        p50_ms: median(of.iter().map(|s| s.p50_ms).collect()),
+                        p99_ms: median(of.iter().map(|s| s.p99_ms).collect()),
+                        vs_redis,
+                    });
+                }
+            }
+        }
+        drop(guard);
+        Ok(KvReport {
+            machine: MachineInfo::current(),
+            loadavg_before,
+            requests: n,
+            samples,
+            rows,
+            rss_kib: rss,
+        })
+    }
+
+    fn print_table(&self, r: &KvReport) {
+        println!(
+            "ordo bench kv: redis-benchmark (-c {}) against a single redis-server and ordo-kv (3 replicas, acuerdo, shm, memory), interleaved, {} reps",
+            self.args.clients, self.args.reps
+        );
+        println!("machine: {}; load average before: {:.2}", r.machine.summary(), r.loadavg_before);
+        println!(
+            "{:<14} {:>4} {:>3} {:>12} {:>22} {:>9} {:>9} {:>9}",
+            "system", "test", "-P", "ops/s", "[min - max]", "p50 ms", "p99 ms", "vs redis"
+        );
+        for row in &r.rows {
+            println!(
+                "{:<14} {:>4} {:>3} {:>12.0} {:>22} {:>9.3} {:>9.3} {:>9}",
+                row.system,
+                row.test,
+                row.pipeline,
+                row.rps[0],
+                format!("[{:.0} - {:.0}]", row.rps[1], row.rps[2]),
+                row.p50_ms,
+                row.p99_ms,
+                row.vs_redis.map_or(String::new(), |v| format!("{v:.2}x"))
+            );
+        }
+        for (who, kib) in &r.rss_kib {
+            println!("resident memory after the load: {who}: {:.1} MiB", *kib as f64 / 1024.0);
+        }
+    }
+}
