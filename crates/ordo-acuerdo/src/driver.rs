@@ -22,7 +22,8 @@
 //!   once, in header order: [`Settled::Committed`] when the engine reports
 //!   its header committed, [`Settled::Lost`] when a later header of this
 //!   member committed first or the commit point passed it (the epoch that
-//!   held it ended without it).
+//!   held it ended without it), [`Settled::Unknown`] when the commit point
+//!   passed it by a restored snapshot (it may be inside).
 //! - A poll at or after the engine's requested wake time counts as work, so
 //!   a runner that polls on every duty cycle never sleeps through a
 //!   heartbeat it owes.
@@ -52,6 +53,15 @@ pub enum Settled {
     },
     /// The message will never commit (its epoch ended without it).
     Lost {
+        /// The caller's ticket.
+        ticket: u64,
+        /// The header it had been given.
+        header: Header,
+    },
+    /// This member cannot tell: it restored a leader's snapshot covering
+    /// the header (state transfer), so the message is committed if the
+    /// group committed it before the snapshot, and never otherwise.
+    Unknown {
         /// The caller's ticket.
         ticket: u64,
         /// The header it had been given.
@@ -154,8 +164,24 @@ impl<F: Fabric> AcuerdoDriver<F> {
         work + self.post_backlog()
     }
 
-    /// Commit notifications and lost tickets after a poll.
+    /// Commit notifications and lost tickets after a poll. A header this
+    /// member never delivered because a restored snapshot covered it is
+    /// [`Settled::Unknown`], not lost (found by the `kv` simulation: a
+    /// write reported lost had been committed by the next leader).
     fn settle(&mut self, settled: &mut Vec<Settled>) {
+        let restored = self
+            .effects
+            .notes
+            .iter()
+            .filter_map(|n| match n {
+                crate::engine::Note::Restored { header, .. } => Some(*header),
+                _ => None,
+            })
+            .max();
+        let gone = |ph: Header, ticket: u64| match restored {
+            Some(base) if ph <= base => Settled::Unknown { ticket, header: ph },
+            _ => Settled::Lost { ticket, header: ph },
+        };
         for &h in &self.effects.committed {
             while let Some(&(ph, ticket)) = self.pending.front() {
                 if ph > h {
@@ -165,7 +191,7 @@ impl<F: Fabric> AcuerdoDriver<F> {
                 settled.push(if ph == h {
                     Settled::Committed { ticket, header: h }
                 } else {
-                    Settled::Lost { ticket, header: ph }
+                    gone(ph, ticket)
                 });
             }
         }
@@ -175,7 +201,7 @@ impl<F: Fabric> AcuerdoDriver<F> {
                 break;
             }
             self.pending.pop_front();
-            settled.push(Settled::Lost { ticket, header: ph });
+            settled.push(gone(ph, ticket));
         }
         debug_assert!(self.pending.front().is_none_or(|(h, _)| *h > committed));
     }

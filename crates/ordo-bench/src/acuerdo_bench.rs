@@ -220,7 +220,9 @@ impl LoadedMember {
                             .or_insert(now);
                     }
                 }
-                ClientEvent::Rejected { ticket, .. } | ClientEvent::Lost { ticket, .. } => {
+                ClientEvent::Rejected { ticket, .. }
+                | ClientEvent::Lost { ticket, .. }
+                | ClientEvent::Unknown { ticket, .. } => {
                     self.in_flight.remove(&ticket);
                 }
             }

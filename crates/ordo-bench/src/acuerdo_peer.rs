@@ -274,7 +274,7 @@ pub fn run(args: &PeerArgs) -> Result<(), String> {
                     status.committed_own += 1;
                 }
                 ClientEvent::Rejected { .. } => in_flight -= 1,
-                ClientEvent::Lost { .. } => {
+                ClientEvent::Lost { .. } | ClientEvent::Unknown { .. } => {
                     in_flight -= 1;
                     status.lost_own += 1;
                 }

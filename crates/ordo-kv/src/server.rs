@@ -840,6 +840,13 @@ impl Front {
                         "TRYAGAIN write lost in a leader change; it was not applied, retry",
                     );
                 }
+                ClientEvent::Unknown { ticket, .. } => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    self.fail_write(
+                        ticket,
+                        "TRYAGAIN leadership moved and this replica caught up by state transfer; the outcome of this write is unknown",
+                    );
+                }
                 ClientEvent::Rejected { ticket, error } => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     match error {

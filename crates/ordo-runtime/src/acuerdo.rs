@@ -142,6 +142,15 @@ pub enum ClientEvent {
         /// The leader this member knows of, if any.
         leader: Option<MemberId>,
     },
+    /// The message was accepted, and this member cannot tell whether it was
+    /// committed: it caught up by restoring a leader's snapshot that covers
+    /// the message's place (state transfer). Do not resubmit blindly.
+    Unknown {
+        /// The client's ticket.
+        ticket: u64,
+        /// The header it had.
+        header: Header,
+    },
     /// The message was accepted but will never be committed: this member
     /// lost its epoch before a quorum accepted it, and the group committed
     /// past its header without it. Resubmit it (to the new leader).
@@ -162,6 +171,7 @@ impl ClientEvent {
             | ClientEvent::Committed { ticket, .. }
             | ClientEvent::ReadReady { ticket }
             | ClientEvent::ReadFailed { ticket, .. }
+            | ClientEvent::Unknown { ticket, .. }
             | ClientEvent::Lost { ticket, .. } => ticket,
         }
     }
@@ -198,6 +208,10 @@ pub enum ClientError {
     /// Accepted, but lost in a leader change.
     #[error("message {0} was lost in a leader change")]
     Lost(Header),
+    /// Accepted, and this member cannot tell whether it was committed (it
+    /// caught up by a snapshot covering it).
+    #[error("the outcome of message {0} is unknown (this member caught up by state transfer)")]
+    Unknown(Header),
     /// No answer within the timeout.
     #[error("timed out")]
     TimedOut,
@@ -444,6 +458,9 @@ impl AcuerdoClient {
                     ClientEvent::Rejected { ticket: t, error } if t == ticket => return Err(error.into()),
                     ClientEvent::Lost { ticket: t, header } if t == ticket => {
                         return Err(ClientError::Lost(header));
+                    }
+                    ClientEvent::Unknown { ticket: t, header } if t == ticket => {
+                        return Err(ClientError::Unknown(header));
                     }
                     _ => {}
                 }
@@ -713,6 +730,7 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
             self.reply(match s {
                 Settled::Committed { ticket, header } => ClientEvent::Committed { ticket, header },
                 Settled::Lost { ticket, header } => ClientEvent::Lost { ticket, header },
+                Settled::Unknown { ticket, header } => ClientEvent::Unknown { ticket, header },
             });
         }
         self.settled = settled;

@@ -921,6 +921,7 @@ fn start_acuerdo(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
                         e,
                         ClientEvent::Committed { .. }
                             | ClientEvent::Lost { .. }
+                            | ClientEvent::Unknown { .. }
                             | ClientEvent::Rejected { .. }
                     ) {
                         in_flight = in_flight.saturating_sub(1);

@@ -163,9 +163,13 @@ pub struct Status {
     pub vote_epoch: Vec<Epoch>,
     pub slow_until_ns: Vec<u64>,
     pub slow_every_ns: Vec<u64>,
+    /// Crashed and not restarted yet (set by the nemesis, cleared by the
+    /// member's new incarnation).
+    pub crashed: Vec<bool>,
 }
 
-type Shared = Rc<RefCell<Status>>;
+/// The status the members and the nemesis share.
+pub type Shared = Rc<RefCell<Status>>;
 
 struct Member {
     me: MemberId,
@@ -256,6 +260,7 @@ impl Member {
             s.synced[me as usize] = driver.engine().is_synced();
             s.leader[me as usize] = false;
             s.vote_epoch[me as usize] = Epoch::NONE;
+            s.crashed[me as usize] = false;
         }
         let rng = SimRng::new(ctx.rng().next_u64());
         Member {
@@ -343,7 +348,9 @@ impl SimProcess<AcEvent> for Member {
         for s in self.settled.drain(..) {
             // A ticket settles once, with the header it was given (the
             // driver's contract the runtime's clients rely on).
-            let (Settled::Lost { ticket, header } | Settled::Committed { ticket, header }) = s;
+            let (Settled::Lost { ticket, header }
+            | Settled::Committed { ticket, header }
+            | Settled::Unknown { ticket, header }) = s;
             if self.unsettled.remove(&ticket) != Some(header) {
                 ctx.record(AcEvent::Anomaly { what: format!("settled an unknown ticket or header: {s:?}") });
             }
@@ -402,8 +409,8 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
         vote_epoch: vec![Epoch::NONE; n as usize],
         slow_until_ns: vec![0; n as usize],
         slow_every_ns: vec![0; n as usize],
+        crashed: vec![false; n as usize],
     }));
-    let mut rng = SimRng::new(derive_seed(seed, stream::NEMESIS));
     let mut srng = SimRng::new(derive_seed(seed, stream::FABRIC ^ 0xACE));
     let fabric = FabricConfig {
         delay_min_ns: srng.range(300, 2_000),
@@ -421,6 +428,20 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
     let injector = ordo_fault::Injector::new(derive_seed(seed, stream::FAULT_POINTS), 20_000);
     let guard = ordo_fault::install(injector);
     let mut sim = Sim::new(seed, config, None, factory);
+    nemesis(&mut sim, seed, params, &shared);
+    sim.run_until(params.end_ns);
+    drop(guard.finish());
+    sim.into_history()
+}
+
+/// This workload's fault driver (shared with the `kv` workload): until
+/// `params.calm_ns`, every 100-600 µs one of crash (while fewer than f
+/// members are unsafe), cut a pair, split, slow a member, nothing; then
+/// everything heals and every crashed member restarts. Members report
+/// through `shared` (synced, leader, vote) and it marks crashes there.
+pub fn nemesis<E>(sim: &mut Sim<E>, seed: u64, params: &Params, shared: &Shared) {
+    let n = params.members;
+    let mut rng = SimRng::new(derive_seed(seed, stream::NEMESIS));
     let f = (n / 2) as usize;
     let mut crashed: BTreeSet<MemberId> = BTreeSet::new();
     let mut later = UndoQueue::default();
@@ -428,7 +449,7 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
     if params.faults {
         while t < params.calm_ns {
             // Run to t, doing the pending actions due before it in order.
-            for m in later.run_due(&mut sim, t) {
+            for m in later.run_due(sim, t) {
                 crashed.remove(&m);
             }
             sim.run_until(t);
@@ -451,6 +472,7 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
                     };
                     sim.crash(victim);
                     crashed.insert(victim);
+                    shared.borrow_mut().crashed[victim as usize] = true;
                     if params.restarts && rng.chance(800_000) {
                         later.push(t + rng.range(100_000, 1_500_000), Undo::Restart(victim));
                     }
@@ -481,7 +503,7 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
         }
         // Actions due before the calm still happen; the calm heals the rest.
         if params.calm_ns > 0 {
-            later.run_due(&mut sim, params.calm_ns - 1);
+            later.run_due(sim, params.calm_ns - 1);
         }
         later.clear();
         sim.run_until(params.calm_ns);
@@ -491,9 +513,6 @@ pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
         }
         sim.calm();
     }
-    sim.run_until(params.end_ns);
-    drop(guard.finish());
-    sim.into_history()
 }
 
 /// Every checker of the workload, in order.

@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod acuerdo;
+pub mod kv;
 pub mod r3p2;
 pub mod scenario;
 pub mod vsync;
@@ -114,6 +115,7 @@ pub static REGISTRY: &[Workload] = &[
     vsync::WORKLOAD,
     vsync_views::WORKLOAD,
     acuerdo::WORKLOAD,
+    kv::WORKLOAD,
     r3p2::WORKLOAD,
 ];
 

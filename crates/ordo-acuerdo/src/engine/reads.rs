@@ -27,8 +27,13 @@
 //!   allowed.
 //!
 //! # Invariants
-//! - Own `read_seq` and `read_ack` columns only grow within an incarnation
-//!   (a leader's reads of several epochs share the counter).
+//! - Own `read_seq` and `read_ack` columns only grow within an incarnation.
+//!   Both are words `Header { epoch, count }.encode()`: the leader's epoch
+//!   and a count of its barriers in it. A follower echoes only a word of
+//!   the epoch it follows, and a leader counts only echoes of its own
+//!   epoch: a follower's echo of an earlier leader's barriers (found by the
+//!   `kv` simulation: a read confirmed with no round at all) confirms
+//!   nothing.
 //! - A read is answered once: ready (in [`Effects::reads_ready`]) or failed
 //!   (in [`Effects::reads_failed`], when this member stops leading the
 //!   read's epoch before it is confirmed: the client retries at the new
@@ -71,11 +76,19 @@ impl Engine {
         self.read_wanted = true;
         self.reads.push(PendingRead {
             ticket,
-            seq: self.read_seq + 1,
+            seq: self.next_read_seq(),
             index: self.accepted,
             epoch: self.e_cur,
         });
         Ok(())
+    }
+
+    /// The `read_seq` word the next bump writes: this epoch in the high
+    /// bits (a [`Header`] of it), a count in the low ones, so an echo of
+    /// another leader's (or another epoch's) barrier never confirms ours.
+    fn next_read_seq(&self) -> u64 {
+        let last = Header::decode(self.read_seq);
+        if last.epoch == self.e_cur { self.read_seq + 1 } else { self.e_cur.header(1).encode() }
     }
 
     /// Reads waiting for confirmation.
@@ -88,7 +101,7 @@ impl Engine {
     pub(super) fn bump_read_seq(&mut self) {
         if self.read_wanted && self.role == Role::Leader {
             self.read_wanted = false;
-            self.read_seq += 1;
+            self.read_seq = self.next_read_seq();
             self.store(self.layout.columns.read_seq, 0, self.read_seq);
             self.dirty_all = true;
         }
@@ -102,7 +115,7 @@ impl Engine {
         }
         let Some(row) = self.row_of(self.e_cur.leader) else { return };
         let seq = self.load(row, self.layout.columns.read_seq, 0);
-        if seq > self.read_ack {
+        if Header::decode(seq).epoch == self.e_cur && seq > self.read_ack {
             self.read_ack = seq;
             self.store(self.layout.columns.read_ack, 0, seq);
             self.dirty_to[row] = true;
@@ -122,12 +135,18 @@ impl Engine {
             return before;
         }
         let col = self.layout.columns.read_ack;
-        let mut echoes: Vec<u64> =
-            (0..self.members.len()).filter(|r| *r != self.my_row).map(|r| self.load(r, col, 0)).collect();
+        let e_cur = self.e_cur;
+        // Echoes of this epoch's barriers only (the epoch is in the word).
+        let mut echoes: Vec<u64> = (0..self.members.len())
+            .filter(|r| *r != self.my_row)
+            .map(|r| self.load(r, col, 0))
+            .filter(|w| Header::decode(*w).epoch == e_cur)
+            .collect();
+        echoes.resize(self.members.len() - 1, 0);
         // The (quorum-1)-th largest echo is confirmed by a quorum with me.
         echoes.sort_unstable_by(|a, b| b.cmp(a));
         let confirmed = if self.quorum <= 1 { u64::MAX } else { echoes[self.quorum - 2] };
-        let (e_cur, committed) = (self.e_cur, self.committed);
+        let committed = self.committed;
         let mut i = 0;
         while i < self.reads.len() {
             let r = self.reads[i];
