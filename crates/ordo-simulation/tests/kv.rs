@@ -9,9 +9,16 @@ fn fresh_seeds() {
     ordo_simulation::assert_fresh_seeds(kv::NAME, 500);
 }
 
+/// Seeds that must keep passing: 10133736097792388952 found a write
+/// settled `Lost` at its (partitioned) old leader although the next leader
+/// committed it (the old leader caught up by a snapshot covering it: now
+/// `Unknown`), read back by a read that a follower's echo of the old
+/// leader's barrier counter had confirmed with no round at all.
+const PINNED: &[u64] = &[0, 1, 2, 42, 0xDEAD_BEEF, 10_133_736_097_792_388_952];
+
 #[test]
 fn pinned_seeds() {
-    for seed in [0, 1, 2, 42, 0xDEAD_BEEF] {
+    for &seed in PINNED {
         kv::run(seed, false).unwrap();
     }
 }
