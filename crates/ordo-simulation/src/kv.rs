@@ -163,6 +163,8 @@ struct Member {
     stop_ns: u64,
     finished: bool,
     next_slow_poll_ns: u64,
+    /// When each pending read asked for its barrier.
+    read_asked_ns: BTreeMap<u64, u64>,
 }
 
 impl Member {
@@ -194,6 +196,7 @@ impl Member {
             params: params.clone(),
             stale_reads: stale,
             next_slow_poll_ns: 0,
+            read_asked_ns: BTreeMap::new(),
             driver,
             settled: Vec::new(),
             app: App { state: KvState::new(), me, nonce: ctx.incarnation(), replies: Vec::new() },
@@ -265,6 +268,7 @@ impl Member {
                     cl = self.clients.borrow_mut();
                 }
                 Kind::Get => {
+                    self.read_asked_ns.insert(op, now);
                     if self.driver.read_index(op).is_err() {
                         drop(cl);
                         self.finish(ctx, op, None);
@@ -381,12 +385,19 @@ impl SimProcess<KvEvent> for Member {
         let fx = self.driver.effects();
         let (ready, failed) = (fx.reads_ready.clone(), fx.reads_failed.clone());
         for op in ready {
+            // A read index needs a confirmation round on the fabric: a read
+            // ready in the poll that asked for it was confirmed by echoes
+            // of some other barrier.
+            if self.read_asked_ns.remove(&op) == Some(now) && !self.stale_reads {
+                ctx.record(KvEvent::Anomaly { what: format!("read {op} confirmed without a round") });
+            }
             if let Some((_, key, _)) = self.waiting.get(&op) {
                 let v = self.app.state.get(&[b'k', b'0' + key], now / 1_000_000).and_then(parse_value);
                 self.finish(ctx, op, Some(Outcome::Value(v)));
             }
         }
         for op in failed {
+            self.read_asked_ns.remove(&op);
             self.finish(ctx, op, None);
         }
         {
