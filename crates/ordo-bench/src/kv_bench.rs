@@ -15,6 +15,7 @@
 
 use crate::experiment::Experiment;
 use crate::machine::MachineInfo;
+use crate::ycsb;
 use clap::Args;
 use ordo_kv::Reply;
 use ordo_kv::client::Client;
@@ -41,6 +42,26 @@ pub struct KvArgs {
     /// Directory for report.json.
     #[arg(long, default_value = "bench-results/kv")]
     pub out: PathBuf,
+    /// Run the YCSB driver (workloads below) instead of redis-benchmark,
+    /// against ordo-kv, redis-server and (built with `--features peers`)
+    /// etcd and ZooKeeper, 3 members each.
+    #[arg(long)]
+    pub ycsb: bool,
+    /// YCSB records (default 100000; 10000 with --quick).
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// YCSB operations per workload (default 100000; 10000 with --quick).
+    #[arg(long)]
+    pub operations: Option<u64>,
+    /// YCSB client threads.
+    #[arg(long, default_value_t = 16)]
+    pub threads: usize,
+    /// YCSB workloads.
+    #[arg(long, value_delimiter = ',', default_value = "load,a,b,c,d,f")]
+    pub workloads: Vec<String>,
+    /// Systems for YCSB.
+    #[arg(long, value_delimiter = ',', default_value = "ordo-kv,redis,etcd,zookeeper")]
+    pub systems: Vec<String>,
 }
 
 /// One redis-benchmark measurement.
@@ -79,9 +100,26 @@ pub struct Row {
     pub vs_redis: Option<f64>,
 }
 
+/// One YCSB measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct YcsbRow {
+    /// The system.
+    pub system: String,
+    /// The workload.
+    pub workload: String,
+    /// What it measured.
+    pub outcome: crate::ycsb::Outcome,
+    /// ordo-kv ops/s divided by this system's (on other systems' rows).
+    pub ordo_vs_this: Option<f64>,
+}
+
 /// The whole result.
 #[derive(Clone, Debug, Serialize)]
 pub struct KvReport {
+    /// YCSB rows (with --ycsb).
+    pub ycsb: Vec<YcsbRow>,
+    /// Systems asked for but not run, and why.
+    pub skipped: Vec<String>,
     /// Where it ran.
     pub machine: MachineInfo,
     /// Load average (1 min) before the run.
@@ -209,6 +247,229 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+fn workload(name: &str) -> Option<ycsb::Workload> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        "load" => ycsb::Workload::Load,
+        "a" => ycsb::Workload::A,
+        "b" => ycsb::Workload::B,
+        "c" => ycsb::Workload::C,
+        "d" => ycsb::Workload::D,
+        "f" => ycsb::Workload::F,
+        _ => return None,
+    })
+}
+
+/// A 3-member etcd or ZooKeeper cluster on loopback, data on tmpfs.
+struct Peers {
+    children: Vec<Child>,
+    dir: PathBuf,
+}
+
+impl Drop for Peers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Peers {
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
+    /// etcd 3 members (client ports base..base+3, peer ports base+10..).
+    fn etcd(base: u16) -> Result<Peers, String> {
+        need("etcd")?;
+        let dir = PathBuf::from(format!("/dev/shm/ordo-bench-etcd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cluster: Vec<String> =
+            (0..3).map(|i| format!("e{i}=http://127.0.0.1:{}", base + 10 + i)).collect();
+        let mut children = Vec::new();
+        for i in 0..3u16 {
+            let client = format!("http://127.0.0.1:{}", base + i);
+            let peer = format!("http://127.0.0.1:{}", base + 10 + i);
+            children.push(
+                Command::new("etcd")
+                    .args(["--name", &format!("e{i}"), "--data-dir"])
+                    .arg(dir.join(format!("e{i}")))
+                    .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+                    .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+                    .args(["--initial-cluster", &cluster.join(","), "--initial-cluster-state", "new"])
+                    .args(["--initial-cluster-token", "ordo-bench", "--log-level", "error"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| format!("etcd: {e}"))?,
+            );
+        }
+        Ok(Peers { children, dir })
+    }
+
+    /// ZooKeeper 3 nodes (client ports base..base+3, quorum and election
+    /// ports base+10.., base+20..), Debian's package.
+    fn zookeeper(base: u16) -> Result<Peers, String> {
+        need("java")?;
+        let jar = "/usr/share/java/zookeeper.jar";
+        if !std::path::Path::new(jar).exists() {
+            return Err(format!("{jar} not found: install it with `apt-get install zookeeper`"));
+        }
+        let dir = PathBuf::from(format!("/dev/shm/ordo-bench-zk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut children = Vec::new();
+        for i in 0..3u16 {
+            let d = dir.join(format!("zk{i}"));
+            std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
+            std::fs::write(d.join("myid"), format!("{}\n", i + 1)).map_err(|e| e.to_string())?;
+            let servers: String = (0..3)
+                .map(|j| format!("server.{}=127.0.0.1:{}:{}\n", j + 1, base + 10 + j, base + 20 + j))
+                .collect();
+            let cfg = format!(
+                "tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nadmin.enableServer=false\nmaxClientCnxns=0\n{servers}",
+                d.display(),
+                base + i
+            );
+            let cfg_path = d.join("zoo.cfg");
+            std::fs::write(&cfg_path, cfg).map_err(|e| e.to_string())?;
+            children.push(
+                Command::new("java")
+                    .args(["-cp", &format!("/etc/zookeeper/conf:{jar}"), "-Xmx1g"])
+                    .arg(format!("-Dzookeeper.log.dir={}", d.display()))
+                    .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+                    .arg(&cfg_path)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| format!("zookeeper: {e}"))?,
+            );
+        }
+        Ok(Peers { children, dir })
+    }
+}
+
+impl KvBench {
+    #[allow(clippy::too_many_arguments)]
+    fn ycsb(
+        &self,
+        progress: &mut dyn FnMut(&str),
+        ordo_port: u16,
+        redis_port: u16,
+        password: &str,
+        _dir: &std::path::Path,
+        rows: &mut Vec<YcsbRow>,
+        skipped: &mut Vec<String>,
+        rss: &mut Vec<(String, u64)>,
+    ) -> Result<(), String> {
+        let records = self.args.records.unwrap_or(if self.args.quick { 10_000 } else { 100_000 });
+        let operations = self.args.operations.unwrap_or(if self.args.quick { 10_000 } else { 100_000 });
+        let threads = self.args.threads;
+        let workloads: Vec<ycsb::Workload> = self
+            .args
+            .workloads
+            .iter()
+            .map(|w| workload(w).ok_or_else(|| format!("unknown YCSB workload {w} (load, a, b, c, d, f)")))
+            .collect::<Result<_, _>>()?;
+        let want = |s: &str| self.args.systems.iter().any(|x| x == s);
+        let mut measure =
+            |system: &str,
+             rows: &mut Vec<YcsbRow>,
+             f: &dyn Fn(ycsb::Workload) -> Result<ycsb::Outcome, String>| {
+                for &w in &workloads {
+                    progress(&format!("YCSB {}: {system} ({records} records, {threads} threads)", w.name()));
+                    let outcome = f(w)?;
+                    if outcome.errors > 0 {
+                        progress(&format!("  {} errors, e.g. {:?}", outcome.errors, outcome.first_error));
+                    }
+                    rows.push(YcsbRow {
+                        system: system.into(),
+                        workload: w.name().into(),
+                        outcome,
+                        ordo_vs_this: None,
+                    });
+                }
+                Ok::<(), String>(())
+            };
+        let local = |p: u16| -> std::net::SocketAddr { format!("127.0.0.1:{p}").parse().expect("address") };
+        if want("ordo-kv") {
+            let pw = password.as_bytes().to_vec();
+            measure("ordo-kv", rows, &|w| {
+                ycsb::run(w, records, operations, threads, |_| {
+                    ycsb::Resp::connect(local(ordo_port), Some(&pw))
+                })
+            })?;
+        }
+        if want("redis") {
+            measure("redis-server", rows, &|w| {
+                ycsb::run(w, records, operations, threads, |_| ycsb::Resp::connect(local(redis_port), None))
+            })?;
+        }
+        #[cfg(feature = "peers")]
+        {
+            let base = ordo_runtime::node::free_base_port(3).ok_or("no free ports")? + 500;
+            if want("etcd") {
+                let peers = Peers::etcd(base)?;
+                let endpoints: Vec<String> =
+                    (0..3).map(|i| format!("http://127.0.0.1:{}", base + i)).collect();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while ycsb::Etcd::connect(&endpoints)
+                    .and_then(|mut e| ycsb::Store::read(&mut e, "probe"))
+                    .is_err()
+                {
+                    if Instant::now() > deadline {
+                        return Err("etcd did not come up".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                measure("etcd", rows, &|w| {
+                    ycsb::run(w, records, operations, threads, |_| ycsb::Etcd::connect(&endpoints))
+                })?;
+                for (i, pid) in peers.pids().into_iter().enumerate() {
+                    rss.push((format!("etcd member {i}"), rss_kib(pid)));
+                }
+            }
+            if want("zookeeper") {
+                let peers = Peers::zookeeper(base + 100)?;
+                let cluster: String =
+                    (0..3).map(|i| format!("127.0.0.1:{}", base + 100 + i)).collect::<Vec<_>>().join(",");
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while ycsb::Zk::connect(&cluster).is_err() {
+                    if Instant::now() > deadline {
+                        return Err("ZooKeeper did not come up".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                measure("zookeeper", rows, &|w| {
+                    ycsb::run(w, records, operations, threads, |_| ycsb::Zk::connect(&cluster))
+                })?;
+                for (i, pid) in peers.pids().into_iter().enumerate() {
+                    rss.push((format!("zookeeper node {i}"), rss_kib(pid)));
+                }
+            }
+        }
+        #[cfg(not(feature = "peers"))]
+        for s in ["etcd", "zookeeper"] {
+            if want(s) {
+                skipped
+                    .push(format!("{s}: this ordo was built without `--features peers` (its client crate)"));
+            }
+        }
+        let _ = &skipped;
+        // Ratios: ordo-kv over each other system, per workload.
+        let ordo: Vec<(String, f64)> = rows
+            .iter()
+            .filter(|r| r.system == "ordo-kv")
+            .map(|r| (r.workload.clone(), r.outcome.ops_per_s()))
+            .collect();
+        for r in rows.iter_mut().filter(|r| r.system != "ordo-kv") {
+            r.ordo_vs_this =
+                ordo.iter().find(|(w, _)| *w == r.workload).map(|(_, o)| o / r.outcome.ops_per_s().max(1e-9));
+        }
+        Ok(())
+    }
+}
+
 impl Experiment for KvBench {
     type Report = KvReport;
 
@@ -278,6 +539,38 @@ impl Experiment for KvBench {
         };
         let n: u64 = if self.args.quick { 20_000 } else { 100_000 };
         let mut samples = Vec::new();
+        let (mut ycsb_rows, mut skipped) = (Vec::new(), Vec::new());
+        if self.args.ycsb {
+            let mut rss = Vec::new();
+            self.ycsb(
+                progress,
+                leader_port,
+                redis_port,
+                &password,
+                &dir,
+                &mut ycsb_rows,
+                &mut skipped,
+                &mut rss,
+            )?;
+            let pids = std::fs::read_to_string(dir.join("pids")).unwrap_or_default();
+            for (i, pid) in pids.lines().filter_map(|l| l.trim().parse::<u32>().ok()).enumerate() {
+                rss.push((format!("ordo-kv replica {i}"), rss_kib(pid)));
+            }
+            if let Some(r) = &guard.redis {
+                rss.push(("redis-server".to_string(), rss_kib(r.id())));
+            }
+            drop(guard);
+            return Ok(KvReport {
+                ycsb: ycsb_rows,
+                skipped,
+                machine: MachineInfo::current(),
+                loadavg_before,
+                requests: 0,
+                samples,
+                rows: Vec::new(),
+                rss_kib: rss,
+            });
+        }
         for rep in 0..self.args.reps.max(1) {
             for pipeline in [1u32, 16] {
                 let n = if pipeline == 1 { n / 2 } else { n * 2 };
@@ -346,6 +639,8 @@ impl Experiment for KvBench {
         }
         drop(guard);
         Ok(KvReport {
+            ycsb: ycsb_rows,
+            skipped,
             machine: MachineInfo::current(),
             loadavg_before,
             requests: n,
@@ -356,6 +651,36 @@ impl Experiment for KvBench {
     }
 
     fn print_table(&self, r: &KvReport) {
+        if self.args.ycsb {
+            println!(
+                "ordo bench kv --ycsb: one YCSB driver (zipfian 0.99, 1,000-byte records, {} threads) against ordo-kv (3 replicas, acuerdo, shm, memory), a single redis-server, etcd and ZooKeeper (3 members each, data on tmpfs)",
+                self.args.threads
+            );
+            println!("machine: {}; load average before: {:.2}", r.machine.summary(), r.loadavg_before);
+            println!(
+                "{:<13} {:>5} {:>10} {:>9} {:>9} {:>8} {:>10}",
+                "system", "wl", "ops/s", "p50 us", "p99 us", "errors", "ordo-kv x"
+            );
+            for row in &r.ycsb {
+                println!(
+                    "{:<13} {:>5} {:>10.0} {:>9.0} {:>9.0} {:>8} {:>10}",
+                    row.system,
+                    row.workload,
+                    row.outcome.ops_per_s(),
+                    row.outcome.p50_us,
+                    row.outcome.p99_us,
+                    row.outcome.errors,
+                    row.ordo_vs_this.map_or(String::new(), |v| format!("{v:.1}x"))
+                );
+            }
+            for s in &r.skipped {
+                println!("not run: {s}");
+            }
+            for (who, kib) in &r.rss_kib {
+                println!("resident memory at the end: {who}: {:.1} MiB", *kib as f64 / 1024.0);
+            }
+            return;
+        }
         println!(
             "ordo bench kv: redis-benchmark (-c {}) against a single redis-server and ordo-kv (3 replicas, acuerdo, shm, memory), interleaved, {} reps",
             self.args.clients, self.args.reps

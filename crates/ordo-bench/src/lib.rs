@@ -44,6 +44,7 @@ pub mod plot;
 pub mod protocol;
 pub mod r3p2_bench;
 pub mod spindle;
+pub mod ycsb;
 
 /// Entry point of the hidden `ordo acuerdo-peer` subcommand (`args`
 /// without the program and subcommand names); see [`acuerdo_peer`].
