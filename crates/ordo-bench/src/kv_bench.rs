@@ -62,6 +62,10 @@ pub struct KvArgs {
     /// Systems for YCSB.
     #[arg(long, value_delimiter = ',', default_value = "ordo-kv,redis,etcd,zookeeper")]
     pub systems: Vec<String>,
+    /// Group sizes for YCSB (acuerdo Fig. 9): every workload runs at the
+    /// first; YCSB-load runs at each (ordo-kv, etcd, ZooKeeper).
+    #[arg(long, value_delimiter = ',', default_value = "3")]
+    pub replicas: Vec<u16>,
 }
 
 /// One redis-benchmark measurement.
@@ -105,6 +109,8 @@ pub struct Row {
 pub struct YcsbRow {
     /// The system.
     pub system: String,
+    /// Replicas (members) of the system (1 for redis-server).
+    pub replicas: u16,
     /// The workload.
     pub workload: String,
     /// What it measured.
@@ -247,6 +253,59 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// `ordo cluster up --kv -n N` under `dir` (ports from `base`): the
+/// leader's RESP port and the client password.
+fn start_ordo(
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    base: u16,
+    n: u16,
+) -> Result<(u16, String), String> {
+    let up = Command::new(exe)
+        .args(["cluster", "up", "--kv", "-n", &n.to_string(), "--base-port", &base.to_string(), "--dir"])
+        .arg(dir)
+        .env("ORDO_LOG", "warn")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !up.status.success() {
+        return Err(format!("ordo cluster up --kv: {}", String::from_utf8_lossy(&up.stderr)));
+    }
+    let password = std::fs::read_to_string(dir.join("client.secret")).map_err(|e| e.to_string())?;
+    let password = password.trim().to_string();
+    // The leader: the replica whose INFO says master.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = (0..n).map(|i| base + 300 + i).find(|p| {
+            let addr = format!("127.0.0.1:{p}").parse().expect("address");
+            Client::connect(addr, Some(password.as_bytes()), Duration::from_secs(1))
+                .and_then(|mut c| c.call(&[b"INFO"]))
+                .is_ok_and(
+                    |r| matches!(r, Reply::Bulk(b) if String::from_utf8_lossy(&b).contains("role:master")),
+                )
+        });
+        if let Some(p) = found {
+            return Ok((p, password));
+        }
+        if Instant::now() > deadline {
+            return Err("no ordo-kv leader".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An extra ordo-kv cluster (Fig. 9's larger groups), taken down on drop.
+struct OrdoCluster {
+    exe: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for OrdoCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.exe).args(["cluster", "down", "--dir"]).arg(&self.dir).output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn workload(name: &str) -> Option<ycsb::Workload> {
     Some(match name.to_ascii_lowercase().as_str() {
         "load" => ycsb::Workload::Load,
@@ -280,15 +339,15 @@ impl Peers {
         self.children.iter().map(Child::id).collect()
     }
 
-    /// etcd 3 members (client ports base..base+3, peer ports base+10..).
-    fn etcd(base: u16) -> Result<Peers, String> {
+    /// etcd, `n` members (client ports base.., peer ports base+10..).
+    fn etcd(base: u16, n: u16) -> Result<Peers, String> {
         need("etcd")?;
         let dir = PathBuf::from(format!("/dev/shm/ordo-bench-etcd-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cluster: Vec<String> =
-            (0..3).map(|i| format!("e{i}=http://127.0.0.1:{}", base + 10 + i)).collect();
+            (0..n).map(|i| format!("e{i}=http://127.0.0.1:{}", base + 10 + i)).collect();
         let mut children = Vec::new();
-        for i in 0..3u16 {
+        for i in 0..n {
             let client = format!("http://127.0.0.1:{}", base + i);
             let peer = format!("http://127.0.0.1:{}", base + 10 + i);
             children.push(
@@ -308,9 +367,9 @@ impl Peers {
         Ok(Peers { children, dir })
     }
 
-    /// ZooKeeper 3 nodes (client ports base..base+3, quorum and election
+    /// ZooKeeper, `n` nodes (client ports base.., quorum and election
     /// ports base+10.., base+20..), Debian's package.
-    fn zookeeper(base: u16) -> Result<Peers, String> {
+    fn zookeeper(base: u16, n: u16) -> Result<Peers, String> {
         need("java")?;
         let jar = "/usr/share/java/zookeeper.jar";
         if !std::path::Path::new(jar).exists() {
@@ -319,11 +378,11 @@ impl Peers {
         let dir = PathBuf::from(format!("/dev/shm/ordo-bench-zk-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut children = Vec::new();
-        for i in 0..3u16 {
+        for i in 0..n {
             let d = dir.join(format!("zk{i}"));
             std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
             std::fs::write(d.join("myid"), format!("{}\n", i + 1)).map_err(|e| e.to_string())?;
-            let servers: String = (0..3)
+            let servers: String = (0..n)
                 .map(|j| format!("server.{}=127.0.0.1:{}:{}\n", j + 1, base + 10 + j, base + 20 + j))
                 .collect();
             let cfg = format!(
@@ -374,16 +433,22 @@ impl KvBench {
         let want = |s: &str| self.args.systems.iter().any(|x| x == s);
         let mut measure =
             |system: &str,
+             replicas: u16,
+             workloads: &[ycsb::Workload],
              rows: &mut Vec<YcsbRow>,
              f: &dyn Fn(ycsb::Workload) -> Result<ycsb::Outcome, String>| {
-                for &w in &workloads {
-                    progress(&format!("YCSB {}: {system} ({records} records, {threads} threads)", w.name()));
+                for &w in workloads {
+                    progress(&format!(
+                        "YCSB {}: {system} x{replicas} ({records} records, {threads} threads)",
+                        w.name()
+                    ));
                     let outcome = f(w)?;
                     if outcome.errors > 0 {
                         progress(&format!("  {} errors, e.g. {:?}", outcome.errors, outcome.first_error));
                     }
                     rows.push(YcsbRow {
                         system: system.into(),
+                        replicas,
                         workload: w.name().into(),
                         outcome,
                         ordo_vs_this: None,
@@ -392,59 +457,95 @@ impl KvBench {
                 Ok::<(), String>(())
             };
         let local = |p: u16| -> std::net::SocketAddr { format!("127.0.0.1:{p}").parse().expect("address") };
-        if want("ordo-kv") {
-            let pw = password.as_bytes().to_vec();
-            measure("ordo-kv", rows, &|w| {
-                ycsb::run(w, records, operations, threads, |_| {
-                    ycsb::Resp::connect(local(ordo_port), Some(&pw))
-                })
-            })?;
-        }
-        if want("redis") {
-            measure("redis-server", rows, &|w| {
-                ycsb::run(w, records, operations, threads, |_| ycsb::Resp::connect(local(redis_port), None))
-            })?;
-        }
-        #[cfg(feature = "peers")]
-        {
-            let base = ordo_runtime::node::free_base_port(3).ok_or("no free ports")? + 500;
-            if want("etcd") {
-                let peers = Peers::etcd(base)?;
-                let endpoints: Vec<String> =
-                    (0..3).map(|i| format!("http://127.0.0.1:{}", base + i)).collect();
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while ycsb::Etcd::connect(&endpoints)
-                    .and_then(|mut e| ycsb::Store::read(&mut e, "probe"))
-                    .is_err()
-                {
-                    if Instant::now() > deadline {
-                        return Err("etcd did not come up".into());
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                measure("etcd", rows, &|w| {
-                    ycsb::run(w, records, operations, threads, |_| ycsb::Etcd::connect(&endpoints))
-                })?;
-                for (i, pid) in peers.pids().into_iter().enumerate() {
-                    rss.push((format!("etcd member {i}"), rss_kib(pid)));
-                }
+        let mut sizes: Vec<u16> = Vec::new();
+        for &n in &self.args.replicas {
+            if n == 0 || n > 9 {
+                return Err(format!("--replicas {n}: between 1 and 9"));
             }
-            if want("zookeeper") {
-                let peers = Peers::zookeeper(base + 100)?;
-                let cluster: String =
-                    (0..3).map(|i| format!("127.0.0.1:{}", base + 100 + i)).collect::<Vec<_>>().join(",");
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while ycsb::Zk::connect(&cluster).is_err() {
-                    if Instant::now() > deadline {
-                        return Err("ZooKeeper did not come up".into());
-                    }
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                measure("zookeeper", rows, &|w| {
-                    ycsb::run(w, records, operations, threads, |_| ycsb::Zk::connect(&cluster))
+            if !sizes.contains(&n) {
+                sizes.push(n);
+            }
+        }
+        if sizes.is_empty() {
+            sizes.push(3);
+        }
+        for (k, &n) in sizes.iter().enumerate() {
+            // Every workload at the first size; YCSB-load at the others
+            // (acuerdo Fig. 9).
+            let wl: Vec<ycsb::Workload> = if k == 0 {
+                workloads.clone()
+            } else {
+                workloads.iter().copied().filter(|w| *w == ycsb::Workload::Load).collect()
+            };
+            if wl.is_empty() {
+                continue;
+            }
+            if want("ordo-kv") {
+                let mut _extra = None;
+                let (port, pw) = if n == 3 {
+                    (ordo_port, password.to_string())
+                } else {
+                    let base = ordo_runtime::node::free_base_port(u32::from(n)).ok_or("no free ports")?;
+                    let dir = std::env::temp_dir().join(format!("ordo-bench-kv-{}-{n}", std::process::id()));
+                    let _ = std::fs::remove_dir_all(&dir);
+                    _extra = Some(OrdoCluster { exe: self.exe.clone(), dir: dir.clone() });
+                    start_ordo(&self.exe, &dir, base, n)?
+                };
+                let pw = pw.into_bytes();
+                measure("ordo-kv", n, &wl, rows, &|w| {
+                    ycsb::run(w, records, operations, threads, |_| {
+                        ycsb::Resp::connect(local(port), Some(&pw))
+                    })
                 })?;
-                for (i, pid) in peers.pids().into_iter().enumerate() {
-                    rss.push((format!("zookeeper node {i}"), rss_kib(pid)));
+            }
+            if want("redis") && k == 0 {
+                measure("redis-server", 1, &wl, rows, &|w| {
+                    ycsb::run(w, records, operations, threads, |_| {
+                        ycsb::Resp::connect(local(redis_port), None)
+                    })
+                })?;
+            }
+            #[cfg(feature = "peers")]
+            {
+                let base = ordo_runtime::node::free_base_port(3).ok_or("no free ports")? + 500;
+                if want("etcd") {
+                    let peers = Peers::etcd(base, n)?;
+                    let endpoints: Vec<String> =
+                        (0..n).map(|i| format!("http://127.0.0.1:{}", base + i)).collect();
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    while ycsb::Etcd::connect(&endpoints)
+                        .and_then(|mut e| ycsb::Store::read(&mut e, "probe"))
+                        .is_err()
+                    {
+                        if Instant::now() > deadline {
+                            return Err("etcd did not come up".into());
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    measure("etcd", n, &wl, rows, &|w| {
+                        ycsb::run(w, records, operations, threads, |_| ycsb::Etcd::connect(&endpoints))
+                    })?;
+                    for (i, pid) in peers.pids().into_iter().enumerate() {
+                        rss.push((format!("etcd x{n} member {i}"), rss_kib(pid)));
+                    }
+                }
+                if want("zookeeper") {
+                    let peers = Peers::zookeeper(base + 100, n)?;
+                    let cluster: String =
+                        (0..n).map(|i| format!("127.0.0.1:{}", base + 100 + i)).collect::<Vec<_>>().join(",");
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while ycsb::Zk::connect(&cluster).is_err() {
+                        if Instant::now() > deadline {
+                            return Err("ZooKeeper did not come up".into());
+                        }
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                    measure("zookeeper", n, &wl, rows, &|w| {
+                        ycsb::run(w, records, operations, threads, |_| ycsb::Zk::connect(&cluster))
+                    })?;
+                    for (i, pid) in peers.pids().into_iter().enumerate() {
+                        rss.push((format!("zookeeper x{n} node {i}"), rss_kib(pid)));
+                    }
                 }
             }
         }
@@ -456,15 +557,19 @@ impl KvBench {
             }
         }
         let _ = &skipped;
-        // Ratios: ordo-kv over each other system, per workload.
-        let ordo: Vec<(String, f64)> = rows
+        // Ratios: ordo-kv over each other system, per workload, at the
+        // same group size (redis-server: ordo-kv at the first size).
+        let ordo: Vec<(String, u16, f64)> = rows
             .iter()
             .filter(|r| r.system == "ordo-kv")
-            .map(|r| (r.workload.clone(), r.outcome.ops_per_s()))
+            .map(|r| (r.workload.clone(), r.replicas, r.outcome.ops_per_s()))
             .collect();
         for r in rows.iter_mut().filter(|r| r.system != "ordo-kv") {
-            r.ordo_vs_this =
-                ordo.iter().find(|(w, _)| *w == r.workload).map(|(_, o)| o / r.outcome.ops_per_s().max(1e-9));
+            let n = if r.replicas == 1 { sizes[0] } else { r.replicas };
+            r.ordo_vs_this = ordo
+                .iter()
+                .find(|(w, m, _)| *w == r.workload && *m == n)
+                .map(|(_, _, o)| o / r.outcome.ops_per_s().max(1e-9));
         }
         Ok(())
     }
@@ -479,6 +584,49 @@ impl Experiment for KvBench {
 
     fn out_dir(&self) -> Option<&std::path::Path> {
         Some(&self.args.out)
+    }
+
+    fn write_files(&self, r: &KvReport, dir: &std::path::Path) -> Result<(), String> {
+        if r.ycsb.is_empty() {
+            return Ok(());
+        }
+        let mut csv = String::from("system,replicas,workload,ops_per_s,p50_us,p99_us,errors\n");
+        for row in &r.ycsb {
+            csv.push_str(&format!(
+                "{},{},{},{:.1},{},{},{}\n",
+                row.system,
+                row.replicas,
+                row.workload,
+                row.outcome.ops_per_s(),
+                row.outcome.p50_us,
+                row.outcome.p99_us,
+                row.outcome.errors
+            ));
+        }
+        crate::experiment::write(&dir.join("ycsb.csv"), &csv)?;
+        // acuerdo Fig. 9: YCSB-load throughput by group size, log scale.
+        let series: Vec<crate::plot::Series> = ["ordo-kv", "etcd", "zookeeper"]
+            .iter()
+            .map(|sys| crate::plot::Series {
+                label: (*sys).to_string(),
+                points: r
+                    .ycsb
+                    .iter()
+                    .filter(|row| row.system == *sys && row.workload == "load")
+                    .map(|row| (f64::from(row.replicas), row.outcome.ops_per_s()))
+                    .collect(),
+                ..crate::plot::Series::default()
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        let panel = crate::plot::Panel {
+            title: "YCSB-load throughput by group size (acuerdo Fig. 9)".into(),
+            x_label: "replicas".into(),
+            y_label: "ops/s (log)".into(),
+            log_y: true,
+            series,
+        };
+        crate::plot::write_png(&dir.join("fig9.png"), "ordo bench kv --ycsb", &[panel], 1)
     }
 
     fn measure(&self, progress: &mut dyn FnMut(&str)) -> Result<KvReport, String> {
@@ -508,35 +656,8 @@ impl Experiment for KvBench {
                 .spawn()
                 .map_err(|e| format!("redis-server: {e}"))?,
         );
-        let up = Command::new(&self.exe)
-            .args(["cluster", "up", "--kv", "-n", "3", "--base-port", &base.to_string(), "--dir"])
-            .arg(&dir)
-            .env("ORDO_LOG", "warn")
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !up.status.success() {
-            return Err(format!("ordo cluster up --kv: {}", String::from_utf8_lossy(&up.stderr)));
-        }
-        let password = std::fs::read_to_string(dir.join("client.secret")).map_err(|e| e.to_string())?;
-        let password = password.trim().to_string();
+        let (leader_port, password) = start_ordo(&self.exe, &dir, base, 3)?;
         wait_ping(redis_port, None)?;
-        // The leader: the replica whose INFO says master.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let leader_port = loop {
-            let found = (0..3u16).map(|i| base + 300 + i).find(|p| {
-                let addr = format!("127.0.0.1:{p}").parse().expect("address");
-                Client::connect(addr, Some(password.as_bytes()), Duration::from_secs(1))
-                    .and_then(|mut c| c.call(&[b"INFO"]))
-                    .is_ok_and(|r| matches!(r, Reply::Bulk(b) if String::from_utf8_lossy(&b).contains("role:master")))
-            });
-            if let Some(p) = found {
-                break p;
-            }
-            if Instant::now() > deadline {
-                return Err("no ordo-kv leader".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
         let n: u64 = if self.args.quick { 20_000 } else { 100_000 };
         let mut samples = Vec::new();
         let (mut ycsb_rows, mut skipped) = (Vec::new(), Vec::new());
@@ -663,8 +784,9 @@ impl Experiment for KvBench {
             );
             for row in &r.ycsb {
                 println!(
-                    "{:<13} {:>5} {:>10.0} {:>9.0} {:>9.0} {:>8} {:>10}",
+                    "{:<13} {:>3} {:>5} {:>10.0} {:>9.0} {:>9.0} {:>8} {:>10}",
                     row.system,
+                    row.replicas,
                     row.workload,
                     row.outcome.ops_per_s(),
                     row.outcome.p50_us,
