@@ -98,7 +98,10 @@ fn broadcast(client: &mut AcuerdoClient, first: u64, count: u64, window: u64) ->
                     committed.push((header, payloads.remove(&ticket).expect("a ticket of ours")));
                 }
                 ClientEvent::Rejected { error, .. } => panic!("the leader refused a message: {error}"),
-                ClientEvent::Lost { header, .. } => panic!("{header:?} lost without a failure"),
+                ClientEvent::Lost { header, .. } | ClientEvent::Unknown { header, .. } => {
+                    panic!("{header:?} lost without a failure")
+                }
+                ClientEvent::ReadReady { .. } | ClientEvent::ReadFailed { .. } => panic!("no read was asked for"),
             }
         }
         if idle {
