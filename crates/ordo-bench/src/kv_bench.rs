@@ -774,13 +774,13 @@ impl Experiment for KvBench {
     fn print_table(&self, r: &KvReport) {
         if self.args.ycsb {
             println!(
-                "ordo bench kv --ycsb: one YCSB driver (zipfian 0.99, 1,000-byte records, {} threads) against ordo-kv (3 replicas, acuerdo, shm, memory), a single redis-server, etcd and ZooKeeper (3 members each, data on tmpfs)",
+                "ordo bench kv --ycsb: one YCSB driver (zipfian 0.99, 1,000-byte records, {} threads) against ordo-kv (acuerdo, shm, memory), a single redis-server, etcd and ZooKeeper (data on tmpfs); n: replicas",
                 self.args.threads
             );
             println!("machine: {}; load average before: {:.2}", r.machine.summary(), r.loadavg_before);
             println!(
-                "{:<13} {:>5} {:>10} {:>9} {:>9} {:>8} {:>10}",
-                "system", "wl", "ops/s", "p50 us", "p99 us", "errors", "ordo-kv x"
+                "{:<13} {:>3} {:>5} {:>10} {:>9} {:>9} {:>8} {:>10}",
+                "system", "n", "wl", "ops/s", "p50 us", "p99 us", "errors", "ordo-kv x"
             );
             for row in &r.ycsb {
                 println!(

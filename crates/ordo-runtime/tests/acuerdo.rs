@@ -101,7 +101,9 @@ fn broadcast(client: &mut AcuerdoClient, first: u64, count: u64, window: u64) ->
                 ClientEvent::Lost { header, .. } | ClientEvent::Unknown { header, .. } => {
                     panic!("{header:?} lost without a failure")
                 }
-                ClientEvent::ReadReady { .. } | ClientEvent::ReadFailed { .. } => panic!("no read was asked for"),
+                ClientEvent::ReadReady { .. } | ClientEvent::ReadFailed { .. } => {
+                    panic!("no read was asked for")
+                }
             }
         }
         if idle {
