@@ -43,7 +43,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use ordo_fabric::MemberId;
 use ordo_runtime::acuerdo::{
-    AcuerdoClient, ClientEvent, MemberOptions, region_len, runtime_config, start_member,
+    AcuerdoClient, AcuerdoMember, ClientEvent, MemberOptions, region_len, runtime_config, start_member_idle,
 };
 use ordo_runtime::node::{NodeStatus, SubgroupStatus, unix_ns};
 use ordo_runtime::wiring::{MemberFabric, connect_fabric};
@@ -196,7 +196,8 @@ impl KvServer {
             })),
             ..MemberOptions::default()
         };
-        let (runner, client) = start_member(fabric, cfg, options).map_err(KvError::Start)?;
+        let idle = AcuerdoMember::<MemberFabric>::idle_strategy_with(&cfg, kv.spins, kv.yields);
+        let (runner, client) = start_member_idle(fabric, cfg, options, idle).map_err(KvError::Start)?;
         let status_server = match &config.node.status {
             Some(a) => {
                 let a: SocketAddr =

@@ -108,6 +108,13 @@ pub struct KvConfig {
     /// `max_outstanding`: log entries the leader keeps proposed but not
     /// committed (default 256).
     pub max_outstanding: u32,
+    /// `spins`, `yields`: idle duty cycles the replica's agent spins, then
+    /// yields, before it parks on its doorbell (default 20 and 5: replicas
+    /// that outnumber the cores must not hold a core another replica needs
+    /// for the same round; raise them on dedicated cores for latency).
+    pub spins: u32,
+    /// See `spins`.
+    pub yields: u32,
 }
 
 /// `kv.reads`.
@@ -137,6 +144,8 @@ impl Default for KvConfig {
             max_pending: 1024,
             window: 64,
             max_outstanding: 256,
+            spins: 20,
+            yields: 5,
         }
     }
 }
