@@ -58,7 +58,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let start = Instant::now();
     let mut role = String::new();
     while !TERMINATE.load(std::sync::atomic::Ordering::Acquire)
-        && !args.for_s.is_some_and(|s| start.elapsed() >= Duration::from_secs(s))
+        && args.for_s.is_none_or(|s| start.elapsed() < Duration::from_secs(s))
     {
         std::thread::sleep(Duration::from_millis(100));
         let st = server.status();

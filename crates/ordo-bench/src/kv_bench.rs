@@ -319,11 +319,13 @@ fn workload(name: &str) -> Option<ycsb::Workload> {
 }
 
 /// A 3-member etcd or ZooKeeper cluster on loopback, data on tmpfs.
+#[cfg(feature = "peers")]
 struct Peers {
     children: Vec<Child>,
     dir: PathBuf,
 }
 
+#[cfg(feature = "peers")]
 impl Drop for Peers {
     fn drop(&mut self) {
         for c in &mut self.children {
@@ -334,6 +336,7 @@ impl Drop for Peers {
     }
 }
 
+#[cfg(feature = "peers")]
 impl Peers {
     fn pids(&self) -> Vec<u32> {
         self.children.iter().map(Child::id).collect()
@@ -549,6 +552,8 @@ impl KvBench {
                 }
             }
         }
+        #[cfg(not(feature = "peers"))]
+        let _ = &rss;
         #[cfg(not(feature = "peers"))]
         for s in ["etcd", "zookeeper"] {
             if want(s) {

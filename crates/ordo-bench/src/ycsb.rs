@@ -166,6 +166,9 @@ impl Outcome {
     }
 }
 
+/// One client thread's histogram, operations, errors and first error.
+type ThreadResult = Result<(Histogram<u64>, u64, u64, Option<String>), String>;
+
 /// Runs `workload` with `threads` clients made by `connect(thread)`:
 /// `records` records exist (or are inserted, for `Load`), `operations` in
 /// all.
@@ -179,76 +182,74 @@ pub fn run<S: Store>(
     let threads = threads.max(1);
     let zipf = Zipfian::new(records);
     let start = Instant::now();
-    let results: Vec<Result<(Histogram<u64>, u64, u64, Option<String>), String>> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (zipf, connect) = (&zipf, &connect);
-                    scope.spawn(move || {
-                        let mut store = connect(t)?;
-                        let mut rng = Rng::new(0x5EED ^ (t as u64) << 32 ^ workload as u64);
-                        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-                        let (mut ops, mut errors, mut first) = (0u64, 0u64, None);
-                        let mut note = |r: Result<(), String>, t0: Instant, errors: &mut u64| {
-                            hist.record(t0.elapsed().as_micros().max(1) as u64).ok();
-                            if let Err(e) = r {
-                                *errors += 1;
-                                first.get_or_insert(e);
+    let results: Vec<ThreadResult> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (zipf, connect) = (&zipf, &connect);
+                scope.spawn(move || {
+                    let mut store = connect(t)?;
+                    let mut rng = Rng::new(0x5EED ^ (t as u64) << 32 ^ workload as u64);
+                    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+                    let (mut ops, mut errors, mut first) = (0u64, 0u64, None);
+                    let mut note = |r: Result<(), String>, t0: Instant, errors: &mut u64| {
+                        hist.record(t0.elapsed().as_micros().max(1) as u64).ok();
+                        if let Err(e) = r {
+                            *errors += 1;
+                            first.get_or_insert(e);
+                        }
+                    };
+                    let (lo, hi) = if workload == Workload::Load {
+                        (records * t as u64 / threads as u64, records * (t as u64 + 1) / threads as u64)
+                    } else {
+                        (0, operations / threads as u64)
+                    };
+                    // Workload D inserts beyond the loaded records (each
+                    // thread its own range) and reads the latest first.
+                    let mut own: Vec<u64> = Vec::new();
+                    for i in lo..hi {
+                        let t0 = Instant::now();
+                        let r = match workload {
+                            Workload::Load => store.insert(&key(i), &value(i)),
+                            _ => {
+                                let p = rng.f64();
+                                let k = match workload {
+                                    Workload::D => {
+                                        let back = zipf.next(&mut rng) as usize;
+                                        match own.len().checked_sub(back + 1) {
+                                            Some(j) => own[j],
+                                            None => records.saturating_sub(1 + (back - own.len()) as u64),
+                                        }
+                                    }
+                                    _ => fnv64(zipf.next(&mut rng)) % records,
+                                };
+                                let k = key(k);
+                                match workload {
+                                    Workload::A if p < 0.5 => store.update(&k, &value(i)),
+                                    Workload::B if p < 0.05 => store.update(&k, &value(i)),
+                                    Workload::D if p < 0.05 => {
+                                        let new = records + (t as u64) * operations + own.len() as u64;
+                                        own.push(new);
+                                        store.insert(&key(new), &value(i))
+                                    }
+                                    Workload::F if p < 0.5 => {
+                                        store.read(&k).and_then(|_| store.update(&k, &value(i)))
+                                    }
+                                    _ => store.read(&k).map(|_| ()),
+                                }
                             }
                         };
-                        let (lo, hi) = if workload == Workload::Load {
-                            (records * t as u64 / threads as u64, records * (t as u64 + 1) / threads as u64)
-                        } else {
-                            (0, operations / threads as u64)
-                        };
-                        // Workload D inserts beyond the loaded records (each
-                        // thread its own range) and reads the latest first.
-                        let mut own: Vec<u64> = Vec::new();
-                        for i in lo..hi {
-                            let t0 = Instant::now();
-                            let r = match workload {
-                                Workload::Load => store.insert(&key(i), &value(i)),
-                                _ => {
-                                    let p = rng.f64();
-                                    let k = match workload {
-                                        Workload::D => {
-                                            let back = zipf.next(&mut rng) as usize;
-                                            match own.len().checked_sub(back + 1) {
-                                                Some(j) => own[j],
-                                                None => records.saturating_sub(1 + (back - own.len()) as u64),
-                                            }
-                                        }
-                                        _ => fnv64(zipf.next(&mut rng)) % records,
-                                    };
-                                    let k = key(k);
-                                    match workload {
-                                        Workload::A if p < 0.5 => store.update(&k, &value(i)),
-                                        Workload::B if p < 0.05 => store.update(&k, &value(i)),
-                                        Workload::D if p < 0.05 => {
-                                            let new = records + (t as u64) * operations + own.len() as u64;
-                                            own.push(new);
-                                            store.insert(&key(new), &value(i))
-                                        }
-                                        Workload::F if p < 0.5 => {
-                                            store.read(&k).and_then(|_| store.update(&k, &value(i)))
-                                        }
-                                        _ => store.read(&k).map(|_| ()),
-                                    }
-                                }
-                            };
-                            ops += 1;
-                            note(r, t0, &mut errors);
-                        }
-                        drop(note);
-                        Ok((hist, ops, errors, first))
-                    })
+                        ops += 1;
+                        note(r, t0, &mut errors);
+                    }
+                    Ok((hist, ops, errors, first))
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into())))
-                .collect()
-        });
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into())))
+            .collect()
+    });
     let seconds = start.elapsed().as_secs_f64();
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
     let (mut ops, mut errors, mut first_error) = (0, 0, None);

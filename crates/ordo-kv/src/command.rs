@@ -124,7 +124,7 @@ pub fn parse(args: &[Vec<u8>], sizes: &Sizes) -> Action {
             Some(by) => Action::Write(Write::IncrBy { key: rest[0].clone(), by }),
         },
         "APPEND" if n == 2 => Action::Write(Write::Append { key: rest[0].clone(), value: rest[1].clone() }),
-        "MSET" if n >= 2 && n % 2 == 0 => Action::Write(Write::MSet {
+        "MSET" if n >= 2 && n.is_multiple_of(2) => Action::Write(Write::MSet {
             pairs: rest.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect(),
         }),
         "CAS" if n == 3 => Action::Write(Write::Cas {

@@ -47,9 +47,12 @@ pub enum FrameError {
     },
 }
 
+/// A request's arguments and the bytes it took.
+pub type Request = (Vec<Vec<u8>>, usize);
+
 /// Takes the first complete request off `buf`: `Ok(Some((args, used)))`,
 /// `Ok(None)` while it is incomplete (and within bounds).
-pub fn next_request(buf: &[u8], limits: &Limits) -> Result<Option<(Vec<Vec<u8>>, usize)>, FrameError> {
+pub fn next_request(buf: &[u8], limits: &Limits) -> Result<Option<Request>, FrameError> {
     let Some(&first) = buf.first() else { return Ok(None) };
     if first != b'*' {
         return inline(buf, limits);
@@ -96,7 +99,7 @@ pub fn next_request(buf: &[u8], limits: &Limits) -> Result<Option<(Vec<Vec<u8>>,
 }
 
 /// An inline command: one line, arguments separated by spaces.
-fn inline(buf: &[u8], limits: &Limits) -> Result<Option<(Vec<Vec<u8>>, usize)>, FrameError> {
+fn inline(buf: &[u8], limits: &Limits) -> Result<Option<Request>, FrameError> {
     let Some(eol) = buf.iter().position(|b| *b == b'\n') else {
         return if buf.len() > limits.max_request_bytes.min(64 << 10) {
             Err(FrameError::TooLarge { max: limits.max_request_bytes.min(64 << 10) })
@@ -121,7 +124,7 @@ fn to_frame2(r: &Reply) -> Frame2 {
         Reply::Nil => Frame2::Null,
         Reply::Int(i) => Frame2::Integer(*i),
         Reply::Bulk(b) => Frame2::BulkString(b.clone()),
-        Reply::Error(e) => Frame2::Error(e.clone().into()),
+        Reply::Error(e) => Frame2::Error(e.clone()),
         Reply::Array(a) => Frame2::Array(a.iter().map(to_frame2).collect()),
         Reply::Map(m) => Frame2::Array(m.iter().flat_map(|(k, v)| [to_frame2(k), to_frame2(v)]).collect()),
     }

@@ -304,6 +304,10 @@ struct Waiter {
     seq: u64,
 }
 
+/// A read waiting for its barrier: who waits, what to answer, and the
+/// request as sent (to forward it if the barrier fails).
+type WaitingRead = (Waiter, Read, Vec<Vec<u8>>);
+
 struct PendingWrite {
     waiter: Waiter,
     entry: Vec<u8>,
@@ -375,8 +379,8 @@ struct Front {
     /// Writes waiting for room in the member's window, by request number.
     backlog: VecDeque<u64>,
     in_flight: u32,
-    read_batch: Vec<(Waiter, Read, Vec<Vec<u8>>)>,
-    barriers: HashMap<u64, Vec<(Waiter, Read, Vec<Vec<u8>>)>>,
+    read_batch: Vec<WaitingRead>,
+    barriers: HashMap<u64, Vec<WaitingRead>>,
     fwd: Option<ForwardLink>,
     members: Vec<MemberId>,
     backend: String,

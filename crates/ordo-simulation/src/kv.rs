@@ -248,7 +248,7 @@ impl Member {
                 _ => Kind::Cas { expected: self.rng.below(1 << 40), new: self.rng.below(1 << 40) },
             };
             let read = kind == Kind::Get;
-            if !leader && !(read && self.stale_reads) {
+            if !(leader || read && self.stale_reads) {
                 // Refused here: the client tries another member.
                 cl.clients[client].at = (self.me + 1 + self.rng.below(u64::from(n - 1)) as MemberId) % n;
                 cl.clients[client].next_ns = now + 5_000;
