@@ -318,7 +318,20 @@ fn workload(name: &str) -> Option<ycsb::Workload> {
     })
 }
 
-/// A 3-member etcd or ZooKeeper cluster on loopback, data on tmpfs.
+/// Polls `up` every 200 ms until it holds, for at most `limit`.
+#[cfg(feature = "peers")]
+fn wait_until(what: &str, limit: Duration, mut up: impl FnMut() -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    while !up() {
+        if Instant::now() > deadline {
+            return Err(format!("{what} did not come up within {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+/// An etcd or ZooKeeper cluster on loopback, data on tmpfs.
 #[cfg(feature = "peers")]
 struct Peers {
     children: Vec<Child>,
@@ -515,16 +528,11 @@ impl KvBench {
                     let peers = Peers::etcd(base, n)?;
                     let endpoints: Vec<String> =
                         (0..n).map(|i| format!("http://127.0.0.1:{}", base + i)).collect();
-                    let deadline = Instant::now() + Duration::from_secs(30);
-                    while ycsb::Etcd::connect(&endpoints)
-                        .and_then(|mut e| ycsb::Store::read(&mut e, "probe"))
-                        .is_err()
-                    {
-                        if Instant::now() > deadline {
-                            return Err("etcd did not come up".into());
-                        }
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
+                    wait_until("etcd", Duration::from_secs(30), || {
+                        ycsb::Etcd::connect(&endpoints)
+                            .and_then(|mut e| ycsb::Store::read(&mut e, "probe"))
+                            .is_ok()
+                    })?;
                     measure("etcd", n, &wl, rows, &|w| {
                         ycsb::run(w, records, operations, threads, |_| ycsb::Etcd::connect(&endpoints))
                     })?;
@@ -536,13 +544,7 @@ impl KvBench {
                     let peers = Peers::zookeeper(base + 100, n)?;
                     let cluster: String =
                         (0..n).map(|i| format!("127.0.0.1:{}", base + 100 + i)).collect::<Vec<_>>().join(",");
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while ycsb::Zk::connect(&cluster).is_err() {
-                        if Instant::now() > deadline {
-                            return Err("ZooKeeper did not come up".into());
-                        }
-                        std::thread::sleep(Duration::from_millis(500));
-                    }
+                    wait_until("ZooKeeper", Duration::from_secs(60), || ycsb::Zk::connect(&cluster).is_ok())?;
                     measure("zookeeper", n, &wl, rows, &|w| {
                         ycsb::run(w, records, operations, threads, |_| ycsb::Zk::connect(&cluster))
                     })?;

@@ -275,29 +275,20 @@ impl Member {
                         cl = self.clients.borrow_mut();
                     }
                 }
-                Kind::Set(v) => {
-                    let write = Write::Set {
-                        key: k,
-                        value: value(v),
-                        when: SetWhen::Always,
-                        get: false,
-                        ttl: Ttl::None,
+                Kind::Set(_) | Kind::Cas { .. } => {
+                    let write = match kind {
+                        Kind::Set(v) => Write::Set {
+                            key: k,
+                            value: value(v),
+                            when: SetWhen::Always,
+                            get: false,
+                            ttl: Ttl::None,
+                        },
+                        Kind::Cas { expected, new } => {
+                            Write::Cas { key: k, expected: Some(value(expected)), new: value(new) }
+                        }
+                        Kind::Get => unreachable!("reads are answered above"),
                     };
-                    let entry = Entry {
-                        origin: self.me,
-                        nonce: self.app.nonce,
-                        request: op,
-                        now_ms: now / 1_000_000,
-                        write,
-                    };
-                    if self.driver.submit(op, &entry.encode()).is_err() {
-                        drop(cl);
-                        self.finish(ctx, op, None);
-                        cl = self.clients.borrow_mut();
-                    }
-                }
-                Kind::Cas { expected, new } => {
-                    let write = Write::Cas { key: k, expected: Some(value(expected)), new: value(new) };
                     let entry = Entry {
                         origin: self.me,
                         nonce: self.app.nonce,
