@@ -209,11 +209,15 @@ pub const COMMANDS: &[&str] = &[
     "QUIT",
 ];
 
+/// The keys (and patterns) a read names: each is bounded by
+/// `max_key_bytes` (a pattern is matched against every key, so its length
+/// bounds the work per key).
 fn read_keys(r: &Read) -> Vec<&Vec<u8>> {
     match r {
-        Read::Get { key } | Read::StrLen { key } => vec![key],
+        Read::Get { key } | Read::StrLen { key } | Read::Keys { pattern: key } => vec![key],
         Read::MGet { keys } | Read::Exists { keys } => keys.iter().collect(),
-        _ => Vec::new(),
+        Read::Scan { pattern, .. } => pattern.iter().collect(),
+        Read::DbSize => Vec::new(),
     }
 }
 
@@ -357,17 +361,32 @@ pub fn answer(read: &Read, state: &KvState, now_ms: u64, cursors: &mut ScanCurso
 }
 
 /// A connection's SCAN cursors: a cursor number names the last key a SCAN
-/// looked at (0: the start). At most [`ScanCursors::MAX`] are kept; an
-/// older cursor is forgotten (SCAN with it answers `invalid cursor`).
-#[derive(Debug, Default)]
+/// looked at (0: the start). At most `capacity` are kept (default
+/// [`ScanCursors::MAX`]); an older cursor is forgotten (SCAN with it
+/// answers `invalid cursor`).
+#[derive(Debug)]
 pub struct ScanCursors {
     next: u64,
+    capacity: usize,
     saved: std::collections::VecDeque<(u64, Vec<u8>)>,
 }
 
+impl Default for ScanCursors {
+    fn default() -> Self {
+        ScanCursors::with_capacity(Self::MAX)
+    }
+}
+
 impl ScanCursors {
-    /// Cursors kept per connection.
+    /// Cursors kept per client connection.
     pub const MAX: usize = 16;
+    /// Cursors kept on a follower's forwarding link (its clients share it).
+    pub const MAX_FORWARDED: usize = 4096;
+
+    /// A table keeping at most `capacity` cursors.
+    pub fn with_capacity(capacity: usize) -> ScanCursors {
+        ScanCursors { next: 0, capacity: capacity.max(1), saved: std::collections::VecDeque::new() }
+    }
 
     fn resume(&mut self, cursor: u64) -> Option<Option<Vec<u8>>> {
         if cursor == 0 {
@@ -379,7 +398,7 @@ impl ScanCursors {
 
     fn save(&mut self, key: Vec<u8>) -> u64 {
         self.next += 1;
-        if self.saved.len() >= Self::MAX {
+        if self.saved.len() >= self.capacity {
             self.saved.pop_front();
         }
         self.saved.push_back((self.next, key));
@@ -422,6 +441,12 @@ mod tests {
         );
         assert!(matches!(p("set toolongkey v"), Action::Reply(Reply::Error(e)) if e.contains("too large")));
         assert!(matches!(p("get toolongkey"), Action::Reply(Reply::Error(e)) if e.contains("too large")));
+        assert!(
+            matches!(p("keys toolongpattern*"), Action::Reply(Reply::Error(e)) if e.contains("too large"))
+        );
+        assert!(
+            matches!(p("scan 0 match toolongpattern*"), Action::Reply(Reply::Error(e)) if e.contains("too large"))
+        );
         assert_eq!(p("select 0"), Action::Reply(Reply::Ok));
         assert!(matches!(p("select 1"), Action::Reply(Reply::Error(_))));
         assert_eq!(p("hello 3"), Action::Hello { proto: Some(3), auth: None, name: None });

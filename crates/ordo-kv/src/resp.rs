@@ -72,6 +72,15 @@ pub fn next_request(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Fram
     if n < 0 || n as usize > limits.max_args {
         return Err(FrameError::TooManyArgs { args: n.max(0) as usize, max: limits.max_args });
     }
+    // Every element must be a bulk string: checked by walking the headers
+    // (no recursion), so the codec below never sees nested arrays.
+    match flat_array_len(buf, eol + 1, n as usize, limits)? {
+        None if buf.len() >= limits.max_request_bytes => {
+            return Err(FrameError::TooLarge { max: limits.max_request_bytes });
+        }
+        None => return Ok(None),
+        Some(_) => {}
+    }
     let frame = match redis_protocol::resp2::decode::decode(buf) {
         Ok(Some((frame, used))) => {
             if used > limits.max_request_bytes {
@@ -96,6 +105,90 @@ pub fn next_request(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Fram
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Some((args, used)))
+}
+
+/// Walks `n` bulk strings starting at `at`: the request's length once all
+/// are there (`None` while incomplete); an element that is not a bulk
+/// string, or a length over the bound, is an error.
+fn flat_array_len(buf: &[u8], mut at: usize, n: usize, limits: &Limits) -> Result<Option<usize>, FrameError> {
+    for _ in 0..n {
+        let Some(&kind) = buf.get(at) else { return Ok(None) };
+        if kind != b'$' {
+            return Err(FrameError::Protocol("expected bulk strings".into()));
+        }
+        let Some(eol) = buf[at..].iter().take(24).position(|b| *b == b'\n') else {
+            return if buf.len() - at > 24 {
+                Err(FrameError::Protocol("invalid bulk length".into()))
+            } else {
+                Ok(None)
+            };
+        };
+        let len: i64 = std::str::from_utf8(&buf[at + 1..at + eol])
+            .ok()
+            .map(|s| s.trim_end_matches('\r'))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| FrameError::Protocol("invalid bulk length".into()))?;
+        if len < 0 {
+            return Err(FrameError::Protocol("invalid bulk length".into()));
+        }
+        if len as u64 > limits.max_request_bytes as u64 {
+            return Err(FrameError::TooLarge { max: limits.max_request_bytes });
+        }
+        at += eol + 1 + len as usize + 2;
+        if at > buf.len() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(at))
+}
+
+/// Nesting a reply may have (ordo-kv's deepest is 2: SCAN).
+pub const MAX_REPLY_DEPTH: usize = 8;
+
+/// Walks one RESP2 reply's headers without recursion: its length once
+/// complete (`None` while incomplete); nesting deeper than
+/// [`MAX_REPLY_DEPTH`] is an error.
+fn reply_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
+    let mut at = 0usize;
+    let mut pending: Vec<u64> = vec![1];
+    while let Some(left) = pending.last_mut() {
+        if *left == 0 {
+            pending.pop();
+            continue;
+        }
+        *left -= 1;
+        let Some(&kind) = buf.get(at) else { return Ok(None) };
+        let Some(eol) = buf[at..].iter().position(|b| *b == b'\n') else { return Ok(None) };
+        let line = std::str::from_utf8(&buf[at + 1..at + eol]).ok().map(|s| s.trim_end_matches('\r'));
+        at += eol + 1;
+        let num = || {
+            line.and_then(|s| s.parse::<i64>().ok())
+                .ok_or_else(|| FrameError::Protocol("invalid length".into()))
+        };
+        match kind {
+            b'+' | b'-' | b':' => {}
+            b'$' => {
+                let len = num()?;
+                if len >= 0 {
+                    at += len as usize + 2;
+                    if at > buf.len() {
+                        return Ok(None);
+                    }
+                }
+            }
+            b'*' => {
+                let len = num()?;
+                if len > 0 {
+                    if pending.len() >= MAX_REPLY_DEPTH {
+                        return Err(FrameError::Protocol("reply nested too deep".into()));
+                    }
+                    pending.push(len as u64);
+                }
+            }
+            _ => return Err(FrameError::Protocol("unknown reply type".into())),
+        }
+    }
+    Ok(Some(at))
 }
 
 /// An inline command: one line, arguments separated by spaces.
@@ -184,6 +277,9 @@ pub fn next_reply(buf: &[u8]) -> Result<Option<(Reply, usize)>, FrameError> {
             Frame2::Null => Reply::Nil,
         }
     }
+    if reply_len(buf)?.is_none() {
+        return Ok(None);
+    }
     match redis_protocol::resp2::decode::decode(buf) {
         Ok(Some((f, used))) => Ok(Some((conv(f), used))),
         Ok(None) => Ok(None),
@@ -215,6 +311,12 @@ mod tests {
         let liar = [b"*1\r\n$1000000\r\n".as_slice(), &[b'x'; 60]].concat();
         assert!(matches!(next_request(&liar, &L), Err(FrameError::TooLarge { max: 64 })));
         assert!(matches!(next_request(b"*1\r\n:5\r\n", &L), Err(FrameError::Protocol(_))));
+        // Nested arrays are refused before the codec recurses into them.
+        let nested = b"*1\r\n".repeat(20_000);
+        let big = Limits { max_args: 4, max_request_bytes: 1 << 20 };
+        assert!(matches!(next_request(&nested, &big), Err(FrameError::Protocol(_))));
+        assert!(matches!(next_reply(&nested), Err(FrameError::Protocol(_))));
+        assert_eq!(next_reply(b"*2\r\n*1\r\n:1\r\n$-1\r\n").unwrap().unwrap().1, 17);
     }
 
     #[test]

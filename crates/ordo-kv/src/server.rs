@@ -229,7 +229,7 @@ impl KvServer {
             next_request: 1,
             writes: HashMap::new(),
             tickets: HashMap::new(),
-            backlog: VecDeque::new(),
+            backlog: std::collections::BTreeSet::new(),
             in_flight: 0,
             read_batch: Vec::new(),
             barriers: HashMap::new(),
@@ -304,9 +304,11 @@ struct Waiter {
     seq: u64,
 }
 
-/// A read waiting for its barrier: who waits, what to answer, and the
-/// request as sent (to forward it if the barrier fails).
-type WaitingRead = (Waiter, Read, Vec<Vec<u8>>);
+/// A read waiting for its barrier: who waits, what to answer, the request
+/// as sent (to forward it if the barrier fails), and the last write
+/// request number taken before it (its barrier waits until that one is
+/// proposed).
+type WaitingRead = (Waiter, Read, Vec<Vec<u8>>, u64);
 
 struct PendingWrite {
     waiter: Waiter,
@@ -377,7 +379,9 @@ struct Front {
     writes: HashMap<u64, PendingWrite>,
     tickets: HashMap<u64, u64>,
     /// Writes waiting for room in the member's window, by request number.
-    backlog: VecDeque<u64>,
+    /// Writes taken but not yet proposed, by request number (ordered: a
+    /// write refused with back-pressure goes back to its place).
+    backlog: std::collections::BTreeSet<u64>,
     in_flight: u32,
     read_batch: Vec<WaitingRead>,
     barriers: HashMap<u64, Vec<WaitingRead>>,
@@ -386,6 +390,25 @@ struct Front {
     backend: String,
     started: std::time::Instant,
     next_status: std::time::Instant,
+}
+
+/// Answers `read` from the shared state. The state lock is also taken by
+/// the agent thread for every delivery, so KEYS — a walk of the whole
+/// table — takes it once per 1,024 keys: a big table does not stall the
+/// replica's deliveries (and heartbeats), and KEYS, like SCAN, may or may
+/// not include keys written or deleted while it runs.
+fn answer_locked(state: &Mutex<KvState>, read: &Read, now_ms: u64, cursors: &mut ScanCursors) -> Reply {
+    let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
+    let Read::Keys { pattern } = read else { return answer(read, &lock(), now_ms, cursors) };
+    let (mut out, mut after) = (Vec::new(), None::<Vec<u8>>);
+    loop {
+        let (keys, next) = lock().scan(after.as_deref(), Some(pattern), 1024, now_ms);
+        out.extend(keys.into_iter().map(Reply::Bulk));
+        match next {
+            None => return Reply::Array(out),
+            Some(n) => after = Some(n),
+        }
+    }
 }
 
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
@@ -399,8 +422,11 @@ fn unix_ms() -> u64 {
 impl Front {
     fn run(mut self) {
         let mut events = Events::with_capacity(256);
+        let mut busy = false;
         while !self.shared.stop.load(Ordering::Acquire) {
-            let timeout = Duration::from_millis(20);
+            // Input left in a buffer or a socket, or a held write now free:
+            // go round again at once.
+            let timeout = if busy { Duration::ZERO } else { Duration::from_millis(20) };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != std::io::ErrorKind::Interrupted
             {
@@ -424,7 +450,7 @@ impl Front {
             let tokens: Vec<Token> = self
                 .conns
                 .iter()
-                .filter(|(_, c)| c.more_input || !c.inbuf.is_empty())
+                .filter(|(_, c)| c.more_input || !c.inbuf.is_empty() || c.held.is_some())
                 .map(|(t, _)| *t)
                 .collect();
             for t in tokens {
@@ -435,6 +461,11 @@ impl Front {
             self.check_leader();
             self.flush_all();
             self.publish_status();
+            busy = self.conns.values().any(|c| {
+                !c.closing
+                    && c.slots.len() < self.kv.max_pending
+                    && (c.more_input || (c.held.is_some() && c.reads_pending == 0))
+            });
         }
         // Closing: every connection is dropped with the loop.
     }
@@ -676,6 +707,7 @@ impl Front {
             }
             Action::Forwarded => {
                 c.forwarded = true;
+                c.cursors = ScanCursors::with_capacity(ScanCursors::MAX_FORWARDED);
                 c.push(Some(Reply::Ok));
             }
             Action::Info => {
@@ -686,14 +718,13 @@ impl Front {
             }
             Action::Read(read) => {
                 if c.readonly || local_reads {
-                    let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                    let r = answer(&read, &state, unix_ms(), &mut c.cursors);
-                    drop(state);
+                    let r = answer_locked(&self.shared.state, &read, unix_ms(), &mut c.cursors);
                     c.push(Some(r));
                 } else if leader {
                     let w = waiter(c);
                     c.reads_pending += 1;
-                    self.read_batch.push((w, read, args));
+                    let gate = self.next_request - 1;
+                    self.read_batch.push((w, read, args, gate));
                 } else {
                     let forwarded = c.forwarded;
                     let w = waiter(c);
@@ -701,7 +732,7 @@ impl Front {
                 }
             }
             Action::Write(write) => {
-                if leader && c.reads_pending > 0 {
+                if c.reads_pending > 0 {
                     c.held = Some(args);
                     return;
                 }
@@ -725,7 +756,7 @@ impl Front {
                 }
                 let w = waiter(c);
                 self.writes.insert(request, PendingWrite { waiter: w, entry, ticket: None });
-                self.backlog.push_back(request);
+                self.backlog.insert(request);
                 self.drain_backlog();
             }
         }
@@ -767,13 +798,26 @@ impl Front {
         }
     }
 
-    /// Proposes backlogged writes while the member's window has room.
+    /// Proposes backlogged writes while the member's window has room. A
+    /// member that no longer leads refuses them: they were never proposed,
+    /// so they are certainly not applied.
     fn drain_backlog(&mut self) {
+        if !self.backlog.is_empty() && !self.is_leader() {
+            for request in std::mem::take(&mut self.backlog) {
+                if let Some(p) = self.writes.remove(&request) {
+                    self.fill(
+                        p.waiter,
+                        Reply::Error("TRYAGAIN leadership moved; the write was not applied, retry".into()),
+                    );
+                }
+            }
+            return;
+        }
         while self.in_flight < self.kv.max_outstanding
-            && let Some(&request) = self.backlog.front()
+            && let Some(&request) = self.backlog.first()
         {
             let Some(p) = self.writes.get_mut(&request) else {
-                self.backlog.pop_front();
+                self.backlog.remove(&request);
                 continue;
             };
             match self.client.submit(&p.entry) {
@@ -781,12 +825,12 @@ impl Front {
                     p.ticket = Some(ticket);
                     self.tickets.insert(ticket, request);
                     self.in_flight += 1;
-                    self.backlog.pop_front();
+                    self.backlog.remove(&request);
                     self.shared.counters.writes_proposed.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(ordo_runtime::acuerdo::SubmitError::Full) => return,
                 Err(e) => {
-                    self.backlog.pop_front();
+                    self.backlog.remove(&request);
                     let w = p.waiter;
                     self.writes.remove(&request);
                     self.fill(w, Reply::err(format!("write not applied: {e}")));
@@ -800,7 +844,12 @@ impl Front {
     /// leader's last proposed entry, so a read pipelined after a write on
     /// one connection (or forwarded after it on one link) sees it.
     fn issue_reads(&mut self) {
-        if self.read_batch.is_empty() || !self.backlog.is_empty() {
+        if self.read_batch.is_empty() {
+            return;
+        }
+        // Only once every write taken before these reads is proposed.
+        let gate = self.read_batch.iter().map(|r| r.3).max().unwrap_or(0);
+        if self.backlog.first().is_some_and(|first| *first <= gate) {
             return;
         }
         match self.client.read_barrier() {
@@ -811,7 +860,7 @@ impl Front {
             }
             Err(ordo_runtime::acuerdo::SubmitError::Full) => {}
             Err(e) => {
-                for (w, _, _) in std::mem::take(&mut self.read_batch) {
+                for (w, _, _, _) in std::mem::take(&mut self.read_batch) {
                     self.read_done(w);
                     self.fill(w, Reply::err(format!("read not served: {e}")));
                 }
@@ -857,7 +906,7 @@ impl Front {
                     match error {
                         ordo_acuerdo::BroadcastError::WouldBlock => {
                             if let Some(request) = self.tickets.remove(&ticket) {
-                                self.backlog.push_front(request);
+                                self.backlog.insert(request);
                             }
                         }
                         ordo_acuerdo::BroadcastError::NotLeader { .. } => self.fail_write(
@@ -870,25 +919,27 @@ impl Front {
                 ClientEvent::ReadReady { ticket } => {
                     let batch = self.barriers.remove(&ticket).unwrap_or_default();
                     let now = unix_ms();
-                    let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
                     let mut answers = Vec::with_capacity(batch.len());
-                    for (w, read, _) in batch {
+                    for (w, read, _, _) in batch {
                         let r = match self.conns.get_mut(&w.token) {
-                            Some(c) if c.id == w.conn => answer(&read, &state, now, &mut c.cursors),
+                            Some(c) if c.id == w.conn => {
+                                answer_locked(&self.shared.state, &read, now, &mut c.cursors)
+                            }
                             _ => continue,
                         };
                         answers.push((w, r));
                     }
-                    drop(state);
                     for (w, r) in answers {
                         self.read_done(w);
                         self.fill(w, r);
                     }
                 }
                 ClientEvent::ReadFailed { ticket, .. } => {
-                    for (w, _, args) in self.barriers.remove(&ticket).unwrap_or_default() {
+                    for (w, _, args, _) in self.barriers.remove(&ticket).unwrap_or_default() {
                         self.read_done(w);
-                        self.forward(w, args, false);
+                        let came_forwarded =
+                            self.conns.get(&w.token).is_some_and(|c| c.id == w.conn && c.forwarded);
+                        self.forward(w, args, came_forwarded);
                     }
                 }
             }
@@ -915,6 +966,12 @@ impl Front {
     /// Sends a request to the leader over the forwarding link (or answers
     /// MOVED / TRYAGAIN).
     fn forward(&mut self, w: Waiter, args: Vec<Vec<u8>>, came_forwarded: bool) {
+        if self.is_leader() {
+            // Here only when this leader refused a read barrier
+            // (too many reads waiting).
+            self.fill(w, Reply::Error("TRYAGAIN too many reads waiting at the leader, retry".into()));
+            return;
+        }
         let leader = self.client.status().leader().filter(|l| *l != self.me);
         let Some(leader) = leader else {
             self.fill(w, Reply::Error("TRYAGAIN no leader (an election is in progress)".into()));

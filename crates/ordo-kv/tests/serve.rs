@@ -132,8 +132,17 @@ fn writes_anywhere_reads_linearizable_pipelines_in_order() {
         assert_eq!(f.recv().unwrap(), Reply::Ok);
         assert_eq!(f.recv().unwrap(), bulk(&i.to_string()), "reply {i} in order");
     }
+    // A write pipelined behind a read waits for that read (so the read
+    // cannot see it), then goes on by itself: nothing more is sent.
+    for (c, before, value) in [(&mut l, Reply::Nil, "a1"), (&mut f, bulk("a1"), "a2")] {
+        c.send(&[b"GET", b"h"]);
+        c.send(&[b"SET", b"h", value.as_bytes()]);
+        c.flush().unwrap();
+        assert_eq!(c.recv().unwrap(), before, "the read does not see the write after it");
+        assert_eq!(c.recv().unwrap(), Reply::Ok, "the held write was served");
+    }
     assert_eq!(f.call(&[b"EXISTS", b"t"]).unwrap(), Reply::Int(0), "expired after 1 ms");
-    assert_eq!(l.call(&[b"DBSIZE"]).unwrap(), Reply::Int(9));
+    assert_eq!(l.call(&[b"DBSIZE"]).unwrap(), Reply::Int(10));
     // Every replica applied the same entries to the same table.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

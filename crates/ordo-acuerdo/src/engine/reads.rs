@@ -72,23 +72,24 @@ impl Engine {
         if self.reads.len() >= MAX_PENDING_READS {
             return Err(BroadcastError::WouldBlock);
         }
-        // Every read since the last bump shares the next one.
+        // Every read since the last bump shares the next one. After 2^32
+        // barriers in one epoch the count would carry into the epoch bits:
+        // reads wait for the next epoch instead.
+        let Some(seq) = self.next_read_seq() else { return Err(BroadcastError::WouldBlock) };
         self.read_wanted = true;
-        self.reads.push(PendingRead {
-            ticket,
-            seq: self.next_read_seq(),
-            index: self.accepted,
-            epoch: self.e_cur,
-        });
+        self.reads.push(PendingRead { ticket, seq, index: self.accepted, epoch: self.e_cur });
         Ok(())
     }
 
     /// The `read_seq` word the next bump writes: this epoch in the high
     /// bits (a [`Header`] of it), a count in the low ones, so an echo of
     /// another leader's (or another epoch's) barrier never confirms ours.
-    fn next_read_seq(&self) -> u64 {
+    fn next_read_seq(&self) -> Option<u64> {
         let last = Header::decode(self.read_seq);
-        if last.epoch == self.e_cur { self.read_seq + 1 } else { self.e_cur.header(1).encode() }
+        if last.epoch != self.e_cur {
+            return Some(self.e_cur.header(1).encode());
+        }
+        last.count.checked_add(1).map(|c| self.e_cur.header(c).encode())
     }
 
     /// Reads waiting for confirmation.
@@ -101,7 +102,8 @@ impl Engine {
     pub(super) fn bump_read_seq(&mut self) {
         if self.read_wanted && self.role == Role::Leader {
             self.read_wanted = false;
-            self.read_seq = self.next_read_seq();
+            self.read_seq =
+                self.next_read_seq().expect("read_index refuses a read that would overflow the count");
             self.store(self.layout.columns.read_seq, 0, self.read_seq);
             self.dirty_all = true;
         }
