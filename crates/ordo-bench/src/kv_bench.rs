@@ -231,10 +231,10 @@ fn redis_benchmark(
     Ok(rows)
 }
 
+/// The redis-server and the main ordo-kv cluster of a run, stopped on drop.
 struct Guard {
     redis: Option<Child>,
-    exe: PathBuf,
-    dir: PathBuf,
+    _ordo: OrdoCluster,
 }
 
 impl Drop for Guard {
@@ -243,8 +243,6 @@ impl Drop for Guard {
             let _ = r.kill();
             let _ = r.wait();
         }
-        let _ = Command::new(&self.exe).args(["cluster", "down", "--dir"]).arg(&self.dir).output();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -293,7 +291,8 @@ fn start_ordo(
     }
 }
 
-/// An extra ordo-kv cluster (Fig. 9's larger groups), taken down on drop.
+/// An ordo-kv cluster started with `ordo cluster up --kv`, taken down on
+/// drop.
 struct OrdoCluster {
     exe: PathBuf,
     dir: PathBuf,
@@ -644,7 +643,7 @@ impl Experiment for KvBench {
         let redis_port = base + 400;
         let dir = std::env::temp_dir().join(format!("ordo-bench-kv-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut guard = Guard { redis: None, exe: self.exe.clone(), dir: dir.clone() };
+        let mut guard = Guard { redis: None, _ordo: OrdoCluster { exe: self.exe.clone(), dir: dir.clone() } };
         progress("starting redis-server (no persistence) and 3 ordo-kv replicas (shm fabric)");
         guard.redis = Some(
             Command::new("redis-server")

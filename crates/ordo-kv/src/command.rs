@@ -331,17 +331,7 @@ pub fn answer(read: &Read, state: &KvState, now_ms: u64, cursors: &mut ScanCurso
         }
         Read::StrLen { key } => Reply::Int(state.get(key, now_ms).map_or(0, |v| v.len() as i64)),
         Read::DbSize => Reply::Int(state.len(now_ms) as i64),
-        Read::Keys { pattern } => {
-            let (mut out, mut after) = (Vec::new(), None::<Vec<u8>>);
-            loop {
-                let (keys, next) = state.scan(after.as_deref(), Some(pattern), 1024, now_ms);
-                out.extend(keys.into_iter().map(Reply::Bulk));
-                match next {
-                    None => break Reply::Array(out),
-                    Some(n) => after = Some(n),
-                }
-            }
-        }
+        Read::Keys { pattern } => keys_in_chunks(|after| state.scan(after, Some(pattern), 1024, now_ms)),
         Read::Scan { cursor, pattern, count } => {
             let Some(after) = cursors.resume(*cursor) else {
                 return Reply::err("invalid cursor");
@@ -356,6 +346,21 @@ pub fn answer(read: &Read, state: &KvState, now_ms: u64, cursors: &mut ScanCurso
                 Reply::Bulk(next_cursor.to_string().into_bytes()),
                 Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
             ])
+        }
+    }
+}
+
+/// KEYS as a walk of [`KvState::scan`] chunks: `chunk(after)` returns the
+/// keys after `after` and where the next chunk starts (the server takes
+/// the state lock once per chunk).
+pub fn keys_in_chunks(mut chunk: impl FnMut(Option<&[u8]>) -> (Vec<Vec<u8>>, Option<Vec<u8>>)) -> Reply {
+    let (mut out, mut after) = (Vec::new(), None::<Vec<u8>>);
+    loop {
+        let (keys, next) = chunk(after.as_deref());
+        out.extend(keys.into_iter().map(Reply::Bulk));
+        match next {
+            None => return Reply::Array(out),
+            Some(n) => after = Some(n),
         }
     }
 }

@@ -36,7 +36,7 @@
 //!   authorized; what one connection may hold is bounded (unparsed bytes,
 //!   pipelined requests), and so is the number of connections.
 
-use crate::command::{Action, Read, ScanCursors, Sizes, answer, parse};
+use crate::command::{Action, Read, ScanCursors, Sizes, answer, keys_in_chunks, parse};
 use crate::resp::{self, Limits};
 use crate::state::{Entry, KvState, Reply};
 use mio::net::{TcpListener, TcpStream};
@@ -400,15 +400,7 @@ struct Front {
 fn answer_locked(state: &Mutex<KvState>, read: &Read, now_ms: u64, cursors: &mut ScanCursors) -> Reply {
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
     let Read::Keys { pattern } = read else { return answer(read, &lock(), now_ms, cursors) };
-    let (mut out, mut after) = (Vec::new(), None::<Vec<u8>>);
-    loop {
-        let (keys, next) = lock().scan(after.as_deref(), Some(pattern), 1024, now_ms);
-        out.extend(keys.into_iter().map(Reply::Bulk));
-        match next {
-            None => return Reply::Array(out),
-            Some(n) => after = Some(n),
-        }
-    }
+    keys_in_chunks(|after| lock().scan(after, Some(pattern), 1024, now_ms))
 }
 
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
