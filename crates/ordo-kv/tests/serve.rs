@@ -288,3 +288,45 @@ fn the_checker_catches_stale_local_reads_and_passes_linearizable_ones() {
     let (verdict, ops) = write_then_read_elsewhere("linearizable");
     assert_eq!(verdict, ordo_kv::lincheck::Verdict::Linearizable, "{ops} operations");
 }
+
+/// A configuration `ordo kv serve` cannot run is refused with an error
+/// naming the key, before anything starts.
+#[test]
+fn bad_configurations_name_the_key() {
+    let load = |extra: &str| {
+        let text = format!(
+            "[member]\nid = 0\n[group]\nmembers = [0, 1, 2]\n[kv]\nlisten = \"127.0.0.1:1\"\n{extra}\n"
+        );
+        OrdoConfig::load_str(
+            &text,
+            std::path::Path::new("kv.toml"),
+            std::iter::empty::<(String, String)>(),
+            &[],
+        )
+        .unwrap()
+    };
+    let two = r#"replicas = [{ id = 0, addr = "127.0.0.1:1" }, { id = 1, addr = "127.0.0.1:2" }]"#;
+    let three = r#"replicas = [{ id = 0, addr = "127.0.0.1:1" }, { id = 1, addr = "127.0.0.1:2" }, { id = 2, addr = "127.0.0.1:3" }]"#;
+    for (extra, says) in [
+        (two.to_string(), "no address for member 2"),
+        (
+            format!("{three}\nmax_value_bytes = 9000"),
+            "kv.max_value_bytes 9000 does not fit kv.max_entry_bytes 8192",
+        ),
+        (format!("{three}\nwindow = 1"), "kv.window is 1"),
+        (format!("{three}\nmax_request_bytes = 100"), "kv.max_request_bytes 100"),
+        (format!("{three}\nlisten = \"nowhere\""), "kv.listen"),
+    ] {
+        let cfg = if extra.contains("listen = \"nowhere\"") {
+            let mut c = load(three);
+            c.kv.listen = "nowhere".into();
+            c
+        } else {
+            load(&extra)
+        };
+        match KvServer::start(&cfg) {
+            Err(e) => assert!(e.to_string().contains(says), "{extra}: {e}"),
+            Ok(_) => panic!("{extra}: started"),
+        }
+    }
+}
