@@ -141,7 +141,8 @@ impl Params {
         }
     }
 
-    fn config(&self, me: MemberId, incarnation: u64) -> Config {
+    /// The engine configuration of member `me` at `incarnation`.
+    pub fn config(&self, me: MemberId, incarnation: u64) -> Config {
         let mut cfg = Config::new((0..self.members).collect(), me);
         cfg.incarnation = incarnation;
         cfg.window = self.window;
@@ -152,6 +153,20 @@ impl Params {
         cfg.election_timeout_ns = self.election_timeout_ns;
         cfg.log_gc = self.log_gc;
         cfg
+    }
+}
+
+/// The simulated fabric's delays, spikes and completion timeout for
+/// `seed` (`salt` separates workloads that share the seed).
+pub fn draw_fabric(seed: u64, salt: u64) -> FabricConfig {
+    let mut srng = SimRng::new(derive_seed(seed, stream::FABRIC ^ salt));
+    FabricConfig {
+        delay_min_ns: srng.range(300, 2_000),
+        delay_max_ns: srng.range(3_000, 30_000),
+        spike_ppm: srng.range(0, 5_000) as u32,
+        spike_max_ns: srng.range(10_000, 200_000),
+        completion_timeout_ns: srng.range(100_000, 400_000),
+        ..FabricConfig::default()
     }
 }
 
@@ -170,6 +185,21 @@ pub struct Status {
 
 /// The status the members and the nemesis share.
 pub type Shared = Rc<RefCell<Status>>;
+
+impl Status {
+    /// A group of `n` members before the first poll (all synced).
+    pub fn shared(n: u32) -> Shared {
+        let n = n as usize;
+        Rc::new(RefCell::new(Status {
+            synced: vec![true; n],
+            leader: vec![false; n],
+            vote_epoch: vec![Epoch::NONE; n],
+            slow_until_ns: vec![0; n],
+            slow_every_ns: vec![0; n],
+            crashed: vec![false; n],
+        }))
+    }
+}
 
 struct Member {
     me: MemberId,
@@ -403,23 +433,8 @@ impl SimProcess<AcEvent> for Member {
 /// Runs one seed and returns its history (unchecked).
 pub fn simulate(seed: u64, params: &Params) -> History<AcEvent> {
     let n = params.members;
-    let shared: Shared = Rc::new(RefCell::new(Status {
-        synced: vec![true; n as usize],
-        leader: vec![false; n as usize],
-        vote_epoch: vec![Epoch::NONE; n as usize],
-        slow_until_ns: vec![0; n as usize],
-        slow_every_ns: vec![0; n as usize],
-        crashed: vec![false; n as usize],
-    }));
-    let mut srng = SimRng::new(derive_seed(seed, stream::FABRIC ^ 0xACE));
-    let fabric = FabricConfig {
-        delay_min_ns: srng.range(300, 2_000),
-        delay_max_ns: srng.range(3_000, 30_000),
-        spike_ppm: srng.range(0, 5_000) as u32,
-        spike_max_ns: srng.range(10_000, 200_000),
-        completion_timeout_ns: srng.range(100_000, 400_000),
-        ..FabricConfig::default()
-    };
+    let shared = Status::shared(n);
+    let fabric = draw_fabric(seed, 0xACE);
     let layout = Layout::new(&params.config(0, 1));
     let config = SimConfig { members: n, region_len: layout.region_len, fabric, ..SimConfig::default() };
     let p = params.clone();

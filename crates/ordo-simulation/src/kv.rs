@@ -33,8 +33,8 @@ use ordo_acuerdo::{AcuerdoDriver, DeliverySink, Epoch, Header, Layout, Role, Set
 use ordo_fabric::MemberId;
 use ordo_kv::lincheck::{self, Op, OpKind, Verdict};
 use ordo_kv::state::{Entry, KvState, Reply, SetWhen, Ttl, Write};
-use ordo_sim::rng::{SimRng, derive_seed, stream};
-use ordo_sim::{Checker, Ctx, FabricConfig, History, Sim, SimConfig, SimFabric, SimProcess, Violation};
+use ordo_sim::rng::SimRng;
+use ordo_sim::{Checker, Ctx, History, Sim, SimConfig, SimFabric, SimProcess, Violation};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -176,8 +176,7 @@ impl Member {
         clients: SharedClients,
     ) -> Self {
         let me = ctx.member();
-        let mut cfg = params_config(params, me, ctx.incarnation());
-        cfg.max_payload = cfg.max_payload.max(96);
+        let cfg = params_config(params, me, ctx.incarnation());
         let driver = AcuerdoDriver::new(ctx.fabric().clone(), cfg, ctx.now(), 0).expect("valid config");
         {
             let mut s = status.borrow_mut();
@@ -307,16 +306,10 @@ impl Member {
     }
 }
 
+/// The acuerdo workload's configuration, with slots that hold a log entry.
 fn params_config(params: &Params, me: MemberId, incarnation: u64) -> ordo_acuerdo::Config {
-    let mut cfg = ordo_acuerdo::Config::new((0..params.members).collect(), me);
-    cfg.incarnation = incarnation;
-    cfg.window = params.window;
-    cfg.max_payload = params.max_payload.max(96);
-    cfg.max_outstanding = 32;
-    cfg.heartbeat_interval_ns = params.heartbeat_interval_ns;
-    cfg.heartbeat_timeout_ns = params.heartbeat_timeout_ns;
-    cfg.election_timeout_ns = params.election_timeout_ns;
-    cfg.log_gc = params.log_gc;
+    let mut cfg = params.config(me, incarnation);
+    cfg.max_payload = cfg.max_payload.max(96);
     cfg
 }
 
@@ -421,29 +414,14 @@ impl SimProcess<KvEvent> for Member {
 /// returns its history (unchecked).
 pub fn simulate(seed: u64, params: &Params, stale_reads: bool) -> History<KvEvent> {
     let n = params.members;
-    let status: Shared = Rc::new(RefCell::new(Status {
-        synced: vec![true; n as usize],
-        leader: vec![false; n as usize],
-        vote_epoch: vec![Epoch::NONE; n as usize],
-        slow_until_ns: vec![0; n as usize],
-        slow_every_ns: vec![0; n as usize],
-        crashed: vec![false; n as usize],
-    }));
+    let status = Status::shared(n);
     let clients: SharedClients = Rc::new(RefCell::new(Clients {
         clients: (0..CLIENTS)
             .map(|c| ClientState { at: c as MemberId % n, ..ClientState::default() })
             .collect(),
         next_op: 0,
     }));
-    let mut srng = SimRng::new(derive_seed(seed, stream::FABRIC ^ 0x4B56));
-    let fabric = FabricConfig {
-        delay_min_ns: srng.range(300, 2_000),
-        delay_max_ns: srng.range(3_000, 30_000),
-        spike_ppm: srng.range(0, 5_000) as u32,
-        spike_max_ns: srng.range(10_000, 200_000),
-        completion_timeout_ns: srng.range(100_000, 400_000),
-        ..FabricConfig::default()
-    };
+    let fabric = crate::acuerdo::draw_fabric(seed, 0x4B56);
     let layout = Layout::new(&params_config(params, 0, 1));
     let config = SimConfig { members: n, region_len: layout.region_len, fabric, ..SimConfig::default() };
     let (p, st, cl) = (params.clone(), status.clone(), clients.clone());
