@@ -89,6 +89,15 @@ pub struct Config {
     /// log is kept whole and every catch-up replays it. See the crate docs,
     /// "Log garbage collection and state transfer".
     pub log_gc: bool,
+    /// Durable mode: before a poll's commit step (so before any of its
+    /// pushes leave the member), the engine hands the application every
+    /// log change and promise of the poll ([`crate::DeliverySink::persist`]),
+    /// which must be durable when it returns; Accept, votes and E_new are
+    /// therefore never published ahead of the disk, and a member restarted
+    /// from its durable state ([`crate::Engine::recover`]) is as if it had
+    /// been slow, not forgetful. Off (default): state is in memory only, as
+    /// in the paper.
+    pub durable: bool,
 }
 
 impl Config {
@@ -106,6 +115,7 @@ impl Config {
             election_timeout_ns: 1_500_000,
             commit_push_interval_ns: 10_000,
             log_gc: true,
+            durable: false,
         }
     }
 

@@ -111,6 +111,23 @@ impl<F: Fabric> AcuerdoDriver<F> {
         })
     }
 
+    /// The driver of a member restarted from its durable state (durable
+    /// mode, see [`Engine::recover`]).
+    pub fn recover(
+        fabric: F,
+        cfg: Config,
+        now_ns: u64,
+        reconnect_interval_ns: u64,
+        recovered: crate::Recovered,
+    ) -> Result<Self, ConfigError> {
+        assert_eq!(fabric.member(), cfg.me, "the fabric endpoint is not cfg.me's");
+        let engine = Engine::recover(cfg, fabric.region().clone(), now_ns, recovered)?;
+        let mut d = Self::new(fabric, engine.config().clone(), now_ns, reconnect_interval_ns)?;
+        d.peers = engine.peers();
+        d.engine = engine;
+        Ok(d)
+    }
+
     /// Posts the backlog, oldest first, stopping at the first push a peer
     /// refuses with back-pressure; returns the writes posted.
     pub fn post_backlog(&mut self) -> usize {

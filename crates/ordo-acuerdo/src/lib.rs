@@ -154,6 +154,7 @@ pub mod header;
 pub use config::{Columns, Config, ConfigError, Layout};
 pub use driver::{AcuerdoDriver, Settled};
 pub use engine::{
-    BroadcastError, DeliverySink, Effects, Engine, MAX_PENDING_READS, Note, Push, Role, Target,
+    BroadcastError, DeliverySink, Effects, Engine, MAX_PENDING_READS, Note, Persist, Push, Recovered, Role,
+    Target,
 };
 pub use header::{Epoch, Header, Vote};

@@ -57,12 +57,16 @@ pub type SnapshotFn = Box<dyn FnMut() -> Vec<u8> + Send>;
 /// Restore callback: `(header, state)`: replace the application state by a
 /// leader's snapshot covering every message up to `header`.
 pub type RestoreFn = Box<dyn FnMut(Header, &[u8]) + Send>;
+/// Persist callback (durable mode): make the poll's log changes and
+/// promises durable before returning.
+pub type PersistFn = Box<dyn FnMut(&ordo_acuerdo::Persist<'_>) + Send>;
 
 /// The application as the engine sees it: the three callbacks.
 struct AppSink<'a> {
     deliver: &'a mut DeliverFn,
     snapshot: &'a mut Option<SnapshotFn>,
     restore: &'a mut Option<RestoreFn>,
+    persist: &'a mut Option<PersistFn>,
 }
 
 impl DeliverySink for AppSink<'_> {
@@ -77,6 +81,12 @@ impl DeliverySink for AppSink<'_> {
     fn restore(&mut self, header: Header, state: &[u8]) {
         if let Some(f) = self.restore.as_mut() {
             f(header, state)
+        }
+    }
+
+    fn persist(&mut self, change: &ordo_acuerdo::Persist<'_>) {
+        if let Some(f) = self.persist.as_mut() {
+            f(change)
         }
     }
 }
@@ -492,6 +502,12 @@ pub struct MemberOptions {
     /// State transfer, receiving side: replace the application state by a
     /// leader's snapshot (default: ignore it).
     pub on_restore: Option<RestoreFn>,
+    /// Durable mode: start from this state read back from disk (see
+    /// `ordo_acuerdo::Engine::recover`) instead of empty.
+    pub recovered: Option<ordo_acuerdo::Recovered>,
+    /// Durable mode (`Config::durable`): write the poll's changes; runs on
+    /// the agent's thread, in the poll, before anything it publishes.
+    pub on_persist: Option<PersistFn>,
     /// Called on the agent's thread after a duty cycle that queued client
     /// events, so a client that sleeps on its own poller (an event loop)
     /// can be woken; it must not block.
@@ -507,6 +523,8 @@ impl Default for MemberOptions {
             on_note: None,
             on_snapshot: None,
             on_restore: None,
+            recovered: None,
+            on_persist: None,
             on_client_event: None,
         }
     }
@@ -522,6 +540,7 @@ pub struct AcuerdoMember<F: Fabric> {
     on_note: Option<NoteFn>,
     on_snapshot: Option<SnapshotFn>,
     on_restore: Option<RestoreFn>,
+    on_persist: Option<PersistFn>,
     on_client_event: Option<Box<dyn FnMut() + Send>>,
     /// Client events were queued in this duty cycle.
     replied: bool,
@@ -548,7 +567,12 @@ impl<F: Fabric> AcuerdoMember<F> {
         let max_payload = cfg.max_payload;
         let reply_capacity = options.request_capacity + cfg.max_outstanding as usize + 16;
         let bell = fabric.doorbell().cloned();
-        let driver = AcuerdoDriver::new(fabric, cfg, now_ns, options.reconnect_interval_ns.max(1))?;
+        let driver = match options.recovered {
+            Some(rec) => {
+                AcuerdoDriver::recover(fabric, cfg, now_ns, options.reconnect_interval_ns.max(1), rec)?
+            }
+            None => AcuerdoDriver::new(fabric, cfg, now_ns, options.reconnect_interval_ns.max(1))?,
+        };
         let (req_tx, req_rx) = rtrb::RingBuffer::new(options.request_capacity.max(1));
         let (rep_tx, rep_rx) = rtrb::RingBuffer::new(reply_capacity);
         let (spare_tx, spare_rx) = rtrb::RingBuffer::new(options.request_capacity.clamp(1, 64));
@@ -569,6 +593,7 @@ impl<F: Fabric> AcuerdoMember<F> {
             on_note: options.on_note,
             on_snapshot: options.on_snapshot,
             on_restore: options.on_restore,
+            on_persist: options.on_persist,
             on_client_event: options.on_client_event,
             replied: false,
             requests: req_rx,
@@ -705,6 +730,7 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
             deliver: &mut self.on_deliver,
             snapshot: &mut self.on_snapshot,
             restore: &mut self.on_restore,
+            persist: &mut self.on_persist,
         };
         let mut settled = std::mem::take(&mut self.settled);
         work += self.driver.poll(now_ns, &mut app, &mut settled);

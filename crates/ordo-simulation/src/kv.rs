@@ -29,7 +29,7 @@
 
 use crate::acuerdo::{Params, Shared, Status, nemesis};
 use crate::{SeedReport, Workload};
-use ordo_acuerdo::{AcuerdoDriver, DeliverySink, Epoch, Header, Layout, Role, Settled};
+use ordo_acuerdo::{AcuerdoDriver, DeliverySink, Epoch, Header, Layout, Persist, Recovered, Role, Settled};
 use ordo_fabric::MemberId;
 use ordo_kv::lincheck::{self, Op, OpKind, Verdict};
 use ordo_kv::state::{Entry, KvState, Reply, SetWhen, Ttl, Write};
@@ -116,7 +116,21 @@ struct App {
     me: MemberId,
     nonce: u64,
     replies: Vec<(u64, Reply)>,
+    /// Durable mode: this member's disk (survives its crashes).
+    disk: Option<Disk>,
 }
+
+/// A member's simulated disk in durable mode: what `persist` returned
+/// from is durable (it is written before any push of the poll), so a crash
+/// — of one member or of all at once (power loss) — keeps exactly it.
+#[derive(Clone, Debug, Default)]
+pub struct DiskState {
+    recovered: Recovered,
+    /// The application state at `recovered.base`.
+    snapshot: Vec<u8>,
+}
+
+type Disk = Rc<RefCell<DiskState>>;
 
 impl DeliverySink for App {
     fn deliver(&mut self, _header: Header, payload: &[u8]) {
@@ -136,6 +150,24 @@ impl DeliverySink for App {
     fn restore(&mut self, _header: Header, state: &[u8]) {
         if self.state.restore(state).is_err() {
             self.replies.push((u64::MAX, Reply::err("bad snapshot")));
+        }
+    }
+    fn persist(&mut self, change: &Persist<'_>) {
+        let Some(disk) = &self.disk else { return };
+        let mut d = disk.borrow_mut();
+        d.recovered.e_new = change.e_new;
+        d.recovered.vote = change.vote;
+        if let Some(base) = change.restored {
+            // The application's state replaced the prefix up to `base`
+            // (nothing was delivered after it before this persist).
+            d.recovered.base = base;
+            d.snapshot = self.state.snapshot();
+        }
+        if let Some(from) = change.log_from {
+            d.recovered.log.retain(|(h, _)| *h < from);
+            d.recovered.log.extend(change.entries.iter().map(|(h, b)| (*h, b.to_vec())));
+            let base = d.recovered.base;
+            d.recovered.log.retain(|(h, _)| *h > base);
         }
     }
 }
@@ -174,10 +206,25 @@ impl Member {
         stale: bool,
         status: Shared,
         clients: SharedClients,
+        disks: Option<&[Disk]>,
     ) -> Self {
         let me = ctx.member();
-        let cfg = params_config(params, me, ctx.incarnation());
-        let driver = AcuerdoDriver::new(ctx.fabric().clone(), cfg, ctx.now(), 0).expect("valid config");
+        let mut cfg = params_config(params, me, ctx.incarnation());
+        cfg.durable = disks.is_some();
+        let disk = disks.map(|d| d[me as usize].clone());
+        let mut state = KvState::new();
+        let driver = match &disk {
+            // Durable mode: a restarted member recovers what it wrote.
+            Some(d) if ctx.incarnation() > 1 => {
+                let d = d.borrow();
+                if !d.snapshot.is_empty() {
+                    state.restore(&d.snapshot).expect("the disk holds a snapshot this member wrote");
+                }
+                AcuerdoDriver::recover(ctx.fabric().clone(), cfg, ctx.now(), 0, d.recovered.clone())
+                    .expect("the disk holds a state this member wrote")
+            }
+            _ => AcuerdoDriver::new(ctx.fabric().clone(), cfg, ctx.now(), 0).expect("valid config"),
+        };
         {
             let mut s = status.borrow_mut();
             s.synced[me as usize] = driver.engine().is_synced();
@@ -198,7 +245,7 @@ impl Member {
             read_asked_ns: BTreeMap::new(),
             driver,
             settled: Vec::new(),
-            app: App { state: KvState::new(), me, nonce: ctx.incarnation(), replies: Vec::new() },
+            app: App { state, me, nonce: ctx.incarnation(), replies: Vec::new(), disk },
             status,
             clients,
             waiting: BTreeMap::new(),
@@ -411,8 +458,10 @@ impl SimProcess<KvEvent> for Member {
 }
 
 /// Runs one seed (`stale_reads`: the deliberately wrong configuration) and
-/// returns its history (unchecked).
+/// returns its history (unchecked). Half the seeds run in durable mode
+/// (see [`durable`]), with a power loss of every member after the calm.
 pub fn simulate(seed: u64, params: &Params, stale_reads: bool) -> History<KvEvent> {
+    let durable = durable(seed);
     let n = params.members;
     let status = Status::shared(n);
     let clients: SharedClients = Rc::new(RefCell::new(Clients {
@@ -425,10 +474,28 @@ pub fn simulate(seed: u64, params: &Params, stale_reads: bool) -> History<KvEven
     let layout = Layout::new(&params_config(params, 0, 1));
     let config = SimConfig { members: n, region_len: layout.region_len, fabric, ..SimConfig::default() };
     let (p, st, cl) = (params.clone(), status.clone(), clients.clone());
-    let factory: ordo_sim::Factory<KvEvent> =
-        Box::new(move |ctx| Box::new(Member::new(ctx, &p, stale_reads, st.clone(), cl.clone())));
+    let disks: Option<Vec<Disk>> = durable.then(|| (0..n).map(|_| Disk::default()).collect());
+    let d = disks.clone();
+    let factory: ordo_sim::Factory<KvEvent> = Box::new(move |ctx| {
+        Box::new(Member::new(ctx, &p, stale_reads, st.clone(), cl.clone(), d.as_deref()))
+    });
     let mut sim = Sim::new(seed, config, None, factory);
     nemesis(&mut sim, seed, params, &status);
+    if durable {
+        // Power loss: every member at once, 0.5 ms after the calm; each
+        // comes back from its disk 0.3 ms later. Nothing acknowledged may
+        // be lost (the linearizability checker sees every acknowledged
+        // write) and the group must serve again (liveness).
+        sim.run_until(params.calm_ns + 500_000);
+        for m in 0..n {
+            sim.crash(m);
+            status.borrow_mut().crashed[m as usize] = true;
+        }
+        sim.run_until(params.calm_ns + 800_000);
+        for m in 0..n {
+            sim.restart(m);
+        }
+    }
     sim.run_until(params.end_ns);
     sim.into_history()
 }
@@ -465,6 +532,11 @@ impl Checker<KvEvent> for Liveness {
         }
         Ok(())
     }
+}
+
+/// Whether seed `seed` runs in durable mode (every other seed).
+pub fn durable(seed: u64) -> bool {
+    seed % 2 == 1
 }
 
 /// The acuerdo workload's parameters for `seed`, with clients that go on

@@ -100,6 +100,7 @@ impl Engine {
             if let Some(old) = self.log.insert(header, body) {
                 recycle(&mut self.pool, old);
             }
+            self.log_dirty(header);
             true
         } else {
             recycle(&mut self.pool, body);
@@ -170,6 +171,7 @@ impl Engine {
         // Drop the uncommitted suffix, then apply the diff (line 62-63).
         let keep = keep.max(self.committed);
         let _ = self.log.split_off(&keep.succ());
+        self.log_dirty(keep.succ());
         for (h, body) in staged {
             if h > keep {
                 self.log.insert(h, body);

@@ -58,6 +58,7 @@ impl Engine {
         let mut body = self.pool.pop().unwrap_or_default();
         body.extend_from_slice(payload);
         self.log.insert(h, body);
+        self.log_dirty(h);
         self.set_accepted(h);
         assert_eq!(self.accepted, h, "the leader accepts its own message (§3.2)");
         debug_assert!(self.count - done <= self.cfg.max_outstanding, "the outstanding window holds");

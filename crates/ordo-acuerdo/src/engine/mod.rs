@@ -36,6 +36,7 @@ mod accept;
 mod broadcast;
 mod commit;
 mod diffs;
+mod durable;
 mod election;
 mod gc;
 mod reads;
@@ -199,6 +200,46 @@ pub trait DeliverySink {
     fn restore(&mut self, header: Header, state: &[u8]) {
         let _ = (header, state);
     }
+
+    /// Durable mode ([`Config::durable`]): make `change` durable before
+    /// returning (one call per poll at most: group commit). The default
+    /// keeps nothing.
+    fn persist(&mut self, change: &Persist<'_>) {
+        let _ = change;
+    }
+}
+
+/// What one poll changed that durable mode must write before any of the
+/// poll's pushes leave the member.
+#[derive(Debug)]
+pub struct Persist<'a> {
+    /// The promise: E_new.
+    pub e_new: Epoch,
+    /// The promise: this member's vote.
+    pub vote: Vote,
+    /// Drop every stored log entry at or after this header, then store
+    /// `entries` (all at or after it). None: the log did not change.
+    pub log_from: Option<Header>,
+    /// The log from `log_from` on, in header order.
+    pub entries: Vec<(Header, &'a [u8])>,
+    /// A leader's snapshot was restored at this header in this poll (the
+    /// application's state replaced the prefix up to it; the log was
+    /// cleared): persist the application's state before the log.
+    pub restored: Option<Header>,
+}
+
+/// A member's durable state, read back after a restart ([`Engine::recover`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// The promise: E_new.
+    pub e_new: Epoch,
+    /// The promise: the vote.
+    pub vote: Vote,
+    /// The header the application's restored state covers (its snapshot's;
+    /// `Header::NONE` for none): the member resumes with Committed there.
+    pub base: Header,
+    /// The stored log after `base`, in header order.
+    pub log: Vec<(Header, Vec<u8>)>,
 }
 
 impl<F: FnMut(Header, &[u8])> DeliverySink for F {
@@ -353,6 +394,13 @@ pub struct Engine {
     read_seq: u64,
     /// This member's `read_ack` column.
     read_ack: u64,
+    /// Durable mode: the smallest header whose log entry changed since the
+    /// last persist (None: unchanged).
+    dirty_from: Option<Header>,
+    /// Durable mode: E_new or the vote changed since the last persist.
+    promise_dirty: bool,
+    /// Durable mode: a snapshot restored since the last persist.
+    restored: Option<Header>,
 }
 
 impl Engine {
@@ -450,6 +498,9 @@ impl Engine {
             read_wanted: false,
             read_seq: 0,
             read_ack: 0,
+            dirty_from: None,
+            promise_dirty: false,
+            restored: None,
         };
         engine.write_status();
         assert_eq!(engine.members[engine.my_row], engine.me, "my row is mine");
@@ -615,6 +666,10 @@ impl Engine {
         }
         work += self.roles(fx);
         self.echo_reads();
+        // Durable mode: everything this poll will publish (Accept, votes,
+        // E_new) and the leader's own count in the commit rule are on disk
+        // from here on.
+        self.persist(sink);
         work += self.commit(fx, sink);
         self.bump_read_seq();
         work += self.settle_reads(fx);

@@ -49,6 +49,7 @@ impl Engine {
     pub(super) fn set_e_new(&mut self, e: Epoch) {
         assert!(e >= self.e_new, "E_new goes back: {:?} -> {e:?}", self.e_new);
         self.e_new = e;
+        self.promise_dirty = true;
         self.store(self.layout.columns.e_new, 0, e.encode());
         self.dirty_all = true;
     }
@@ -56,6 +57,7 @@ impl Engine {
     pub(super) fn set_vote(&mut self, v: Vote, fx: &mut Effects) {
         assert!(v > self.my_vote, "votes only grow: {:?} -> {v:?}", self.my_vote);
         self.my_vote = v;
+        self.promise_dirty = true;
         for (i, w) in v.encode().into_iter().enumerate() {
             self.store(self.layout.columns.vote, i, w);
         }

@@ -70,6 +70,10 @@ impl Engine {
     ) {
         assert!(base > self.committed, "a snapshot restores only a prefix beyond Committed");
         self.log.clear();
+        self.log_dirty(Header::NONE);
+        if self.cfg.durable {
+            self.restored = Some(base);
+        }
         sink.restore(base, bytes);
         self.committed = base;
         self.log_floor = base;
