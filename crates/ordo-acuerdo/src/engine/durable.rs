@@ -81,6 +81,10 @@ impl Engine {
         }
         e.log = rec.log.into_iter().collect();
         e.accepted = last;
+        // The epoch whose leader's log it holds: it may return to following
+        // that leader, and it never wins that epoch again (it may have led
+        // it: headers of it were handed out).
+        e.e_cur = last.epoch;
         e.store(e.layout.columns.accept, 0, last.encode());
         e.committed = rec.base;
         e.log_floor = rec.base;

@@ -143,7 +143,10 @@ impl Engine {
             }
         }
         // Lines 114-127: a quorum of identical votes for us.
-        if self.my_vote.candidate() == self.me && self.my_vote.e_new == self.e_new {
+        // (Never an epoch it was already in: a member recovered from disk
+        // may hold its own vote for an epoch it led.)
+        if self.my_vote.candidate() == self.me && self.my_vote.e_new == self.e_new && self.e_new > self.e_cur
+        {
             let mine = self.my_vote;
             let n = (0..self.members.len())
                 .filter(|r| if *r == self.my_row { true } else { self.read_vote(*r) == mine })
