@@ -137,6 +137,21 @@
 //!   member has not yet committed; a restarted member pins it while it
 //!   catches up.
 //!
+//! # Durable mode ([`Config::durable`], off by default)
+//! The paper's members keep everything in memory: committed means a quorum
+//! holds it in memory. In durable mode the engine hands the application,
+//! once per poll and before its commit step, every log change and promise
+//! of the poll ([`DeliverySink::persist`], a [`Persist`]); pushes leave
+//! only after `poll` returns, so no Accept, vote or E_new reaches a peer
+//! before it is durable, and the leader's own Accept is durable when the
+//! commit rule counts it: a committed message is durable at a quorum. A
+//! member restarted from what it wrote ([`Engine::recover`], a
+//! [`Recovered`]) holds its promises and its log: it is synced at once,
+//! may follow the leader of its last stored epoch again, and never wins an
+//! epoch it was already in (it may have led it). A power loss of every
+//! member loses nothing acknowledged: the `kv` simulation cuts power to the
+//! whole group in half its seeds and checks the clients' history.
+//!
 //! # Limits
 //! Member ids ≤ 255, rounds < 2^24, counts < 2^32 per epoch, up to 15
 //! members, incarnations < 2^15. Without [`Config::log_gc`] the log is kept

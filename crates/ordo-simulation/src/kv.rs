@@ -17,6 +17,13 @@
 //!   with `stale_reads`, at once from any member's own copy (the
 //!   deliberately wrong configuration: the checker must catch it).
 //!
+//! - Half the seeds (odd ones) run the engine in **durable mode** with a
+//!   simulated disk per member ([`DiskState`]: what `persist` wrote
+//!   survives a crash): members the nemesis crashes come back from their
+//!   disk, and 0.5 ms after the calm the power goes out on every member at
+//!   once; they all recover from disk 0.3 ms later. The same checkers must
+//!   pass: nothing acknowledged lost, the group serves again.
+//!
 //! # Checked
 //! - **Linearizability** of the clients' history (SET, GET, CAS on a few
 //!   keys; unknown outcomes may or may not have taken effect) with
