@@ -238,6 +238,7 @@ impl KvServer {
             backend: format!("{:?}", config.fabric.backend).to_lowercase(),
             started: std::time::Instant::now(),
             next_status: std::time::Instant::now(),
+            tokens: Vec::new(),
         };
         front
             .poll
@@ -390,6 +391,8 @@ struct Front {
     backend: String,
     started: std::time::Instant,
     next_status: std::time::Instant,
+    /// Scratch list of connection tokens, reused every loop turn.
+    tokens: Vec<Token>,
 }
 
 /// Answers `read` from the shared state. The state lock is also taken by
@@ -425,29 +428,33 @@ impl Front {
                 tracing::error!(%e, "poll failed; the front end stops");
                 break;
             }
-            let mut touched: Vec<Token> = Vec::new();
+            // One token buffer for the whole loop (no allocation per turn).
+            let mut tokens = std::mem::take(&mut self.tokens);
+            tokens.clear();
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(),
                     WAKER => {}
                     FORWARD => self.forward_io(),
-                    t => touched.push(t),
+                    t => tokens.push(t),
                 }
             }
-            for t in touched {
+            for &t in &tokens {
                 self.read_conn(t);
             }
             self.settle();
             // Connections with input left (paused by a bound) or waiting.
-            let tokens: Vec<Token> = self
-                .conns
-                .iter()
-                .filter(|(_, c)| c.more_input || !c.inbuf.is_empty() || c.held.is_some())
-                .map(|(t, _)| *t)
-                .collect();
-            for t in tokens {
+            tokens.clear();
+            tokens.extend(
+                self.conns
+                    .iter()
+                    .filter(|(_, c)| c.more_input || !c.inbuf.is_empty() || c.held.is_some())
+                    .map(|(t, _)| *t),
+            );
+            for &t in &tokens {
                 self.read_conn(t);
             }
+            self.tokens = tokens;
             self.issue_reads();
             self.drain_backlog();
             self.check_leader();
@@ -1118,8 +1125,10 @@ impl Front {
 
     /// Writes every connection's filled head slots.
     fn flush_all(&mut self) {
-        let tokens: Vec<Token> = self.conns.keys().copied().collect();
-        for t in tokens {
+        let mut tokens = std::mem::take(&mut self.tokens);
+        tokens.clear();
+        tokens.extend(self.conns.keys().copied());
+        for &t in &tokens {
             let Some(c) = self.conns.get_mut(&t) else { continue };
             while let Some(Some(_)) = c.slots.front() {
                 let r = c.slots.pop_front().flatten().expect("filled");
@@ -1148,6 +1157,7 @@ impl Front {
                 self.close(t);
             }
         }
+        self.tokens = tokens;
     }
 
     fn publish_status(&mut self) {

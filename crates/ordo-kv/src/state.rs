@@ -364,11 +364,6 @@ impl KvState {
         self.map.len() - self.expiries.range(..(now + 1, Vec::new())).count()
     }
 
-    /// Whether no key exists as of `now_ms`.
-    pub fn is_empty(&self, now_ms: u64) -> bool {
-        self.len(now_ms) == 0
-    }
-
     /// Keys with an expiry (expired ones not yet purged included).
     pub fn expiring(&self) -> usize {
         self.expiries.len()

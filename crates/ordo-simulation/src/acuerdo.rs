@@ -64,15 +64,7 @@ pub const WORKLOAD: Workload = Workload {
     summary: "acuerdo engine through the runtime's AcuerdoDriver: crashes (the leader too), restarts, \
               partitions; integrity, total order, one leader per epoch, up-to-date leaders, no committed loss, \
               restored state, liveness",
-    run: |seed, _| {
-        let history_digest = run(seed)?;
-        Ok(SeedReport {
-            workload: NAME.into(),
-            seed,
-            history_digest,
-            summary: format!("{NAME} seed {seed}: passed, history digest {history_digest:#018x}"),
-        })
-    },
+    run: |seed, _| Ok(SeedReport::passed(NAME, seed, run(seed)?)),
 };
 
 /// What the members record.

@@ -62,6 +62,18 @@ pub struct SeedReport {
     pub summary: String,
 }
 
+impl SeedReport {
+    /// A passing seed of `workload` whose history digest is `history_digest`.
+    pub fn passed(workload: &str, seed: u64, history_digest: u64) -> SeedReport {
+        SeedReport {
+            workload: workload.into(),
+            seed,
+            history_digest,
+            summary: format!("{workload} seed {seed}: passed, history digest {history_digest:#018x}"),
+        }
+    }
+}
+
 /// The account of a run of a substrate workload (`ordo_sim`'s report).
 fn describe(report: &RunReport) -> String {
     format!(

@@ -92,11 +92,6 @@ impl Engine {
         last.count.checked_add(1).map(|c| self.e_cur.header(c).encode())
     }
 
-    /// Reads waiting for confirmation.
-    pub fn pending_reads(&self) -> usize {
-        self.reads.len()
-    }
-
     /// Leader: bump `read_seq` for the reads that arrived since the last
     /// bump (the row push carries it). Called before the row is flushed.
     pub(super) fn bump_read_seq(&mut self) {
@@ -139,12 +134,15 @@ impl Engine {
         let col = self.layout.columns.read_ack;
         let e_cur = self.e_cur;
         // Echoes of this epoch's barriers only (the epoch is in the word).
-        let mut echoes: Vec<u64> = (0..self.members.len())
-            .filter(|r| *r != self.my_row)
-            .map(|r| self.load(r, col, 0))
-            .filter(|w| Header::decode(*w).epoch == e_cur)
-            .collect();
-        echoes.resize(self.members.len() - 1, 0);
+        // (No allocation: this runs on every poll that holds reads, as
+        // commit's quorum count does.)
+        let mut echoes = [0u64; crate::config::MAX_MEMBERS];
+        let n = self.members.len() - 1;
+        for (k, r) in (0..self.members.len()).filter(|r| *r != self.my_row).enumerate() {
+            let w = self.load(r, col, 0);
+            echoes[k] = if Header::decode(w).epoch == e_cur { w } else { 0 };
+        }
+        let echoes = &mut echoes[..n];
         // The (quorum-1)-th largest echo is confirmed by a quorum with me.
         echoes.sort_unstable_by(|a, b| b.cmp(a));
         let confirmed = if self.quorum <= 1 { u64::MAX } else { echoes[self.quorum - 2] };
