@@ -24,11 +24,11 @@ const LAYERS: &[(&str, u32)] = &[
     ("ordo-raft", 5),
     ("ordo-runtime", 6),
     ("ordo-r2p2", 7),
-    ("ordo-simulation", 8),
+    ("ordo-kv", 8),
+    ("ordo-simulation", 9),
     ("ordo-dds", 7),
-    ("ordo-kv", 7),
-    ("ordo-bench", 8),
-    ("ordo", 9),
+    ("ordo-bench", 9),
+    ("ordo", 10),
 ];
 
 /// Crates that must stay free of I/O backends and the runtime (sans-I/O).

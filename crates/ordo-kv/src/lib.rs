@@ -10,6 +10,9 @@
 //! - [`server`]: `ordo kv serve` — the acuerdo member and the RESP front
 //!   end: writes through the leader, linearizable reads by read index,
 //!   forwarding or MOVED at followers, AUTH with the client secret.
+//! - [`disk`]: `kv.durability = "disk"` — the promise, the checksummed
+//!   segment log of `ordo-raft::storage` and table snapshots, written before
+//!   a replica's Accept leaves it and read back when it restarts.
 //! - [`lincheck`]: a linearizability checker for key-value histories (the
 //!   kill tests and the simulation record histories and check them).
 //!
@@ -25,6 +28,7 @@
 
 pub mod client;
 pub mod command;
+pub mod disk;
 pub mod glob;
 pub mod lincheck;
 pub mod resp;

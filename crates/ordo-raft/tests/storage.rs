@@ -105,6 +105,33 @@ fn overwrite_replaces_the_conflicting_suffix_only() {
 }
 
 #[test]
+fn explicit_truncation_cuts_a_same_term_suffix_durably() {
+    // `append` keeps a same-term entry; `truncate` cuts it anyway (an
+    // owner that decides what is overwritten, like an acuerdo diff).
+    let disk = MemDisk::new();
+    let (mut log, _) = open(&disk, options(64));
+    log.append(&entries(1..=20, 1)).unwrap();
+    log.sync().unwrap();
+    log.truncate(25).unwrap();
+    assert_eq!(log.last_index(), 20, "beyond the end: nothing removed");
+    log.truncate(8).unwrap();
+    assert_eq!((log.last_index(), log.last_term()), (7, 1));
+    log.append(&entries(8..=9, 1)).unwrap();
+    log.sync().unwrap();
+    drop(log);
+    disk.crash(7);
+    let (mut log, recovered) = open(&disk, options(64));
+    assert_eq!(recovered.entries, entries(1..=9, 1));
+    log.install_snapshot(&Snapshot {
+        meta: SnapshotMeta { index: 4, term: 1, membership: Membership::default() },
+        data: vec![1],
+    })
+    .unwrap();
+    assert!(matches!(log.truncate(4), Err(StorageError::OutOfRange { .. })));
+    assert_eq!(log.last_index(), 9, "a refused truncation changes nothing");
+}
+
+#[test]
 fn overwrite_across_segments_removes_later_segments() {
     let disk = MemDisk::new();
     let (mut log, _) = open(&disk, options(64));

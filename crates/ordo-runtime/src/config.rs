@@ -115,6 +115,30 @@ pub struct KvConfig {
     pub spins: u32,
     /// See `spins`.
     pub yields: u32,
+    /// `durability`: `"memory"` (default; the paper: a write is committed
+    /// once a quorum holds it in memory, so losing a quorum at once loses
+    /// it) or `"disk"`: a replica pushes its Accept only after the entry is
+    /// in its log on disk (group-committed, one fsync per agent poll), so a
+    /// full-cluster restart recovers every acknowledged write.
+    pub durability: KvDurability,
+    /// `data_dir`: where a `disk` replica keeps its log, snapshot and
+    /// promise (required with `durability = "disk"`, refused otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<String>,
+    /// `snapshot_entries`: a `disk` replica snapshots its table and drops
+    /// the log below it after this many applied entries (default 100000).
+    pub snapshot_entries: u64,
+}
+
+/// `kv.durability`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvDurability {
+    /// Committed = a quorum holds it in memory (acuerdo §4.3).
+    #[default]
+    Memory,
+    /// Committed = a quorum holds it in its log on disk (fsynced).
+    Disk,
 }
 
 /// `kv.reads`.
@@ -146,6 +170,9 @@ impl Default for KvConfig {
             max_outstanding: 256,
             spins: 20,
             yields: 5,
+            durability: KvDurability::Memory,
+            data_dir: None,
+            snapshot_entries: 100_000,
         }
     }
 }
@@ -1138,6 +1165,21 @@ impl OrdoConfig {
         }
         if kv.max_outstanding == 0 {
             return bad("kv.max_outstanding is 0".into());
+        }
+        match (kv.durability, &kv.data_dir) {
+            (KvDurability::Disk, None) => {
+                return bad("kv.durability is \"disk\" but kv.data_dir is not set".into());
+            }
+            (KvDurability::Disk, Some(d)) if d.trim().is_empty() => return bad("kv.data_dir is empty".into()),
+            (KvDurability::Memory, Some(d)) => {
+                return bad(format!(
+                    "kv.data_dir is {d:?} but kv.durability is \"memory\" (nothing would be written there); set durability = \"disk\""
+                ));
+            }
+            _ => {}
+        }
+        if kv.snapshot_entries == 0 {
+            return bad("kv.snapshot_entries is 0".into());
         }
         let sec = &self.security;
         if sec.client_secret_file.is_some() && sec.client_secret_env.is_some() {

@@ -26,8 +26,8 @@ pub mod vsync;
 pub mod wiring;
 
 pub use config::{
-    Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, KvConfig, KvReads,
-    MemberConfig, NodeConfig, NodeEngine, OrdoConfig, OverrideOrigin, RuntimeConfig, SecurityConfig,
+    Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, KvConfig, KvDurability,
+    KvReads, MemberConfig, NodeConfig, NodeEngine, OrdoConfig, OverrideOrigin, RuntimeConfig, SecurityConfig,
     ShmConfig, TcpConfig, TcpPeer, TlsFiles, ValidationError, VsyncConfig,
 };
 pub use control::{ControlError, ControlPlane};

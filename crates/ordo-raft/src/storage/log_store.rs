@@ -487,6 +487,29 @@ impl<D: Disk> LogStore<D> {
         Ok(())
     }
 
+    /// Removes every entry at or after `from`, durably in durable mode
+    /// (later segments first, then a directory fsync, then the cut of the
+    /// segment holding `from` and its fsync): for logs whose owner decides
+    /// what is overwritten (an acuerdo diff's truncation), where `append`
+    /// cannot tell from the term alone. `from > last_index` removes nothing.
+    ///
+    /// Errors: [`StorageError::OutOfRange`] if `from` is at or below the
+    /// snapshot index (compacted entries cannot be cut).
+    pub fn truncate(&mut self, from: Index) -> Result<(), StorageError> {
+        if from <= self.snapshot_index() {
+            return Err(StorageError::OutOfRange {
+                lo: from,
+                hi: self.last_index + 1,
+                first: self.first_index(),
+                last: self.last_index,
+            });
+        }
+        if from > self.last_index {
+            return Ok(());
+        }
+        self.truncate_from(from)
+    }
+
     /// Records the hard state to persist. It is written by the next
     /// [`LogStore::sync`] if its term or vote changed; a change of `commit`
     /// alone is written with the next term/vote change, snapshot or
