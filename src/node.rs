@@ -96,12 +96,27 @@ pub struct UpArgs {
     /// daemons; clients authenticate with DIR/client.secret.
     #[arg(long)]
     pub kv: bool,
+    /// With `--kv`: `memory` (committed = in a quorum's memory) or `disk`
+    /// (each replica fsyncs its log in DIR/data-N before it accepts; a
+    /// full-cluster `down`/`up` on the same DIR recovers every
+    /// acknowledged write).
+    #[arg(long, value_enum, default_value = "memory", requires = "kv")]
+    pub durability: DurabilityArg,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 pub enum EngineArg {
     Vsync,
     Acuerdo,
+}
+
+/// `ordo cluster up --kv --durability`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilityArg {
+    /// Committed = held by a quorum in memory (acuerdo §4.3).
+    Memory,
+    /// Committed = fsynced by a quorum.
+    Disk,
 }
 
 #[derive(Args)]
@@ -327,6 +342,11 @@ fn up(args: UpArgs) -> Result<(), String> {
                 (0..args.members).map(|i| ordo_runtime::TcpPeer { id: i, addr: kv_port(i) }).collect();
             c.security.client_secret_file = Some(client_secret.clone());
             c.node.send_rate = 0;
+            if args.durability == DurabilityArg::Disk {
+                c.kv.durability = ordo_runtime::KvDurability::Disk;
+                let data = std::path::absolute(args.dir.join(format!("data-{id}"))).map_err(|e| e.to_string())?;
+                c.kv.data_dir = Some(data.display().to_string());
+            }
             c.validate_kv().map_err(|e| format!("replica {id}: {e}"))?;
         } else {
             c.validate_node_daemon().map_err(|e| format!("member {id}: {e}"))?;
@@ -353,9 +373,10 @@ fn up(args: UpArgs) -> Result<(), String> {
     }
     if args.kv {
         println!(
-            "{} ordo-kv replicas up on the {:?} fabric (configs, secrets, logs and pids in {})",
+            "{} ordo-kv replicas up on the {:?} fabric, {:?} durability (configs, secrets, logs and pids in {})",
             args.members,
             args.fabric,
+            args.durability,
             args.dir.display()
         );
         let password = std::fs::read_to_string(&client_secret).map_err(|e| e.to_string())?;

@@ -36,6 +36,7 @@
 //!   authorized; what one connection may hold is bounded (unparsed bytes,
 //!   pipelined requests), and so is the number of connections.
 
+use crate::disk::{DiskOptions, DiskStore};
 use crate::command::{Action, Read, ScanCursors, Sizes, answer, keys_in_chunks, parse};
 use crate::resp::{self, Limits};
 use crate::state::{Entry, KvState, Reply};
@@ -47,7 +48,7 @@ use ordo_runtime::acuerdo::{
 };
 use ordo_runtime::node::{NodeStatus, SubgroupStatus, unix_ns};
 use ordo_runtime::wiring::{MemberFabric, connect_fabric};
-use ordo_runtime::{KvReads, OrdoConfig, Runner, StatusServer};
+use ordo_runtime::{KvDurability, KvReads, OrdoConfig, Runner, StatusServer};
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
@@ -72,6 +73,15 @@ pub enum KvError {
     /// The fabric or the member did not start.
     #[error("starting the member: {0}")]
     Start(String),
+    /// The durable state (`kv.durability = "disk"`) could not be opened or
+    /// is damaged.
+    #[error("data directory {dir}: {why}")]
+    Disk {
+        /// `kv.data_dir`.
+        dir: String,
+        /// Why.
+        why: crate::disk::DiskError,
+    },
     /// The RESP port could not be bound.
     #[error("binding {addr}: {why}")]
     Bind {
@@ -105,6 +115,9 @@ pub struct KvCounters {
 
 struct Shared {
     state: Mutex<KvState>,
+    /// The last header the table applied (its word), written on the agent's
+    /// thread; a `disk` replica snapshots the table at it.
+    applied: AtomicU64,
     /// Replies of entries this front end proposed, by request number.
     results: Mutex<Vec<(u64, Reply)>>,
     waker: Waker,
@@ -151,8 +164,35 @@ impl KvServer {
         let addr = listener.local_addr().map_err(|e| KvError::Start(e.to_string()))?;
         let poll = Poll::new().map_err(|e| KvError::Start(e.to_string()))?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(|e| KvError::Start(e.to_string()))?;
+        // Durable mode: the table, promise and log this replica wrote.
+        let mut store = None;
+        let mut boot = None;
+        if kv.durability == KvDurability::Disk {
+            let dir = kv.data_dir.clone().unwrap_or_default();
+            let options = DiskOptions {
+                snapshot_entries: kv.snapshot_entries,
+                max_record_bytes: u32::try_from(kv.max_entry_bytes + 64).unwrap_or(u32::MAX),
+                ..DiskOptions::default()
+            };
+            let (s, b) = DiskStore::open_dir(std::path::Path::new(&dir), options)
+                .map_err(|why| KvError::Disk { dir: dir.clone(), why })?;
+            if let Some(b) = &b {
+                tracing::info!(
+                    %dir, base = ?b.recovered.base, entries = b.recovered.log.len(), e_new = ?b.recovered.e_new,
+                    "recovering from disk"
+                );
+            }
+            store = Some(s);
+            boot = b;
+            cfg.durable = true;
+        }
+        let (table, applied, recovered) = match boot {
+            Some(b) => (b.state, b.recovered.base, Some(b.recovered)),
+            None => (KvState::new(), ordo_acuerdo::Header::NONE, None),
+        };
         let shared = Arc::new(Shared {
-            state: Mutex::new(KvState::new()),
+            state: Mutex::new(table),
+            applied: AtomicU64::new(applied.encode()),
             results: Mutex::new(Vec::new()),
             waker,
             counters: KvCounters::default(),
@@ -161,9 +201,26 @@ impl KvServer {
         });
         let nonce = unix_ns() ^ (u64::from(std::process::id()) << 40) ^ u64::from(me);
         let fabric = connect_fabric(&c).map_err(|e| KvError::Start(e.to_string()))?;
-        let (s1, s2, s3, s4) = (shared.clone(), shared.clone(), shared.clone(), shared.clone());
+        let (s1, s2, s3, s4, s5) = (shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone());
+        let on_persist: Option<ordo_runtime::acuerdo::PersistFn> = store.map(|mut store| {
+            Box::new(move |change: &ordo_acuerdo::Persist<'_>| {
+                let applied = ordo_acuerdo::Header::decode(s5.applied.load(Ordering::Acquire));
+                let mut table = || s5.state.lock().unwrap_or_else(|e| e.into_inner()).snapshot();
+                if let Err(why) = store.persist(change, applied, &mut table) {
+                    // Like etcd on a failed fsync: the member must not
+                    // publish what it could not make durable, so it stops
+                    // here (its peers see it die and go on without it).
+                    tracing::error!(%why, "cannot write the durable state; this replica exits");
+                    eprintln!("ordo-kv: cannot write the durable state ({why}); exiting");
+                    std::process::exit(74);
+                }
+            }) as ordo_runtime::acuerdo::PersistFn
+        });
         let options = MemberOptions {
-            on_deliver: Some(Box::new(move |_h, payload| {
+            recovered,
+            on_persist,
+            on_deliver: Some(Box::new(move |h, payload| {
+                s1.applied.store(h.encode(), Ordering::Release);
                 let entry = match Entry::decode(payload) {
                     Ok(e) => e,
                     Err(why) => {
@@ -183,6 +240,7 @@ impl KvServer {
                 s2.state.lock().unwrap_or_else(|e| e.into_inner()).snapshot()
             })),
             on_restore: Some(Box::new(move |header, bytes| {
+                s3.applied.store(header.encode(), Ordering::Release);
                 let mut st = s3.state.lock().unwrap_or_else(|e| e.into_inner());
                 match st.restore(bytes) {
                     Ok(()) => {
