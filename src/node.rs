@@ -344,7 +344,8 @@ fn up(args: UpArgs) -> Result<(), String> {
             c.node.send_rate = 0;
             if args.durability == DurabilityArg::Disk {
                 c.kv.durability = ordo_runtime::KvDurability::Disk;
-                let data = std::path::absolute(args.dir.join(format!("data-{id}"))).map_err(|e| e.to_string())?;
+                let data =
+                    std::path::absolute(args.dir.join(format!("data-{id}"))).map_err(|e| e.to_string())?;
                 c.kv.data_dir = Some(data.display().to_string());
             }
             c.validate_kv().map_err(|e| format!("replica {id}: {e}"))?;

@@ -333,7 +333,10 @@ fn missing_at(c: &Cluster, replicas: &[usize], acked: &[(String, String)]) -> us
                     for (k, _) in acked {
                         cl.send(&[b"GET", k.as_bytes()]);
                     }
-                    acked.iter().filter(|(_, v)| cl.recv().ok() != Some(Reply::Bulk(v.clone().into_bytes()))).count()
+                    acked
+                        .iter()
+                        .filter(|(_, v)| cl.recv().ok() != Some(Reply::Bulk(v.clone().into_bytes())))
+                        .count()
                 }
                 Err(_) => acked.len(),
             })
@@ -391,7 +394,12 @@ fn disk_mode_the_whole_cluster_killed_under_load_loses_no_acknowledged_write() {
         assert!(log.contains("recovering from disk"), "replica {i} recovered from its data directory");
     }
     let missing = missing_at(&c, &[0, 1, 2], &acked);
-    assert_eq!(missing, 0, "a replica lacks {missing} of {} acknowledged writes after the restart", acked.len());
+    assert_eq!(
+        missing,
+        0,
+        "a replica lacks {missing} of {} acknowledged writes after the restart",
+        acked.len()
+    );
     // Reads through the leader (linearizable) see them too, and the
     // history across the crash and the restart is linearizable: the reads
     // after the restart are part of it.

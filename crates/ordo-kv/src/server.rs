@@ -36,8 +36,8 @@
 //!   authorized; what one connection may hold is bounded (unparsed bytes,
 //!   pipelined requests), and so is the number of connections.
 
-use crate::disk::{DiskOptions, DiskStore};
 use crate::command::{Action, Read, ScanCursors, Sizes, answer, keys_in_chunks, parse};
+use crate::disk::{DiskOptions, DiskStore};
 use crate::resp::{self, Limits};
 use crate::state::{Entry, KvState, Reply};
 use mio::net::{TcpListener, TcpStream};
@@ -201,7 +201,8 @@ impl KvServer {
         });
         let nonce = unix_ns() ^ (u64::from(std::process::id()) << 40) ^ u64::from(me);
         let fabric = connect_fabric(&c).map_err(|e| KvError::Start(e.to_string()))?;
-        let (s1, s2, s3, s4, s5) = (shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone());
+        let (s1, s2, s3, s4, s5) =
+            (shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone());
         let on_persist: Option<ordo_runtime::acuerdo::PersistFn> = store.map(|mut store| {
             Box::new(move |change: &ordo_acuerdo::Persist<'_>| {
                 let applied = ordo_acuerdo::Header::decode(s5.applied.load(Ordering::Acquire));

@@ -17,11 +17,13 @@
 //!   with `stale_reads`, at once from any member's own copy (the
 //!   deliberately wrong configuration: the checker must catch it).
 //!
-//! - Half the seeds (odd ones) run the engine in **durable mode** with a
-//!   simulated disk per member ([`DiskState`]: what `persist` wrote
-//!   survives a crash): members the nemesis crashes come back from their
-//!   disk, and 0.5 ms after the calm the power goes out on every member at
-//!   once; they all recover from disk 0.3 ms later. The same checkers must
+//! - Half the seeds (odd ones) run the engine in **durable mode** with
+//!   ordo-kv's own durable store ([`DiskStore`], the code a `disk` replica
+//!   runs: promise file, checksummed segment log, table snapshots every
+//!   [`SNAPSHOT_ENTRIES`] entries) over a [`MemDisk`] per member: members
+//!   the nemesis crashes come back from their disk, and 0.5 ms after the
+//!   calm the power goes out on every member at once (the disks drop what
+//!   was not synced); they all recover from disk 0.3 ms later. The same checkers must
 //!   pass: nothing acknowledged lost, the group serves again.
 //!
 //! # Checked
@@ -36,10 +38,12 @@
 
 use crate::acuerdo::{Params, Shared, Status, nemesis};
 use crate::{SeedReport, Workload};
-use ordo_acuerdo::{AcuerdoDriver, DeliverySink, Epoch, Header, Layout, Persist, Recovered, Role, Settled};
+use ordo_acuerdo::{AcuerdoDriver, DeliverySink, Epoch, Header, Layout, Persist, Role, Settled};
 use ordo_fabric::MemberId;
+use ordo_kv::disk::{DiskOptions, DiskStore};
 use ordo_kv::lincheck::{self, Op, OpKind, Verdict};
 use ordo_kv::state::{Entry, KvState, Reply, SetWhen, Ttl, Write};
+use ordo_raft::storage::MemDisk;
 use ordo_sim::rng::SimRng;
 use ordo_sim::{Checker, Ctx, History, Sim, SimConfig, SimFabric, SimProcess, Violation};
 use std::cell::RefCell;
@@ -115,24 +119,42 @@ struct App {
     me: MemberId,
     nonce: u64,
     replies: Vec<(u64, Reply)>,
-    /// Durable mode: this member's disk (survives its crashes).
-    disk: Option<Disk>,
+    /// Durable mode: this incarnation's store over its member's disk.
+    store: Option<DiskStore<MemDisk>>,
+    /// The last header the state applied.
+    applied: Header,
 }
 
-/// A member's simulated disk in durable mode: what `persist` returned
-/// from is durable (it is written before any push of the poll), so a crash
-/// — of one member or of all at once (power loss) — keeps exactly it.
+/// Durable mode: the table is snapshotted (and the log compacted) this
+/// often, so short runs exercise compaction and recovery from a snapshot.
+pub const SNAPSHOT_ENTRIES: u64 = 25;
+
+/// A member's disk in durable mode: the promise directory and the log
+/// directory (clones share the files; they survive the member's crashes).
 #[derive(Clone, Debug, Default)]
-pub struct DiskState {
-    recovered: Recovered,
-    /// The application state at `recovered.base`.
-    snapshot: Vec<u8>,
+pub struct Disk {
+    meta: MemDisk,
+    log: MemDisk,
 }
 
-type Disk = Rc<RefCell<DiskState>>;
+impl Disk {
+    fn open(&self) -> (DiskStore<MemDisk>, Option<ordo_kv::disk::Boot>) {
+        let options =
+            DiskOptions { snapshot_entries: SNAPSHOT_ENTRIES, segment_bytes: 4096, ..DiskOptions::default() };
+        DiskStore::open(self.log.clone(), self.meta.clone(), options)
+            .expect("the disk holds a state this member wrote")
+    }
+
+    /// Power loss: what was not synced may be lost.
+    fn crash(&self, seed: u64) {
+        self.meta.crash(seed);
+        self.log.crash(seed.rotate_left(17));
+    }
+}
 
 impl DeliverySink for App {
-    fn deliver(&mut self, _header: Header, payload: &[u8]) {
+    fn deliver(&mut self, header: Header, payload: &[u8]) {
+        self.applied = header;
         match Entry::decode(payload) {
             Ok(e) => {
                 let reply = self.state.apply(&e);
@@ -146,28 +168,18 @@ impl DeliverySink for App {
     fn snapshot(&mut self) -> Vec<u8> {
         self.state.snapshot()
     }
-    fn restore(&mut self, _header: Header, state: &[u8]) {
+    fn restore(&mut self, header: Header, state: &[u8]) {
+        self.applied = header;
         if self.state.restore(state).is_err() {
             self.replies.push((u64::MAX, Reply::err("bad snapshot")));
         }
     }
     fn persist(&mut self, change: &Persist<'_>) {
-        let Some(disk) = &self.disk else { return };
-        let mut d = disk.borrow_mut();
-        d.recovered.e_new = change.e_new;
-        d.recovered.vote = change.vote;
-        if let Some(base) = change.restored {
-            // The application's state replaced the prefix up to `base`
-            // (nothing was delivered after it before this persist).
-            d.recovered.base = base;
-            d.snapshot = self.state.snapshot();
-        }
-        if let Some(from) = change.log_from {
-            d.recovered.log.retain(|(h, _)| *h < from);
-            d.recovered.log.extend(change.entries.iter().map(|(h, b)| (*h, b.to_vec())));
-            let base = d.recovered.base;
-            d.recovered.log.retain(|(h, _)| *h > base);
-        }
+        let Some(store) = &mut self.store else { return };
+        let state = &self.state;
+        store
+            .persist(change, self.applied, &mut || state.snapshot())
+            .expect("the simulated disk does not fail");
     }
 }
 
@@ -210,19 +222,25 @@ impl Member {
         let me = ctx.member();
         let mut cfg = params_config(params, me, ctx.incarnation());
         cfg.durable = disks.is_some();
-        let disk = disks.map(|d| d[me as usize].clone());
         let mut state = KvState::new();
-        let driver = match &disk {
-            // Durable mode: a restarted member recovers what it wrote.
-            Some(d) if ctx.incarnation() > 1 => {
-                let d = d.borrow();
-                if !d.snapshot.is_empty() {
-                    state.restore(&d.snapshot).expect("the disk holds a snapshot this member wrote");
-                }
-                AcuerdoDriver::recover(ctx.fabric().clone(), cfg, ctx.now(), 0, d.recovered.clone())
+        let mut applied = Header::NONE;
+        let mut store = None;
+        let mut boot = None;
+        if let Some(d) = disks.map(|d| &d[me as usize]) {
+            // Durable mode: what `ordo kv serve` does at start — open the
+            // store; a member that wrote something recovers it.
+            let (s, b) = d.open();
+            store = Some(s);
+            boot = b;
+        }
+        let driver = match boot {
+            Some(b) => {
+                state = b.state;
+                applied = b.recovered.base;
+                AcuerdoDriver::recover(ctx.fabric().clone(), cfg, ctx.now(), 0, b.recovered)
                     .expect("the disk holds a state this member wrote")
             }
-            _ => AcuerdoDriver::new(ctx.fabric().clone(), cfg, ctx.now(), 0).expect("valid config"),
+            None => AcuerdoDriver::new(ctx.fabric().clone(), cfg, ctx.now(), 0).expect("valid config"),
         };
         {
             let mut s = status.borrow_mut();
@@ -244,7 +262,7 @@ impl Member {
             read_asked_ns: BTreeMap::new(),
             driver,
             settled: Vec::new(),
-            app: App { state, me, nonce: ctx.incarnation(), replies: Vec::new(), disk },
+            app: App { state, me, nonce: ctx.incarnation(), replies: Vec::new(), store, applied },
             status,
             clients,
             waiting: BTreeMap::new(),
@@ -489,6 +507,9 @@ pub fn simulate(seed: u64, params: &Params, stale_reads: bool) -> History<KvEven
         for m in 0..n {
             sim.crash(m);
             status.borrow_mut().crashed[m as usize] = true;
+            if let Some(d) = &disks {
+                d[m as usize].crash(seed ^ u64::from(m));
+            }
         }
         sim.run_until(params.calm_ns + 800_000);
         for m in 0..n {
