@@ -10,8 +10,11 @@
 //! - ordo-kv is measured at its leader (a client of a follower adds a hop
 //!   to the leader); the resident memory of every server is read from
 //!   `/proc` after the load.
-//! - YCSB against etcd and ZooKeeper is not part of this benchmark yet
-//!   (see BENCHMARKS.md).
+//! - `--ycsb` runs the YCSB driver ([`crate::ycsb`]) instead: ordo-kv in
+//!   memory and in disk mode (`ordo-kv-disk`: each replica fsyncs its log
+//!   before its Accept), a single redis-server, and (built with `--features
+//!   peers`) etcd and ZooKeeper, one system at a time, every durable system
+//!   with its data under `--data-root` (the same medium for all).
 
 use crate::experiment::Experiment;
 use crate::machine::MachineInfo;
@@ -59,9 +62,17 @@ pub struct KvArgs {
     /// YCSB workloads.
     #[arg(long, value_delimiter = ',', default_value = "load,a,b,c,d,f")]
     pub workloads: Vec<String>,
-    /// Systems for YCSB.
-    #[arg(long, value_delimiter = ',', default_value = "ordo-kv,redis,etcd,zookeeper")]
+    /// Systems for YCSB: `ordo-kv` (memory durability), `ordo-kv-disk`
+    /// (`kv.durability = "disk"`: fsync before Accept), `redis`, `etcd`,
+    /// `zookeeper`.
+    #[arg(long, value_delimiter = ',', default_value = "ordo-kv,ordo-kv-disk,redis,etcd,zookeeper")]
     pub systems: Vec<String>,
+    /// Where every durable system keeps its data (etcd, ZooKeeper,
+    /// ordo-kv-disk), all on the same medium: tmpfs by default (an fsync
+    /// costs nothing there: the best case for all three); a directory on a
+    /// real disk measures their fsyncs too.
+    #[arg(long, default_value = "/dev/shm")]
+    pub data_root: PathBuf,
     /// Group sizes for YCSB (acuerdo Fig. 9): every workload runs at the
     /// first; YCSB-load runs at each (ordo-kv, etcd, ZooKeeper).
     #[arg(long, value_delimiter = ',', default_value = "3")]
@@ -117,6 +128,9 @@ pub struct YcsbRow {
     pub outcome: crate::ycsb::Outcome,
     /// ordo-kv ops/s divided by this system's (on other systems' rows).
     pub ordo_vs_this: Option<f64>,
+    /// ordo-kv-disk ops/s divided by this system's (on etcd, ZooKeeper and
+    /// redis-server rows).
+    pub ordo_disk_vs_this: Option<f64>,
 }
 
 /// The whole result.
@@ -258,10 +272,12 @@ fn start_ordo(
     dir: &std::path::Path,
     base: u16,
     n: u16,
+    extra: &[&str],
 ) -> Result<(u16, String), String> {
     let up = Command::new(exe)
         .args(["cluster", "up", "--kv", "-n", &n.to_string(), "--base-port", &base.to_string(), "--dir"])
         .arg(dir)
+        .args(extra)
         .env("ORDO_LOG", "warn")
         .output()
         .map_err(|e| e.to_string())?;
@@ -355,9 +371,9 @@ impl Peers {
     }
 
     /// etcd, `n` members (client ports base.., peer ports base+10..).
-    fn etcd(base: u16, n: u16) -> Result<Peers, String> {
+    fn etcd(base: u16, n: u16, root: &std::path::Path) -> Result<Peers, String> {
         need("etcd")?;
-        let dir = PathBuf::from(format!("/dev/shm/ordo-bench-etcd-{}", std::process::id()));
+        let dir = root.join(format!("ordo-bench-etcd-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cluster: Vec<String> =
             (0..n).map(|i| format!("e{i}=http://127.0.0.1:{}", base + 10 + i)).collect();
@@ -384,13 +400,13 @@ impl Peers {
 
     /// ZooKeeper, `n` nodes (client ports base.., quorum and election
     /// ports base+10.., base+20..), Debian's package.
-    fn zookeeper(base: u16, n: u16) -> Result<Peers, String> {
+    fn zookeeper(base: u16, n: u16, root: &std::path::Path) -> Result<Peers, String> {
         need("java")?;
         let jar = "/usr/share/java/zookeeper.jar";
         if !std::path::Path::new(jar).exists() {
             return Err(format!("{jar} not found: install it with `apt-get install zookeeper`"));
         }
-        let dir = PathBuf::from(format!("/dev/shm/ordo-bench-zk-{}", std::process::id()));
+        let dir = root.join(format!("ordo-bench-zk-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut children = Vec::new();
         for i in 0..n {
@@ -467,6 +483,7 @@ impl KvBench {
                         workload: w.name().into(),
                         outcome,
                         ordo_vs_this: None,
+                        ordo_disk_vs_this: None,
                     });
                 }
                 Ok::<(), String>(())
@@ -504,10 +521,25 @@ impl KvBench {
                     let dir = std::env::temp_dir().join(format!("ordo-bench-kv-{}-{n}", std::process::id()));
                     let _ = std::fs::remove_dir_all(&dir);
                     _extra = Some(OrdoCluster { exe: self.exe.clone(), dir: dir.clone() });
-                    start_ordo(&self.exe, &dir, base, n)?
+                    start_ordo(&self.exe, &dir, base, n, &[])?
                 };
                 let pw = pw.into_bytes();
                 measure("ordo-kv", n, &wl, rows, &|w| {
+                    ycsb::run(w, records, operations, threads, |_| {
+                        ycsb::Resp::connect(local(port), Some(&pw))
+                    })
+                })?;
+            }
+            if want("ordo-kv-disk") {
+                // The same cluster in disk mode, its data directories under
+                // --data-root (with etcd's and ZooKeeper's).
+                let base = ordo_runtime::node::free_base_port(u32::from(n)).ok_or("no free ports")?;
+                let dir = self.args.data_root.join(format!("ordo-bench-kvdisk-{}-{n}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                let _cluster = OrdoCluster { exe: self.exe.clone(), dir: dir.clone() };
+                let (port, pw) = start_ordo(&self.exe, &dir, base, n, &["--durability", "disk"])?;
+                let pw = pw.into_bytes();
+                measure("ordo-kv-disk", n, &wl, rows, &|w| {
                     ycsb::run(w, records, operations, threads, |_| {
                         ycsb::Resp::connect(local(port), Some(&pw))
                     })
@@ -524,7 +556,7 @@ impl KvBench {
             {
                 let base = ordo_runtime::node::free_base_port(3).ok_or("no free ports")? + 500;
                 if want("etcd") {
-                    let peers = Peers::etcd(base, n)?;
+                    let peers = Peers::etcd(base, n, &self.args.data_root)?;
                     let endpoints: Vec<String> =
                         (0..n).map(|i| format!("http://127.0.0.1:{}", base + i)).collect();
                     wait_until("etcd", Duration::from_secs(30), || {
@@ -540,7 +572,7 @@ impl KvBench {
                     }
                 }
                 if want("zookeeper") {
-                    let peers = Peers::zookeeper(base + 100, n)?;
+                    let peers = Peers::zookeeper(base + 100, n, &self.args.data_root)?;
                     let cluster: String =
                         (0..n).map(|i| format!("127.0.0.1:{}", base + 100 + i)).collect::<Vec<_>>().join(",");
                     wait_until("ZooKeeper", Duration::from_secs(60), || ycsb::Zk::connect(&cluster).is_ok())?;
@@ -565,17 +597,22 @@ impl KvBench {
         let _ = &skipped;
         // Ratios: ordo-kv over each other system, per workload, at the
         // same group size (redis-server: ordo-kv at the first size).
-        let ordo: Vec<(String, u16, f64)> = rows
-            .iter()
-            .filter(|r| r.system == "ordo-kv")
-            .map(|r| (r.workload.clone(), r.replicas, r.outcome.ops_per_s()))
-            .collect();
-        for r in rows.iter_mut().filter(|r| r.system != "ordo-kv") {
+        let of = |system: &str| -> Vec<(String, u16, f64)> {
+            rows.iter()
+                .filter(|r| r.system == system)
+                .map(|r| (r.workload.clone(), r.replicas, r.outcome.ops_per_s()))
+                .collect()
+        };
+        let (ordo, ordo_disk) = (of("ordo-kv"), of("ordo-kv-disk"));
+        let ratio = |of: &[(String, u16, f64)], r: &YcsbRow| {
             let n = if r.replicas == 1 { sizes[0] } else { r.replicas };
-            r.ordo_vs_this = ordo
-                .iter()
+            of.iter()
                 .find(|(w, m, _)| *w == r.workload && *m == n)
-                .map(|(_, _, o)| o / r.outcome.ops_per_s().max(1e-9));
+                .map(|(_, _, o)| o / r.outcome.ops_per_s().max(1e-9))
+        };
+        for r in rows.iter_mut().filter(|r| !r.system.starts_with("ordo-kv")) {
+            r.ordo_vs_this = ratio(&ordo, r);
+            r.ordo_disk_vs_this = ratio(&ordo_disk, r);
         }
         Ok(())
     }
@@ -611,7 +648,7 @@ impl Experiment for KvBench {
         }
         crate::experiment::write(&dir.join("ycsb.csv"), &csv)?;
         // acuerdo Fig. 9: YCSB-load throughput by group size, log scale.
-        let series: Vec<crate::plot::Series> = ["ordo-kv", "etcd", "zookeeper"]
+        let series: Vec<crate::plot::Series> = ["ordo-kv", "ordo-kv-disk", "etcd", "zookeeper"]
             .iter()
             .map(|sys| crate::plot::Series {
                 label: (*sys).to_string(),
@@ -662,7 +699,7 @@ impl Experiment for KvBench {
                 .spawn()
                 .map_err(|e| format!("redis-server: {e}"))?,
         );
-        let (leader_port, password) = start_ordo(&self.exe, &dir, base, 3)?;
+        let (leader_port, password) = start_ordo(&self.exe, &dir, base, 3, &[])?;
         wait_ping(redis_port, None)?;
         let n: u64 = if self.args.quick { 20_000 } else { 100_000 };
         let mut samples = Vec::new();
@@ -780,17 +817,18 @@ impl Experiment for KvBench {
     fn print_table(&self, r: &KvReport) {
         if self.args.ycsb {
             println!(
-                "ordo bench kv --ycsb: one YCSB driver (zipfian 0.99, 1,000-byte records, {} threads) against ordo-kv (acuerdo, shm, memory), a single redis-server, etcd and ZooKeeper (data on tmpfs); n: replicas",
-                self.args.threads
+                "ordo bench kv --ycsb: one YCSB driver (zipfian 0.99, 1,000-byte records, {} threads) against ordo-kv (acuerdo, shm; memory, and disk = fsync before Accept), a single redis-server, etcd and ZooKeeper; durable data under {}; n: replicas",
+                self.args.threads,
+                self.args.data_root.display()
             );
             println!("machine: {}; load average before: {:.2}", r.machine.summary(), r.loadavg_before);
             println!(
-                "{:<13} {:>3} {:>5} {:>10} {:>9} {:>9} {:>8} {:>10}",
-                "system", "n", "wl", "ops/s", "p50 us", "p99 us", "errors", "ordo-kv x"
+                "{:<13} {:>3} {:>5} {:>10} {:>9} {:>9} {:>8} {:>10} {:>10}",
+                "system", "n", "wl", "ops/s", "p50 us", "p99 us", "errors", "ordo-kv x", "kv-disk x"
             );
             for row in &r.ycsb {
                 println!(
-                    "{:<13} {:>3} {:>5} {:>10.0} {:>9.0} {:>9.0} {:>8} {:>10}",
+                    "{:<13} {:>3} {:>5} {:>10.0} {:>9.0} {:>9.0} {:>8} {:>10} {:>10}",
                     row.system,
                     row.replicas,
                     row.workload,
@@ -798,7 +836,8 @@ impl Experiment for KvBench {
                     row.outcome.p50_us,
                     row.outcome.p99_us,
                     row.outcome.errors,
-                    row.ordo_vs_this.map_or(String::new(), |v| format!("{v:.1}x"))
+                    row.ordo_vs_this.map_or(String::new(), |v| format!("{v:.1}x")),
+                    row.ordo_disk_vs_this.map_or(String::new(), |v| format!("{v:.1}x"))
                 );
             }
             for s in &r.skipped {
