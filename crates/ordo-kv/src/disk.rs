@@ -4,8 +4,9 @@
 //! the replica starts ([`Recovered`] plus the table).
 //!
 //! # Files (in `kv.data_dir`)
-//! - `promise`: E_new and this member's vote, checksummed, replaced
-//!   atomically (temp file, fsync, rename, directory fsync).
+//! - `promise`: E_new, this member's vote and its Accepted floor (a diff's
+//!   count-0 header when that lies above the last entry), checksummed,
+//!   replaced atomically (temp file, fsync, rename, directory fsync).
 //! - `log/`: the checksummed segment log of [`ordo_raft::storage`]
 //!   ([`LogStore`]: group commit, torn-tail recovery, compaction). The
 //!   acuerdo entry at position `k` is log index `k` with term = its epoch's
@@ -18,6 +19,11 @@
 //!   log changes are written, so every stored entry's epoch is at most the
 //!   stored E_new even after a crash between the two (what
 //!   [`ordo_acuerdo::Engine::recover`] demands).
+//! - **Accepted after log**: Accepted claims the log up to it is held, so a
+//!   raised floor is written only after the log's sync; an election counts
+//!   it, so a member that accepted a new leader's diff (and nothing after
+//!   it) must not come back claiming less (found by the kv simulation: a
+//!   restarted member voted for a candidate lacking a committed write).
 //! - **Nothing acknowledged is lost**: [`DiskStore::persist`] returns only
 //!   after one `sync` of the log (group commit: one fsync per poll, however
 //!   many entries); the engine publishes its Accept, vote or E_new only
@@ -40,8 +46,8 @@ use std::io;
 
 /// The promise file.
 pub const PROMISE_FILE: &str = "promise";
-const PROMISE_MAGIC: &[u8; 8] = b"ORDOKVP1";
-const PROMISE_BYTES: usize = 8 + 8 + 24 + 4;
+const PROMISE_MAGIC: &[u8; 8] = b"ORDOKVP2";
+const PROMISE_BYTES: usize = 8 + 8 + 24 + 8 + 4;
 
 /// Why the durable state could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -117,22 +123,25 @@ pub struct DiskStore<D: Disk> {
     /// The header the stored snapshot covers (`Header::NONE`: none).
     base: Header,
     promise: (Epoch, Vote),
+    /// The Accepted floor written in the promise file.
+    floor: Header,
     stats: DiskStats,
 }
 
-fn encode_promise(e_new: Epoch, vote: Vote) -> Vec<u8> {
+fn encode_promise(e_new: Epoch, vote: Vote, floor: Header) -> Vec<u8> {
     let mut out = Vec::with_capacity(PROMISE_BYTES);
     out.extend_from_slice(PROMISE_MAGIC);
     out.extend_from_slice(&e_new.encode().to_le_bytes());
     for w in vote.encode() {
         out.extend_from_slice(&w.to_le_bytes());
     }
+    out.extend_from_slice(&floor.encode().to_le_bytes());
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
-fn decode_promise(b: &[u8]) -> Result<(Epoch, Vote), DiskError> {
+fn decode_promise(b: &[u8]) -> Result<(Epoch, Vote, Header), DiskError> {
     let bad = |why: &str| Err(DiskError::Corrupt(format!("{PROMISE_FILE}: {why}")));
     if b.len() != PROMISE_BYTES {
         return bad("wrong length");
@@ -149,7 +158,7 @@ fn decode_promise(b: &[u8]) -> Result<(Epoch, Vote), DiskError> {
     let Some(vote) = Vote::decode([word(16), word(24), word(32)]) else {
         return bad("vote check word mismatch");
     };
-    Ok((e_new, vote))
+    Ok((e_new, vote, Header::decode(word(40))))
 }
 
 impl<D: Disk> DiskStore<D> {
@@ -216,9 +225,11 @@ impl<D: Disk> DiskStore<D> {
             headers.push_back(h);
             log_entries.push((h, e.data[8..].to_vec()));
         }
-        let (e_new, vote) = match promise {
+        let (e_new, vote, floor) = match promise {
             Some(p) => p,
-            None if stored.snapshot.is_none() && log_entries.is_empty() => (Epoch::NONE, Vote::NONE),
+            None if stored.snapshot.is_none() && log_entries.is_empty() => {
+                (Epoch::NONE, Vote::NONE, Header::NONE)
+            }
             None => return Err(DiskError::Corrupt("a log without its promise file".into())),
         };
         let store = DiskStore {
@@ -229,17 +240,18 @@ impl<D: Disk> DiskStore<D> {
             first,
             base,
             promise: (e_new, vote),
+            floor,
             stats: DiskStats::default(),
         };
         if promise.is_none() {
             return Ok((store, None));
         }
-        if previous.epoch > e_new || vote.e_new > e_new {
+        if previous.epoch > e_new || vote.e_new > e_new || floor.epoch > e_new {
             return Err(DiskError::Corrupt(format!(
                 "the promise (E_new {e_new:?}) is below the stored log ({previous:?}) or the vote"
             )));
         }
-        let recovered = Recovered { e_new, vote, base, log: log_entries };
+        let recovered = Recovered { e_new, vote, base, log: log_entries, accepted: floor };
         Ok((store, Some(Boot { recovered, state })))
     }
 
@@ -255,7 +267,7 @@ impl<D: Disk> DiskStore<D> {
     ) -> Result<(), DiskError> {
         self.stats.persists += 1;
         if (change.e_new, change.vote) != self.promise {
-            self.write_promise(change.e_new, change.vote)?;
+            self.write_promise(change.e_new, change.vote, self.floor)?;
         }
         if let Some(base) = change.restored {
             // The engine's log was cleared and the table replaced by the
@@ -284,6 +296,11 @@ impl<D: Disk> DiskStore<D> {
             self.log.append(&batch)?;
         }
         self.log.sync()?;
+        // A diff's Accepted above every stored entry: after the log.
+        let last = self.headers.back().copied().unwrap_or(self.base);
+        if change.accepted > last && change.accepted > self.floor {
+            self.write_promise(change.e_new, change.vote, change.accepted)?;
+        }
         self.maybe_snapshot(applied, snapshot)
     }
 
@@ -321,18 +338,19 @@ impl<D: Disk> DiskStore<D> {
         Ok(())
     }
 
-    fn write_promise(&mut self, e_new: Epoch, vote: Vote) -> Result<(), DiskError> {
+    fn write_promise(&mut self, e_new: Epoch, vote: Vote, floor: Header) -> Result<(), DiskError> {
         let tmp = format!("{PROMISE_FILE}.tmp");
         let io = |op, file: &str| {
             let file = file.to_string();
             move |source| DiskError::Io { op, file, source }
         };
         self.meta.create(&tmp).map_err(io("create", &tmp))?;
-        self.meta.append(&tmp, &encode_promise(e_new, vote)).map_err(io("write", &tmp))?;
+        self.meta.append(&tmp, &encode_promise(e_new, vote, floor)).map_err(io("write", &tmp))?;
         self.meta.sync(&tmp).map_err(io("fsync", &tmp))?;
         self.meta.rename(&tmp, PROMISE_FILE).map_err(io("rename", &tmp))?;
         self.meta.sync_dir().map_err(io("fsync the directory of", PROMISE_FILE))?;
         self.promise = (e_new, vote);
+        self.floor = floor;
         self.stats.promises += 1;
         Ok(())
     }

@@ -106,6 +106,8 @@ struct Model {
     table: KvState,
     log: Vec<(Header, Vec<u8>)>,
     committed: usize,
+    /// Accepted (a diff's count-0 header may lie above the last entry).
+    accepted: Header,
 }
 
 impl Model {
@@ -117,6 +119,7 @@ impl Model {
             table: KvState::new(),
             log: Vec::new(),
             committed: 0,
+            accepted: Header::NONE,
         }
     }
 
@@ -141,7 +144,7 @@ impl Model {
             return self.e_new == Epoch::NONE && self.log.is_empty() && self.base == Header::NONE;
         };
         let r = &b.recovered;
-        if (r.e_new, r.vote) != (self.e_new, self.vote) {
+        if (r.e_new, r.vote) != (self.e_new, self.vote) || accepted_of(r) != self.accepted {
             return false;
         }
         let k = if r.base == self.base {
@@ -154,6 +157,11 @@ impl Model {
         };
         b.state == self.table_after(k) && r.log == self.log[k..]
     }
+}
+
+/// Accepted as the engine resumes with it.
+fn accepted_of(r: &Recovered) -> Header {
+    r.log.last().map_or(r.base, |(h, _)| *h).max(r.accepted)
 }
 
 /// One random poll's change, applied to the model; returns the Persist.
@@ -174,10 +182,14 @@ fn step(m: &mut Model, rng: &mut u64, next: &mut u64, leader: u32) -> (Option<He
                 from = Some(m.log[cut].0);
             }
             m.log.truncate(cut);
-            for c in 1..=(1 + splitmix(rng) % 3) as u32 {
+            // Accepted the diff: the new leader's log, and sometimes
+            // nothing of its own yet (Accepted = its count-0 header).
+            m.accepted = e.header(0);
+            from.get_or_insert(f);
+            for c in 1..=(splitmix(rng) % 4) as u32 {
                 *next += 1;
                 m.log.push((e.header(c), payload(*next)));
-                from.get_or_insert(f);
+                m.accepted = e.header(c);
             }
         }
         // A leader's snapshot restored: the table replaced, the log cleared.
@@ -192,6 +204,7 @@ fn step(m: &mut Model, rng: &mut u64, next: &mut u64, leader: u32) -> (Option<He
             m.base = base;
             m.log.clear();
             m.committed = 0;
+            m.accepted = base;
             restored = Some(base);
         }
         // More entries in the current epoch, and some commit.
@@ -199,7 +212,7 @@ fn step(m: &mut Model, rng: &mut u64, next: &mut u64, leader: u32) -> (Option<He
             if m.e_new == Epoch::NONE {
                 m.e_new = Epoch::new(1, leader);
             }
-            let last = m.log.last().map_or(m.base, |(h, _)| *h);
+            let last = m.accepted;
             let mut c = if last.epoch == m.e_new { last.count } else { 0 };
             for _ in 0..1 + splitmix(rng) % 4 {
                 c += 1;
@@ -207,6 +220,7 @@ fn step(m: &mut Model, rng: &mut u64, next: &mut u64, leader: u32) -> (Option<He
                 let h = m.e_new.header(c);
                 from.get_or_insert(h);
                 m.log.push((h, payload(*next)));
+                m.accepted = h;
             }
         }
     }
@@ -238,7 +252,8 @@ fn persist(
         Some(f) => m.log.iter().filter(|(h, _)| *h >= f).map(|(h, p)| (*h, p.as_slice())).collect(),
         None => Vec::new(),
     };
-    let change = Persist { e_new: m.e_new, vote: m.vote, log_from: from, entries, restored };
+    let change =
+        Persist { e_new: m.e_new, vote: m.vote, log_from: from, entries, restored, accepted: m.accepted };
     let (applied, table) = applied_before;
     let mut snap = || table.snapshot();
     store.persist(&change, applied, &mut snap)
@@ -299,10 +314,15 @@ fn what_persist_returned_from_survives_a_crash_at_every_point() {
             // the old one (promise first), or both old, or both new.
             let mut mixed = before.clone();
             (mixed.e_new, mixed.vote) = (m.e_new, m.vote);
+            // Or everything new but the Accepted floor (written last).
+            let mut floorless = m.clone();
+            floorless.accepted =
+                m.log.last().map_or(m.base, |(h, _)| *h).max(before.accepted.min(m.accepted));
             assert!(
                 before.admits(&boot)
                     || m.admits(&boot)
                     || mixed.admits(&boot)
+                    || floorless.admits(&boot)
                     || partial_ok(&before, &m, &boot),
                 "seed {seed} (died after {k} calls): recovered a state neither before nor after: {:?}",
                 boot.map(|b| b.recovered)
@@ -329,7 +349,17 @@ fn partial_ok(before: &Model, after: &Model, boot: &Option<Boot>) -> bool {
     let keeps_committed = committed.iter().all(|h| *h <= r.base || stored.contains(h));
     let in_order = stored.windows(2).all(|w| w[0] < w[1]);
     let known = stored.iter().all(|h| before.log.iter().any(|(x, _)| x == h) || all_after.contains(h));
-    promise_ok && keeps_committed && in_order && known && r.log.last().is_none_or(|(h, _)| h.epoch <= r.e_new)
+    // Accepted never claims more than what was written before it.
+    let accepted = accepted_of(r);
+    let accepted_ok = accepted == before.accepted
+        || accepted == after.accepted
+        || r.log.last().map_or(r.base, |(h, _)| *h) == accepted;
+    promise_ok
+        && keeps_committed
+        && in_order
+        && known
+        && accepted_ok
+        && r.log.last().is_none_or(|(h, _)| h.epoch <= r.e_new)
 }
 
 #[test]
@@ -344,8 +374,14 @@ fn snapshots_bound_the_log_and_restore_the_table() {
         let h = e.header(c);
         let p = payload(u64::from(c));
         all.push((h, p.clone()));
-        let change =
-            Persist { e_new: e, vote: Vote::NONE, log_from: Some(h), entries: vec![(h, &p)], restored: None };
+        let change = Persist {
+            e_new: e,
+            vote: Vote::NONE,
+            log_from: Some(h),
+            entries: vec![(h, &p)],
+            restored: None,
+            accepted: h,
+        };
         let t = table.clone();
         store.persist(&change, applied, &mut || t.snapshot()).unwrap();
         // Delivered after the persist, as in the engine's poll.
@@ -382,6 +418,7 @@ fn a_damaged_promise_or_log_is_an_error_not_a_shorter_history() {
         log_from: Some(e.header(1)),
         entries: vec![(e.header(1), &p)],
         restored: None,
+        accepted: e.header(1),
     };
     store.persist(&change, Header::NONE, &mut Vec::new).unwrap();
     drop(store);

@@ -14,7 +14,12 @@ fn fresh_seeds() {
 /// committed it (the old leader caught up by a snapshot covering it: now
 /// `Unknown`), read back by a read that a follower's echo of the old
 /// leader's barrier counter had confirmed with no round at all.
-const PINNED: &[u64] = &[0, 1, 2, 42, 0xDEAD_BEEF, 10_133_736_097_792_388_952];
+/// 1795756328056448151 (durable): a member accepted a new leader's diff
+/// (Accepted = the epoch's count-0 header, above its last entry), helped
+/// commit its log, crashed, and came back claiming only its last entry, so
+/// it voted for a candidate lacking an acknowledged write (Accepted is now
+/// persisted, after the log).
+const PINNED: &[u64] = &[0, 1, 2, 42, 0xDEAD_BEEF, 10_133_736_097_792_388_952, 1_795_756_328_056_448_151];
 
 #[test]
 fn pinned_seeds() {

@@ -33,7 +33,11 @@ impl Engine {
 
     /// Hands the poll's changes to the application (durable mode).
     pub(super) fn persist(&mut self, sink: &mut impl DeliverySink) {
-        if !self.cfg.durable || (self.dirty_from.is_none() && !self.promise_dirty && self.restored.is_none())
+        if !self.cfg.durable
+            || (self.dirty_from.is_none()
+                && !self.promise_dirty
+                && self.restored.is_none()
+                && self.accepted == self.persisted_accepted)
         {
             return;
         }
@@ -46,8 +50,10 @@ impl Engine {
             log_from: from,
             entries,
             restored: self.restored,
+            accepted: self.accepted,
         };
         sink.persist(&change);
+        self.persisted_accepted = self.accepted;
         self.promise_dirty = false;
         self.restored = None;
     }
@@ -67,7 +73,10 @@ impl Engine {
             return Err(ConfigError::Members("the recovered log is not in order above its base".into()));
         }
         let last = rec.log.last().map_or(rec.base, |(h, _)| *h);
-        if last.epoch > rec.e_new || rec.vote.e_new > rec.e_new {
+        // Accepted: a diff's count-0 header may lie above the last entry
+        // (a new leader's log held without new entries yet).
+        let accepted = last.max(rec.accepted);
+        if accepted.epoch > rec.e_new || rec.vote.e_new > rec.e_new {
             return Err(ConfigError::Members("the recovered promise is below the recovered log".into()));
         }
         e.e_new = rec.e_new;
@@ -80,12 +89,13 @@ impl Engine {
             e.votes[e.my_row] = rec.vote;
         }
         e.log = rec.log.into_iter().collect();
-        e.accepted = last;
+        e.accepted = accepted;
+        e.persisted_accepted = accepted;
         // The epoch whose leader's log it holds: it may return to following
         // that leader, and it never wins that epoch again (it may have led
         // it: headers of it were handed out).
-        e.e_cur = last.epoch;
-        e.store(e.layout.columns.accept, 0, last.encode());
+        e.e_cur = accepted.epoch;
+        e.store(e.layout.columns.accept, 0, accepted.encode());
         e.committed = rec.base;
         e.log_floor = rec.base;
         e.next = rec.base.succ();

@@ -226,6 +226,13 @@ pub struct Persist<'a> {
     /// application's state replaced the prefix up to it; the log was
     /// cleared): persist the application's state before the log.
     pub restored: Option<Header>,
+    /// Accepted: the header up to which this member holds the log of the
+    /// epoch it follows or leads. Usually the last entry's header; after a
+    /// diff (a new leader's, accepted or made) it is that epoch's count-0
+    /// header, above every entry — and an election counts it (the vote's
+    /// `acpt`), so it must survive a restart: write it **after** the log,
+    /// since it claims the log is held.
+    pub accepted: Header,
 }
 
 /// A member's durable state, read back after a restart ([`Engine::recover`]).
@@ -240,6 +247,9 @@ pub struct Recovered {
     pub base: Header,
     /// The stored log after `base`, in header order.
     pub log: Vec<(Header, Vec<u8>)>,
+    /// The last Accepted written ([`Persist::accepted`]); the member resumes
+    /// with Accepted = the larger of it and the last entry's header.
+    pub accepted: Header,
 }
 
 impl<F: FnMut(Header, &[u8])> DeliverySink for F {
@@ -401,6 +411,8 @@ pub struct Engine {
     promise_dirty: bool,
     /// Durable mode: a snapshot restored since the last persist.
     restored: Option<Header>,
+    /// Durable mode: Accepted as of the last persist.
+    persisted_accepted: Header,
 }
 
 impl Engine {
@@ -501,6 +513,7 @@ impl Engine {
             dirty_from: None,
             promise_dirty: false,
             restored: None,
+            persisted_accepted: Header::NONE,
         };
         engine.write_status();
         assert_eq!(engine.members[engine.my_row], engine.me, "my row is mine");
