@@ -111,6 +111,13 @@ pub struct KvCounters {
     pub protocol_errors: AtomicU64,
     /// Failed AUTH attempts.
     pub auth_failures: AtomicU64,
+    /// `disk` mode: persists that wrote something (one fsync of the log
+    /// each: group commit).
+    pub disk_persists: AtomicU64,
+    /// `disk` mode: table snapshots written (periodic and restored).
+    pub disk_snapshots: AtomicU64,
+    /// `disk` mode: entries in the stored log (above the snapshot).
+    pub disk_stored_entries: AtomicU64,
 }
 
 struct Shared {
@@ -206,8 +213,13 @@ impl KvServer {
         let on_persist: Option<ordo_runtime::acuerdo::PersistFn> = store.map(|mut store| {
             Box::new(move |change: &ordo_acuerdo::Persist<'_>| {
                 let applied = ordo_acuerdo::Header::decode(s5.applied.load(Ordering::Acquire));
-                let mut table = || s5.state.lock().unwrap_or_else(|e| e.into_inner()).snapshot();
-                if let Err(why) = store.persist(change, applied, &mut table) {
+                let mut table = || s5.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let result = store.persist(change, applied, &mut table);
+                let c = &s5.counters;
+                c.disk_persists.store(store.stats().persists, Ordering::Relaxed);
+                c.disk_snapshots.store(store.stats().snapshots, Ordering::Relaxed);
+                c.disk_stored_entries.store(store.stored_entries() as u64, Ordering::Relaxed);
+                if let Err(why) = result {
                     // Like etcd on a failed fsync: the member must not
                     // publish what it could not make durable, so it stops
                     // here (its peers see it die and go on without it).
@@ -825,7 +837,7 @@ impl Front {
         let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         let c = &self.shared.counters;
         format!(
-            "# Server\r\nordo_version:{}\r\nordo_member:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Replication\r\nrole:{}\r\nordo_leader:{}\r\nordo_epoch:{:?}\r\nordo_committed:{:?}\r\nordo_delivered:{}\r\n\r\n# Stats\r\ntotal_commands_processed:{}\r\nordo_writes_proposed:{}\r\nordo_forwarded:{}\r\nordo_read_barriers:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires={}\r\n",
+            "# Server\r\nordo_version:{}\r\nordo_member:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Replication\r\nrole:{}\r\nordo_leader:{}\r\nordo_epoch:{:?}\r\nordo_committed:{:?}\r\nordo_delivered:{}\r\n\r\n# Stats\r\ntotal_commands_processed:{}\r\nordo_writes_proposed:{}\r\nordo_forwarded:{}\r\nordo_read_barriers:{}\r\n\r\n# Persistence\r\nordo_durability:{}\r\nordo_disk_persists:{}\r\nordo_disk_snapshots:{}\r\nordo_disk_stored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires={}\r\n",
             env!("CARGO_PKG_VERSION"),
             self.me,
             self.started.elapsed().as_secs(),
@@ -839,6 +851,10 @@ impl Front {
             c.writes_proposed.load(Ordering::Relaxed),
             c.forwarded.load(Ordering::Relaxed),
             c.read_barriers.load(Ordering::Relaxed),
+            if self.kv.durability == KvDurability::Disk { "disk" } else { "memory" },
+            c.disk_persists.load(Ordering::Relaxed),
+            c.disk_snapshots.load(Ordering::Relaxed),
+            c.disk_stored_entries.load(Ordering::Relaxed),
             state.len(unix_ms()),
             state.expiring(),
         )

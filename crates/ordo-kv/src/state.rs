@@ -17,7 +17,7 @@
 //! - [`KvState::snapshot`] / [`KvState::restore`] round-trip the whole
 //!   state; `restore` validates everything before it replaces anything.
 
-use std::collections::{BTreeMap, BTreeSet};
+use imbl::{OrdMap, OrdSet};
 
 /// Largest value the state machine keeps (an APPEND beyond it is refused).
 pub const MAX_VALUE_BYTES: usize = 64 << 20;
@@ -312,12 +312,14 @@ struct Item {
 }
 
 /// The table: keys, values, expiry, the clock, and how many entries built
-/// it.
+/// it. The maps are persistent (`imbl`): a clone costs O(1) and shares
+/// every node until one side writes, so a `disk` replica hands a frozen
+/// copy to its snapshot thread without stalling the agent.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KvState {
-    map: BTreeMap<Vec<u8>, Item>,
+    map: OrdMap<Vec<u8>, Item>,
     /// `(expire_at, key)` of every key with an expiry.
-    expiries: BTreeSet<(u64, Vec<u8>)>,
+    expiries: OrdSet<(u64, Vec<u8>)>,
     /// The largest entry stamp applied (Unix ms).
     clock_ms: u64,
     applied: u64,
@@ -421,10 +423,10 @@ impl KvState {
     }
 
     fn purge_expired(&mut self) {
-        while let Some((at, _)) = self.expiries.first()
+        while let Some((at, _)) = self.expiries.get_min()
             && *at <= self.clock_ms
         {
-            let (_, key) = self.expiries.pop_first().expect("just seen");
+            let (_, key) = self.expiries.remove_min().expect("just seen");
             self.map.remove(&key);
         }
     }

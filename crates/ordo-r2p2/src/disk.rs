@@ -25,6 +25,14 @@ pub struct FsDisk {
     open: HashMap<String, File>,
 }
 
+impl Clone for FsDisk {
+    /// Another handle on the same directory (its own handle cache), e.g.
+    /// for a thread that writes other files there.
+    fn clone(&self) -> FsDisk {
+        FsDisk { dir: self.dir.clone(), open: HashMap::new() }
+    }
+}
+
 impl FsDisk {
     /// Uses `dir`, creating it (and its parents) if missing.
     pub fn open(dir: impl Into<PathBuf>) -> io::Result<FsDisk> {

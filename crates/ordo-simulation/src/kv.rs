@@ -139,8 +139,12 @@ pub struct Disk {
 
 impl Disk {
     fn open(&self) -> (DiskStore<MemDisk>, Option<ordo_kv::disk::Boot>) {
-        let options =
-            DiskOptions { snapshot_entries: SNAPSHOT_ENTRIES, segment_bytes: 4096, ..DiskOptions::default() };
+        let options = DiskOptions {
+            snapshot_entries: SNAPSHOT_ENTRIES,
+            segment_bytes: 4096,
+            background: false,
+            ..DiskOptions::default()
+        };
         DiskStore::open(self.log.clone(), self.meta.clone(), options)
             .expect("the disk holds a state this member wrote")
     }
@@ -177,9 +181,7 @@ impl DeliverySink for App {
     fn persist(&mut self, change: &Persist<'_>) {
         let Some(store) = &mut self.store else { return };
         let state = &self.state;
-        store
-            .persist(change, self.applied, &mut || state.snapshot())
-            .expect("the simulated disk does not fail");
+        store.persist(change, self.applied, &mut || state.clone()).expect("the simulated disk does not fail");
     }
 }
 
