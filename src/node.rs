@@ -108,6 +108,9 @@ pub struct UpArgs {
 pub enum EngineArg {
     Vsync,
     Acuerdo,
+    /// With `--kv` only: ordo-kv over R3P2 (Raft inside R2P2, UDP ports
+    /// base+400+i).
+    Raft,
 }
 
 /// `ordo cluster up --kv --durability`.
@@ -302,6 +305,9 @@ fn up(args: UpArgs) -> Result<(), String> {
     if args.members == 0 {
         return Err("a cluster needs at least one member".into());
     }
+    if args.engine == EngineArg::Raft && !args.kv {
+        return Err("--engine raft runs ordo-kv replicas: add --kv".into());
+    }
     if args.dir.join("pids").exists() {
         return Err(format!(
             "{} holds a running cluster (ordo cluster down --dir {0:?} first)",
@@ -342,8 +348,17 @@ fn up(args: UpArgs) -> Result<(), String> {
                 (0..args.members).map(|i| ordo_runtime::TcpPeer { id: i, addr: kv_port(i) }).collect();
             c.security.client_secret_file = Some(client_secret.clone());
             c.node.send_rate = 0;
+            if args.engine == EngineArg::Raft {
+                c.kv.engine = ordo_runtime::KvEngine::Raft;
+                let raft_port = |i: u32| format!("127.0.0.1:{}", u32::from(args.base_port) + 400 + i);
+                c.kv.raft =
+                    (0..args.members).map(|i| ordo_runtime::TcpPeer { id: i, addr: raft_port(i) }).collect();
+            }
             if args.durability == DurabilityArg::Disk {
                 c.kv.durability = ordo_runtime::KvDurability::Disk;
+            }
+            // Raft keeps its log (and vote) there in both modes.
+            if args.durability == DurabilityArg::Disk || args.engine == EngineArg::Raft {
                 let data =
                     std::path::absolute(args.dir.join(format!("data-{id}"))).map_err(|e| e.to_string())?;
                 c.kv.data_dir = Some(data.display().to_string());
@@ -374,9 +389,13 @@ fn up(args: UpArgs) -> Result<(), String> {
     }
     if args.kv {
         println!(
-            "{} ordo-kv replicas up on the {:?} fabric, {:?} durability (configs, secrets, logs and pids in {})",
+            "{} ordo-kv replicas up ({}), {:?} durability (configs, secrets, logs and pids in {})",
             args.members,
-            args.fabric,
+            if args.engine == EngineArg::Raft {
+                "raft: R3P2 over UDP".to_string()
+            } else {
+                format!("acuerdo on the {:?} fabric", args.fabric)
+            },
             args.durability,
             args.dir.display()
         );

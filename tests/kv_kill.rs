@@ -6,7 +6,8 @@
 //! from the survivors, and the recorded history (invocation and response
 //! times, unknown outcomes included) passes the linearizability checker.
 //!
-//! In `disk` mode (`--durability disk`) all three replicas are SIGKILLed
+//! With `--engine raft` (R3P2) the same leader-kill test runs over the
+//! second engine. In `disk` mode (`--durability disk`) all three replicas are SIGKILLed
 //! at once under load and restarted from their data directories: every
 //! acknowledged write is there, and the history is linearizable.
 //!
@@ -213,8 +214,19 @@ fn redis_tools_then_the_leader_killed_under_load_loses_no_acknowledged_write_tcp
     redis_tools_then_the_leader_killed("tcp");
 }
 
+/// The same over the second engine: R3P2 (Raft inside R2P2 over UDP), its
+/// log fsynced in each replica's data directory.
+#[test]
+fn redis_tools_then_the_leader_killed_under_load_loses_no_acknowledged_write_raft() {
+    redis_tools_then_the_leader_killed_with("raft", "shm", &["--engine", "raft", "--durability", "disk"]);
+}
+
 fn redis_tools_then_the_leader_killed(fabric: &str) {
-    let c = Cluster::up(fabric, fabric);
+    redis_tools_then_the_leader_killed_with(fabric, fabric, &[]);
+}
+
+fn redis_tools_then_the_leader_killed_with(name: &str, fabric: &str, extra: &[&str]) {
+    let c = Cluster::up_with(name, fabric, extra);
     // redis-cli against every replica (followers forward).
     assert_eq!(c.redis_cli(1, &["set", "a", "1"]), "OK");
     for i in 0..3 {

@@ -63,9 +63,13 @@ pub struct KvArgs {
     #[arg(long, value_delimiter = ',', default_value = "load,a,b,c,d,f")]
     pub workloads: Vec<String>,
     /// Systems for YCSB: `ordo-kv` (memory durability), `ordo-kv-disk`
-    /// (`kv.durability = "disk"`: fsync before Accept), `redis`, `etcd`,
-    /// `zookeeper`.
-    #[arg(long, value_delimiter = ',', default_value = "ordo-kv,ordo-kv-disk,redis,etcd,zookeeper")]
+    /// (`kv.durability = "disk"`: fsync before Accept), `ordo-kv-raft` (the
+    /// Raft engine, R3P2, log fsynced), `redis`, `etcd`, `zookeeper`.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ordo-kv,ordo-kv-disk,ordo-kv-raft,redis,etcd,zookeeper"
+    )]
     pub systems: Vec<String>,
     /// Where every durable system keeps its data (etcd, ZooKeeper,
     /// ordo-kv-disk), all on the same medium: tmpfs by default (an fsync
@@ -530,16 +534,23 @@ impl KvBench {
                     })
                 })?;
             }
-            if want("ordo-kv-disk") {
-                // The same cluster in disk mode, its data directories under
-                // --data-root (with etcd's and ZooKeeper's).
+            // The same cluster in disk mode, and over the Raft engine (its
+            // log fsynced), data directories under --data-root (with
+            // etcd's and ZooKeeper's).
+            for (system, extra) in [
+                ("ordo-kv-disk", &["--durability", "disk"][..]),
+                ("ordo-kv-raft", &["--engine", "raft", "--durability", "disk"][..]),
+            ] {
+                if !want(system) {
+                    continue;
+                }
                 let base = ordo_runtime::node::free_base_port(u32::from(n)).ok_or("no free ports")?;
-                let dir = self.args.data_root.join(format!("ordo-bench-kvdisk-{}-{n}", std::process::id()));
+                let dir = self.args.data_root.join(format!("ordo-bench-{system}-{}-{n}", std::process::id()));
                 let _ = std::fs::remove_dir_all(&dir);
                 let _cluster = OrdoCluster { exe: self.exe.clone(), dir: dir.clone() };
-                let (port, pw) = start_ordo(&self.exe, &dir, base, n, &["--durability", "disk"])?;
+                let (port, pw) = start_ordo(&self.exe, &dir, base, n, extra)?;
                 let pw = pw.into_bytes();
-                measure("ordo-kv-disk", n, &wl, rows, &|w| {
+                measure(system, n, &wl, rows, &|w| {
                     ycsb::run(w, records, operations, threads, |_| {
                         ycsb::Resp::connect(local(port), Some(&pw))
                     })

@@ -13,6 +13,8 @@
 //! - [`disk`]: `kv.durability = "disk"` — the promise, the checksummed
 //!   segment log of `ordo-raft::storage` and table snapshots, written before
 //!   a replica's Accept leaves it and read back when it restarts.
+//! - [`raft`]: `kv.engine = "raft"` — the same state machine under R3P2
+//!   (Raft inside R2P2's `REPLICATED_ROUTE`), the second engine.
 //! - [`lincheck`]: a linearizability checker for key-value histories (the
 //!   kill tests and the simulation record histories and check them).
 //!
@@ -29,8 +31,10 @@
 pub mod client;
 pub mod command;
 pub mod disk;
+mod engine;
 pub mod glob;
 pub mod lincheck;
+pub mod raft;
 pub mod resp;
 pub mod server;
 pub mod state;

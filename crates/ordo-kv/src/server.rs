@@ -38,17 +38,16 @@
 
 use crate::command::{Action, Read, ScanCursors, Sizes, answer, keys_in_chunks, parse};
 use crate::disk::{DiskOptions, DiskStore};
+use crate::engine::{AcuerdoEngine, Engine, EngineEvent};
 use crate::resp::{self, Limits};
 use crate::state::{Entry, KvState, Reply};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use ordo_fabric::MemberId;
-use ordo_runtime::acuerdo::{
-    AcuerdoClient, AcuerdoMember, ClientEvent, MemberOptions, region_len, runtime_config, start_member_idle,
-};
+use ordo_runtime::acuerdo::{AcuerdoMember, MemberOptions, region_len, runtime_config, start_member_idle};
 use ordo_runtime::node::{NodeStatus, SubgroupStatus, unix_ns};
 use ordo_runtime::wiring::{MemberFabric, connect_fabric};
-use ordo_runtime::{KvDurability, KvReads, OrdoConfig, Runner, StatusServer};
+use ordo_runtime::{KvDurability, KvEngine, KvReads, OrdoConfig, Runner, StatusServer};
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
@@ -139,6 +138,8 @@ pub struct KvServer {
     addr: SocketAddr,
     front: Option<std::thread::JoinHandle<()>>,
     runner: Option<Runner<ordo_runtime::acuerdo::AcuerdoMember<MemberFabric>>>,
+    /// `kv.engine = "raft"`: the R3P2 replica.
+    raft: Option<ordo_r2p2::Server>,
     _status: Option<StatusServer>,
 }
 
@@ -171,104 +172,118 @@ impl KvServer {
         let addr = listener.local_addr().map_err(|e| KvError::Start(e.to_string()))?;
         let poll = Poll::new().map_err(|e| KvError::Start(e.to_string()))?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(|e| KvError::Start(e.to_string()))?;
-        // Durable mode: the table, promise and log this replica wrote.
-        let mut store = None;
-        let mut boot = None;
-        if kv.durability == KvDurability::Disk {
-            let dir = kv.data_dir.clone().unwrap_or_default();
-            let options = DiskOptions {
-                snapshot_entries: kv.snapshot_entries,
-                max_record_bytes: u32::try_from(kv.max_entry_bytes + 64).unwrap_or(u32::MAX),
-                ..DiskOptions::default()
-            };
-            let (s, b) = DiskStore::open_dir(std::path::Path::new(&dir), options)
-                .map_err(|why| KvError::Disk { dir: dir.clone(), why })?;
-            if let Some(b) = &b {
-                tracing::info!(
-                    %dir, base = ?b.recovered.base, entries = b.recovered.log.len(), e_new = ?b.recovered.e_new,
-                    "recovering from disk"
-                );
-            }
-            store = Some(s);
-            boot = b;
-            cfg.durable = true;
-        }
-        let (table, applied, recovered) = match boot {
-            Some(b) => (b.state, b.recovered.base, Some(b.recovered)),
-            None => (KvState::new(), ordo_acuerdo::Header::NONE, None),
-        };
-        let shared = Arc::new(Shared {
-            state: Mutex::new(table),
-            applied: AtomicU64::new(applied.encode()),
-            results: Mutex::new(Vec::new()),
-            waker,
-            counters: KvCounters::default(),
-            stop: AtomicBool::new(false),
-            status: Mutex::new(NodeStatus::default()),
-        });
         let nonce = unix_ns() ^ (u64::from(std::process::id()) << 40) ^ u64::from(me);
-        let fabric = connect_fabric(&c).map_err(|e| KvError::Start(e.to_string()))?;
-        let (s1, s2, s3, s4, s5) =
-            (shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone());
-        let on_persist: Option<ordo_runtime::acuerdo::PersistFn> = store.map(|mut store| {
-            Box::new(move |change: &ordo_acuerdo::Persist<'_>| {
-                let applied = ordo_acuerdo::Header::decode(s5.applied.load(Ordering::Acquire));
-                let mut table = || s5.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let result = store.persist(change, applied, &mut table);
-                let c = &s5.counters;
-                c.disk_persists.store(store.stats().persists, Ordering::Relaxed);
-                c.disk_snapshots.store(store.stats().snapshots, Ordering::Relaxed);
-                c.disk_stored_entries.store(store.stored_entries() as u64, Ordering::Relaxed);
-                if let Err(why) = result {
-                    // Like etcd on a failed fsync: the member must not
-                    // publish what it could not make durable, so it stops
-                    // here (its peers see it die and go on without it).
-                    tracing::error!(%why, "cannot write the durable state; this replica exits");
-                    eprintln!("ordo-kv: cannot write the durable state ({why}); exiting");
-                    std::process::exit(74);
-                }
-            }) as ordo_runtime::acuerdo::PersistFn
-        });
-        let options = MemberOptions {
-            recovered,
-            on_persist,
-            on_deliver: Some(Box::new(move |h, payload| {
-                s1.applied.store(h.encode(), Ordering::Release);
-                let entry = match Entry::decode(payload) {
-                    Ok(e) => e,
-                    Err(why) => {
-                        // Only a leader proposes, and only entries it
-                        // encoded: a bad one is a bug, but it must not
-                        // stop the replica; every replica skips it alike.
-                        tracing::error!(%why, "a committed entry does not decode; skipped");
-                        return;
+        let (shared, client, runner, raft_server) = match kv.engine {
+            KvEngine::Raft => start_raft(config, me, nonce, waker)?,
+            KvEngine::Acuerdo => {
+                // Durable mode: the table, promise and log this replica wrote.
+                let mut store = None;
+                let mut boot = None;
+                if kv.durability == KvDurability::Disk {
+                    let dir = kv.data_dir.clone().unwrap_or_default();
+                    let options = DiskOptions {
+                        snapshot_entries: kv.snapshot_entries,
+                        max_record_bytes: u32::try_from(kv.max_entry_bytes + 64).unwrap_or(u32::MAX),
+                        ..DiskOptions::default()
+                    };
+                    let (s, b) = DiskStore::open_dir(std::path::Path::new(&dir), options)
+                        .map_err(|why| KvError::Disk { dir: dir.clone(), why })?;
+                    if let Some(b) = &b {
+                        tracing::info!(
+                            %dir, base = ?b.recovered.base, entries = b.recovered.log.len(), e_new = ?b.recovered.e_new,
+                            "recovering from disk"
+                        );
                     }
+                    store = Some(s);
+                    boot = b;
+                    cfg.durable = true;
+                }
+                let (table, applied, recovered) = match boot {
+                    Some(b) => (b.state, b.recovered.base, Some(b.recovered)),
+                    None => (KvState::new(), ordo_acuerdo::Header::NONE, None),
                 };
-                let reply = s1.state.lock().unwrap_or_else(|e| e.into_inner()).apply(&entry);
-                if entry.origin == me && entry.nonce == nonce && entry.request != 0 {
-                    s1.results.lock().unwrap_or_else(|e| e.into_inner()).push((entry.request, reply));
-                }
-            })),
-            on_snapshot: Some(Box::new(move || {
-                s2.state.lock().unwrap_or_else(|e| e.into_inner()).snapshot()
-            })),
-            on_restore: Some(Box::new(move |header, bytes| {
-                s3.applied.store(header.encode(), Ordering::Release);
-                let mut st = s3.state.lock().unwrap_or_else(|e| e.into_inner());
-                match st.restore(bytes) {
-                    Ok(()) => {
-                        tracing::info!(?header, keys = st.len(0), "state restored from the leader's snapshot")
-                    }
-                    Err(why) => tracing::error!(%why, "the leader's snapshot does not decode; state kept"),
-                }
-            })),
-            on_client_event: Some(Box::new(move || {
-                let _ = s4.waker.wake();
-            })),
-            ..MemberOptions::default()
+                let shared = Arc::new(Shared {
+                    state: Mutex::new(table),
+                    applied: AtomicU64::new(applied.encode()),
+                    results: Mutex::new(Vec::new()),
+                    waker,
+                    counters: KvCounters::default(),
+                    stop: AtomicBool::new(false),
+                    status: Mutex::new(NodeStatus::default()),
+                });
+                let fabric = connect_fabric(&c).map_err(|e| KvError::Start(e.to_string()))?;
+                let (s1, s2, s3, s4, s5) =
+                    (shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone());
+                let on_persist: Option<ordo_runtime::acuerdo::PersistFn> = store.map(|mut store| {
+                    Box::new(move |change: &ordo_acuerdo::Persist<'_>| {
+                        let applied = ordo_acuerdo::Header::decode(s5.applied.load(Ordering::Acquire));
+                        let mut table = || s5.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        let result = store.persist(change, applied, &mut table);
+                        let c = &s5.counters;
+                        c.disk_persists.store(store.stats().persists, Ordering::Relaxed);
+                        c.disk_snapshots.store(store.stats().snapshots, Ordering::Relaxed);
+                        c.disk_stored_entries.store(store.stored_entries() as u64, Ordering::Relaxed);
+                        if let Err(why) = result {
+                            // Like etcd on a failed fsync: the member must not
+                            // publish what it could not make durable, so it stops
+                            // here (its peers see it die and go on without it).
+                            tracing::error!(%why, "cannot write the durable state; this replica exits");
+                            eprintln!("ordo-kv: cannot write the durable state ({why}); exiting");
+                            std::process::exit(74);
+                        }
+                    }) as ordo_runtime::acuerdo::PersistFn
+                });
+                let options = MemberOptions {
+                    recovered,
+                    on_persist,
+                    on_deliver: Some(Box::new(move |h, payload| {
+                        s1.applied.store(h.encode(), Ordering::Release);
+                        let entry = match Entry::decode(payload) {
+                            Ok(e) => e,
+                            Err(why) => {
+                                // Only a leader proposes, and only entries it
+                                // encoded: a bad one is a bug, but it must not
+                                // stop the replica; every replica skips it alike.
+                                tracing::error!(%why, "a committed entry does not decode; skipped");
+                                return;
+                            }
+                        };
+                        let reply = s1.state.lock().unwrap_or_else(|e| e.into_inner()).apply(&entry);
+                        if entry.origin == me && entry.nonce == nonce && entry.request != 0 {
+                            s1.results.lock().unwrap_or_else(|e| e.into_inner()).push((entry.request, reply));
+                        }
+                    })),
+                    on_snapshot: Some(Box::new(move || {
+                        s2.state.lock().unwrap_or_else(|e| e.into_inner()).snapshot()
+                    })),
+                    on_restore: Some(Box::new(move |header, bytes| {
+                        s3.applied.store(header.encode(), Ordering::Release);
+                        let mut st = s3.state.lock().unwrap_or_else(|e| e.into_inner());
+                        match st.restore(bytes) {
+                            Ok(()) => {
+                                tracing::info!(
+                                    ?header,
+                                    keys = st.len(0),
+                                    "state restored from the leader's snapshot"
+                                )
+                            }
+                            Err(why) => {
+                                tracing::error!(%why, "the leader's snapshot does not decode; state kept")
+                            }
+                        }
+                    })),
+                    on_client_event: Some(Box::new(move || {
+                        let _ = s4.waker.wake();
+                    })),
+                    ..MemberOptions::default()
+                };
+                let idle = AcuerdoMember::<MemberFabric>::idle_strategy_with(&cfg, kv.spins, kv.yields);
+                let (runner, client) =
+                    start_member_idle(fabric, cfg, options, idle).map_err(KvError::Start)?;
+                let client: Box<dyn Engine> = Box::new(AcuerdoEngine(client));
+                (shared, client, Some(runner), None)
+            }
         };
-        let idle = AcuerdoMember::<MemberFabric>::idle_strategy_with(&cfg, kv.spins, kv.yields);
-        let (runner, client) = start_member_idle(fabric, cfg, options, idle).map_err(KvError::Start)?;
         let status_server = match &config.node.status {
             Some(a) => {
                 let a: SocketAddr =
@@ -321,7 +336,7 @@ impl KvServer {
             .spawn(move || front.run())
             .map_err(|e| KvError::Start(e.to_string()))?;
         tracing::info!(member = me, %addr, "ordo-kv serving RESP");
-        Ok(KvServer { shared, addr, front: Some(thread), runner: Some(runner), _status: status_server })
+        Ok(KvServer { shared, addr, front: Some(thread), runner, raft: raft_server, _status: status_server })
     }
 
     /// The RESP address.
@@ -358,6 +373,9 @@ impl KvServer {
         if let Some(r) = self.runner.take() {
             drop(r.join());
         }
+        if let Some(r) = self.raft.take() {
+            r.shutdown();
+        }
     }
 }
 
@@ -365,6 +383,118 @@ impl Drop for KvServer {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// What starting an engine gives the front end.
+type Started = (
+    Arc<Shared>,
+    Box<dyn Engine>,
+    Option<Runner<ordo_runtime::acuerdo::AcuerdoMember<MemberFabric>>>,
+    Option<ordo_r2p2::Server>,
+);
+
+/// `kv.engine = "raft"`: this replica's R3P2 server (Raft behind
+/// REPLICATED_ROUTE on its `kv.raft` address, the table as its handler)
+/// and the bridge the front end submits through ([`crate::raft`]).
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, KvState> {
+    s.state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn start_raft(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> Result<Started, KvError> {
+    use ordo_r2p2::{AuthConfig, HandlerMode, RaftOptions, RaftReplication, Server, ServerConfig};
+    let kv = &config.kv;
+    let members = config.group.members.clone();
+    let index = members
+        .iter()
+        .position(|m| *m == me)
+        .ok_or_else(|| KvError::Config(format!("member.id {me} is not in group.members")))?;
+    let peers: Vec<SocketAddr> = members
+        .iter()
+        .map(|id| {
+            let a = kv.raft.iter().find(|p| p.id == *id).map(|p| p.addr.as_str()).unwrap_or("");
+            a.parse().map_err(|e| KvError::Config(format!("kv.raft address {a:?} of member {id}: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    // The cluster secret seals the replicas' datagrams and the bridges'
+    // requests: nobody without it changes the log.
+    let cluster = config.security.load_secret().map_err(|e| KvError::Secret(e.to_string()))?;
+    let shared = Arc::new(Shared {
+        state: Mutex::new(KvState::new()),
+        applied: AtomicU64::new(0),
+        results: Mutex::new(Vec::new()),
+        waker,
+        counters: KvCounters::default(),
+        stop: AtomicBool::new(false),
+        status: Mutex::new(NodeStatus::default()),
+    });
+    let events = Arc::new(Mutex::new(VecDeque::new()));
+    let (a, b, c, d, e, f) =
+        (shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone());
+    let handler = crate::raft::RaftKv {
+        apply: Box::new(move |entry| lock(&a).apply(entry)),
+        results: Box::new(move |request, reply| {
+            b.results.lock().unwrap_or_else(|e| e.into_inner()).push((request, reply));
+        }),
+        events: events.clone(),
+        wake: Box::new(move || {
+            let _ = c.waker.wake();
+        }),
+        snapshot: Box::new(move || lock(&d).snapshot()),
+        restore: Box::new(move |bytes| lock(&e).restore(bytes)),
+        me,
+        nonce,
+    };
+    let idle = ordo_runtime::IdleStrategy::BackoffPark {
+        spins: kv.spins,
+        yields: kv.yields,
+        park_min: Duration::from_micros(20),
+        park_max: Duration::from_millis(1),
+    };
+    let server_config = ServerConfig {
+        bind: peers[index],
+        handler_mode: HandlerMode::NetworkThread,
+        idle,
+        worker_idle: idle,
+        peers: peers.clone(),
+        node_id: index as u64,
+        auth: AuthConfig {
+            cluster: cluster.clone(),
+            client: cluster.clone(),
+            require_client_mac: cluster.is_some(),
+            ..AuthConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let mut raft = RaftOptions::new(index, members.len());
+    raft.snapshot_interval = kv.snapshot_entries;
+    let start_err = |e: String| KvError::Start(format!("raft replica: {e}"));
+    // The log (and the vote) in data_dir/raft, fsynced in `disk` mode; in
+    // `memory` mode written but not fsynced (it survives a process crash,
+    // not a power loss).
+    raft.log.durable = kv.durability == KvDurability::Disk;
+    let dir = std::path::Path::new(kv.data_dir.as_deref().unwrap_or(".")).join("raft");
+    let disk = ordo_r2p2::disk::FsDisk::open(&dir)
+        .map_err(|why| KvError::Bind { addr: dir.display().to_string(), why: why.to_string() })?;
+    let hook = RaftReplication::open(disk, raft).map_err(|e| start_err(e.to_string()))?;
+    let status = hook.status();
+    let server = Server::bind_replicated(server_config, handler, Box::new(hook));
+    let server =
+        server.map_err(|why| KvError::Bind { addr: peers[index].to_string(), why: why.to_string() })?;
+    let engine = crate::raft::RaftEngine::start(
+        peers,
+        cluster,
+        status,
+        events,
+        Box::new(move || {
+            let _ = f.waker.wake();
+        }),
+        members,
+        me,
+        nonce,
+        kv.max_entry_bytes,
+    )
+    .map_err(|e| start_err(e.to_string()))?;
+    Ok((shared, Box::new(engine), None, Some(server)))
 }
 
 /// Where a reply goes: a connection (by token and id, so a reused token
@@ -440,7 +570,7 @@ struct Front {
     next_token: usize,
     next_conn_id: u64,
     shared: Arc<Shared>,
-    client: AcuerdoClient,
+    client: Box<dyn Engine>,
     me: MemberId,
     nonce: u64,
     password: Option<Vec<u8>>,
@@ -672,7 +802,7 @@ impl Front {
     }
 
     fn is_leader(&self) -> bool {
-        self.client.status().is_leader()
+        self.client.status().is_leader
     }
 
     /// One request of connection `token`.
@@ -837,16 +967,17 @@ impl Front {
         let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         let c = &self.shared.counters;
         format!(
-            "# Server\r\nordo_version:{}\r\nordo_member:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Replication\r\nrole:{}\r\nordo_leader:{}\r\nordo_epoch:{:?}\r\nordo_committed:{:?}\r\nordo_delivered:{}\r\n\r\n# Stats\r\ntotal_commands_processed:{}\r\nordo_writes_proposed:{}\r\nordo_forwarded:{}\r\nordo_read_barriers:{}\r\n\r\n# Persistence\r\nordo_durability:{}\r\nordo_disk_persists:{}\r\nordo_disk_snapshots:{}\r\nordo_disk_stored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires={}\r\n",
+            "# Server\r\nordo_version:{}\r\nordo_member:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Replication\r\nrole:{}\r\nordo_leader:{}\r\nordo_engine:{}\r\nordo_epoch:{}\r\nordo_committed:{}\r\nordo_delivered:{}\r\n\r\n# Stats\r\ntotal_commands_processed:{}\r\nordo_writes_proposed:{}\r\nordo_forwarded:{}\r\nordo_read_barriers:{}\r\n\r\n# Persistence\r\nordo_durability:{}\r\nordo_disk_persists:{}\r\nordo_disk_snapshots:{}\r\nordo_disk_stored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires={}\r\n",
             env!("CARGO_PKG_VERSION"),
             self.me,
             self.started.elapsed().as_secs(),
             c.clients.load(Ordering::Relaxed),
-            if status.is_leader() { "master" } else { "slave" },
-            status.leader().map_or("none".to_string(), |l| l.to_string()),
-            status.epoch(),
-            status.committed(),
-            status.delivered(),
+            if status.is_leader { "master" } else { "slave" },
+            status.leader.map_or("none".to_string(), |l| l.to_string()),
+            if self.kv.engine == KvEngine::Raft { "raft" } else { "acuerdo" },
+            status.epoch,
+            status.committed,
+            status.delivered,
             c.commands.load(Ordering::Relaxed),
             c.writes_proposed.load(Ordering::Relaxed),
             c.forwarded.load(Ordering::Relaxed),
@@ -955,42 +1086,40 @@ impl Front {
         }
         while let Some(ev) = self.client.poll() {
             match ev {
-                ClientEvent::Accepted { .. } => {}
-                ClientEvent::Committed { ticket, .. } => {
+                EngineEvent::Committed(ticket) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     // Its reply came (or comes) through the results.
                     self.tickets.remove(&ticket);
                 }
-                ClientEvent::Lost { ticket, .. } => {
+                EngineEvent::Lost(ticket) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.fail_write(
                         ticket,
                         "TRYAGAIN write lost in a leader change; it was not applied, retry",
                     );
                 }
-                ClientEvent::Unknown { ticket, .. } => {
+                EngineEvent::Unknown(ticket) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.fail_write(
                         ticket,
-                        "TRYAGAIN leadership moved and this replica caught up by state transfer; the outcome of this write is unknown",
+                        "TRYAGAIN leadership moved (or the log did not answer); the outcome of this write is unknown",
                     );
                 }
-                ClientEvent::Rejected { ticket, error } => {
+                EngineEvent::Retry(ticket) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
-                    match error {
-                        ordo_acuerdo::BroadcastError::WouldBlock => {
-                            if let Some(request) = self.tickets.remove(&ticket) {
-                                self.backlog.insert(request);
-                            }
-                        }
-                        ordo_acuerdo::BroadcastError::NotLeader { .. } => self.fail_write(
-                            ticket,
-                            "TRYAGAIN leadership moved; the write was not applied, retry",
-                        ),
-                        e => self.fail_write(ticket, &format!("ERR write not applied: {e}")),
+                    if let Some(request) = self.tickets.remove(&ticket) {
+                        self.backlog.insert(request);
                     }
                 }
-                ClientEvent::ReadReady { ticket } => {
+                EngineEvent::NotLeader(ticket) => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    self.fail_write(ticket, "TRYAGAIN leadership moved; the write was not applied, retry");
+                }
+                EngineEvent::Refused(ticket, e) => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    self.fail_write(ticket, &format!("ERR write not applied: {e}"));
+                }
+                EngineEvent::ReadReady(ticket) => {
                     let batch = self.barriers.remove(&ticket).unwrap_or_default();
                     let now = unix_ms();
                     let mut answers = Vec::with_capacity(batch.len());
@@ -1008,7 +1137,7 @@ impl Front {
                         self.fill(w, r);
                     }
                 }
-                ClientEvent::ReadFailed { ticket, .. } => {
+                EngineEvent::ReadFailed(ticket) => {
                     for (w, _, args, _) in self.barriers.remove(&ticket).unwrap_or_default() {
                         self.read_done(w);
                         let came_forwarded =
@@ -1046,7 +1175,7 @@ impl Front {
             self.fill(w, Reply::Error("TRYAGAIN too many reads waiting at the leader, retry".into()));
             return;
         }
-        let leader = self.client.status().leader().filter(|l| *l != self.me);
+        let leader = self.client.status().leader.filter(|l| *l != self.me);
         let Some(leader) = leader else {
             self.fill(w, Reply::Error("TRYAGAIN no leader (an election is in progress)".into()));
             return;
@@ -1190,7 +1319,7 @@ impl Front {
     /// Drops the forwarding link when leadership moved (its requests may or
     /// may not have been applied: they are answered as unknown).
     fn check_leader(&mut self) {
-        let leader = self.client.status().leader();
+        let leader = self.client.status().leader;
         if let Some(link) = &self.fwd
             && (leader != Some(link.leader) || self.is_leader())
         {
@@ -1247,12 +1376,12 @@ impl Front {
         drop(state);
         *self.shared.status.lock().unwrap_or_else(|e| e.into_inner()) = NodeStatus {
             member: self.me,
-            state: format!("{:?}", st.role()).to_lowercase(),
-            view: u64::from(st.epoch().round),
+            state: st.role.clone(),
+            view: st.term,
             members: self.members.clone(),
             backend: self.backend.clone(),
             engine: "kv".into(),
-            leader: st.leader(),
+            leader: st.leader,
             subgroups: vec![SubgroupStatus {
                 subgroup: 0,
                 delivered_messages: applied,
@@ -1260,7 +1389,7 @@ impl Front {
                 sent_messages: self.shared.counters.writes_proposed.load(Ordering::Relaxed),
                 ..SubgroupStatus::default()
             }],
-            view_changes: st.elections_won(),
+            view_changes: st.elections,
             uptime_s: self.started.elapsed().as_secs_f64(),
             taken_at_unix_ns: unix_ns(),
             ..NodeStatus::default()

@@ -4,7 +4,9 @@
 //! (the leader's read barrier), pipelined replies come back in order,
 //! AUTH gates everything, and malformed or oversized input gets an error,
 //! closes the connection and changes nothing. A replica configured to
-//! redirect answers `MOVED` with the leader's address.
+//! redirect answers `MOVED` with the leader's address. With `kv.engine =
+//! "raft"` (R3P2) the same commands are served by the same state machine,
+//! and a new leader takes over when the leader stops.
 
 use ordo_kv::client::Client;
 use ordo_kv::{KvServer, Reply};
@@ -39,7 +41,19 @@ fn start(name: &str, extra: &str) -> Cluster {
     std::fs::create_dir_all(&dir).unwrap();
     let secret = dir.join("client.secret");
     let password = Secret::generate_file(&secret).unwrap().env_value().unwrap().as_bytes().to_vec();
+    let cluster_secret = dir.join("cluster.secret");
+    Secret::generate_file(&cluster_secret).unwrap();
     let ports = free_ports();
+    // Raft's UDP ports: bound and released together, so distinct.
+    let udp: Vec<std::net::UdpSocket> =
+        (0..3).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    let raft_peers = format!(
+        "raft = [{{ id = 0, addr = \"{}\" }}, {{ id = 1, addr = \"{}\" }}, {{ id = 2, addr = \"{}\" }}]",
+        udp[0].local_addr().unwrap(),
+        udp[1].local_addr().unwrap(),
+        udp[2].local_addr().unwrap()
+    );
+    drop(udp);
     let cluster = format!("kvtest-{name}-{}", std::process::id());
     let configs: Vec<OrdoConfig> = (0..3)
         .map(|id| {
@@ -53,6 +67,7 @@ members = [0, 1, 2]
 cluster = "{cluster}"
 [security]
 client_secret_file = "{}"
+secret_file = "{}"
 [kv]
 listen = "127.0.0.1:{}"
 replicas = [{{ id = 0, addr = "127.0.0.1:{}" }}, {{ id = 1, addr = "127.0.0.1:{}" }}, {{ id = 2, addr = "127.0.0.1:{}" }}]
@@ -62,11 +77,14 @@ max_request_bytes = 65536
 {}
 "#,
                 secret.display(),
+                cluster_secret.display(),
                 ports[id],
                 ports[0],
                 ports[1],
                 ports[2],
-                extra.replace("DATA_DIR", &dir.join(format!("data-{id}")).display().to_string()),
+                extra
+                    .replace("DATA_DIR", &dir.join(format!("data-{id}")).display().to_string())
+                    .replace("RAFT_PEERS", &raft_peers),
             );
             OrdoConfig::load_str(&text, std::path::Path::new("kv.toml"), std::iter::empty::<(String, String)>(), &[])
                 .unwrap()
@@ -393,4 +411,66 @@ fn disk_mode_writes_the_table_and_the_log_behind_it() {
         }
         assert_eq!(table.get(b"n", 0), tables[i].get(b"n", 0), "replica {i}");
     }
+}
+
+/// `kv.engine = "raft"`: the same commands over R3P2 (Raft inside R2P2);
+/// followers forward, reads are linearizable (through the log), pipelines
+/// keep their order, and when the leader stops another replica takes over
+/// with every acknowledged write.
+#[test]
+fn raft_engine_serves_the_same_state_machine_and_survives_its_leader() {
+    let c = start("raft", "engine = \"raft\"\nRAFT_PEERS\ndata_dir = \"DATA_DIR\"");
+    let leader = c.leader().unwrap();
+    let follower = (leader + 1) % 3;
+    let mut f = c.client(follower);
+    assert_eq!(f.call(&[b"SET", b"a", b"1"]).unwrap(), Reply::Ok);
+    assert_eq!(f.call(&[b"GET", b"a"]).unwrap(), bulk("1"));
+    assert_eq!(f.call(&[b"INCRBY", b"n", b"41"]).unwrap(), Reply::Int(41));
+    assert_eq!(f.call(&[b"CAS", b"a", b"1", b"2"]).unwrap(), Reply::Int(1));
+    let Reply::Bulk(info) = f.call(&[b"INFO"]).unwrap() else { panic!("INFO") };
+    assert!(String::from_utf8_lossy(&info).contains("ordo_engine:raft"));
+    // A pipeline at the leader: every reply in order, reads see the writes
+    // before them.
+    let mut l = c.client(leader);
+    for i in 0..200 {
+        l.send(&[b"SET", b"p", i.to_string().as_bytes()]);
+        l.send(&[b"GET", b"p"]);
+    }
+    for i in 0..200 {
+        assert_eq!(l.recv().unwrap(), Reply::Ok);
+        assert_eq!(l.recv().unwrap(), bulk(&i.to_string()), "read {i} sees the write before it");
+    }
+    // Every replica applies everything (READONLY: its own copy).
+    for i in 0..3 {
+        let mut r = c.client(i);
+        assert_eq!(r.call(&[b"READONLY"]).unwrap(), Reply::Ok);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while r.call(&[b"GET", b"p"]).unwrap() != bulk("199") {
+            assert!(Instant::now() < deadline, "replica {i} did not apply");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    // The leader stops; the others elect one and keep every write.
+    let Cluster { mut servers, password, _dir } = c;
+    servers.remove(leader).stop();
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.local_addr()).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let new_leader = loop {
+        if let Some(i) = servers.iter().position(|s| s.status().state == "leader") {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no new raft leader");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut n = Client::connect(addrs[new_leader], Some(&password), Duration::from_secs(5)).unwrap();
+    assert_eq!(n.call(&[b"GET", b"a"]).unwrap(), bulk("2"));
+    assert_eq!(n.call(&[b"GET", b"p"]).unwrap(), bulk("199"));
+    assert_eq!(n.call(&[b"INCR", b"n"]).unwrap(), Reply::Int(42));
+    let mut o = Client::connect(addrs[1 - new_leader], Some(&password), Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        o.call(&[b"SET", b"after", b"x"]).unwrap(),
+        Reply::Ok,
+        "a follower forwards to the new leader"
+    );
+    assert_eq!(o.call(&[b"GET", b"after"]).unwrap(), bulk("x"));
 }

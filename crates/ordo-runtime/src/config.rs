@@ -122,12 +122,34 @@ pub struct KvConfig {
     /// full-cluster restart recovers every acknowledged write.
     pub durability: KvDurability,
     /// `data_dir`: where a `disk` replica keeps its log, snapshot and
-    /// promise (required with `durability = "disk"`, refused otherwise).
+    /// promise (required with `durability = "disk"` and with `engine =
+    /// "raft"`, whose log lives there in both modes — a Raft replica that
+    /// forgot its vote could vote twice; refused otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<String>,
     /// `snapshot_entries`: a `disk` replica snapshots its table and drops
     /// the log below it after this many applied entries (default 100000).
     pub snapshot_entries: u64,
+    /// `engine`: `"acuerdo"` (default: the group's members on the fabric,
+    /// acuerdo §4.3) or `"raft"` (R3P2: Raft behind R2P2's
+    /// `REPLICATED_ROUTE` over UDP on `kv.raft`; the same state machine;
+    /// reads go through the log). Raft needs the cluster secret
+    /// (`security.secret_file`): it seals the replicas' datagrams.
+    pub engine: KvEngine,
+    /// `raft`: `[{ id, addr }]`, every replica's R3P2 UDP address (with
+    /// `engine = "raft"`).
+    pub raft: Vec<TcpPeer>,
+}
+
+/// `kv.engine`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvEngine {
+    /// Acuerdo over the fabric.
+    #[default]
+    Acuerdo,
+    /// Raft inside R2P2 (R3P2) over UDP.
+    Raft,
 }
 
 /// `kv.durability`.
@@ -173,6 +195,8 @@ impl Default for KvConfig {
             durability: KvDurability::Memory,
             data_dir: None,
             snapshot_entries: 100_000,
+            engine: KvEngine::Acuerdo,
+            raft: Vec::new(),
         }
     }
 }
@@ -1171,7 +1195,7 @@ impl OrdoConfig {
                 return bad("kv.durability is \"disk\" but kv.data_dir is not set".into());
             }
             (KvDurability::Disk, Some(d)) if d.trim().is_empty() => return bad("kv.data_dir is empty".into()),
-            (KvDurability::Memory, Some(d)) => {
+            (KvDurability::Memory, Some(d)) if kv.engine != KvEngine::Raft => {
                 return bad(format!(
                     "kv.data_dir is {d:?} but kv.durability is \"memory\" (nothing would be written there); set durability = \"disk\""
                 ));
@@ -1180,6 +1204,28 @@ impl OrdoConfig {
         }
         if kv.snapshot_entries == 0 {
             return bad("kv.snapshot_entries is 0".into());
+        }
+        if kv.engine == KvEngine::Raft {
+            if kv.data_dir.is_none() {
+                return bad("kv.engine \"raft\" keeps its log (and its vote) in kv.data_dir: set it (with durability = \"memory\" it is written but not fsynced)".into());
+            }
+            for &id in &self.group.members {
+                match kv.raft.iter().find(|p| p.id == id) {
+                    None => {
+                        return bad(format!(
+                            "kv.engine is \"raft\" but kv.raft has no address for member {id}"
+                        ));
+                    }
+                    Some(p) => check_address("kv.raft", &p.addr)?,
+                }
+            }
+            if let Some(p) = kv.raft.iter().find(|p| !self.group.members.contains(&p.id)) {
+                return bad(format!("kv.raft names {}, which is not in group.members", p.id));
+            }
+            let sec = &self.security;
+            if sec.secret_file.is_none() && sec.secret_env.is_none() && !sec.allow_unauthenticated {
+                return bad("kv.engine \"raft\" needs the cluster secret (security.secret_file): it seals the replicas' datagrams".into());
+            }
         }
         let sec = &self.security;
         if sec.client_secret_file.is_some() && sec.client_secret_env.is_some() {

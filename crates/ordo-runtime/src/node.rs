@@ -838,9 +838,9 @@ fn open_log(config: &OrdoConfig) -> Result<Option<BufWriter<File>>, NodeError> {
 }
 
 /// A base port for a [`LocalCluster`] of `n` members whose fabric,
-/// control, status and kv ports (base+i, base+100+i, base+200+i,
-/// base+300+i) are all free
-/// now (None after 500 tries).
+/// control, status, kv and kv-raft ports (base+i, base+100+i, base+200+i,
+/// base+300+i; base+400+i free for UDP too) are all free now (None after
+/// 500 tries).
 pub fn free_base_port(n: u32) -> Option<u16> {
     let seed = unix_ns() ^ u64::from(std::process::id());
     (0..500u64).find_map(|attempt| {
@@ -849,6 +849,7 @@ pub fn free_base_port(n: u32) -> Option<u16> {
             [0, 100, 200, 300]
                 .iter()
                 .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o + i)).is_ok())
+                && std::net::UdpSocket::bind(("127.0.0.1", base + 400 + i)).is_ok()
         });
         free.then_some(base)
     })
