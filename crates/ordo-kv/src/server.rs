@@ -163,6 +163,9 @@ impl KvServer {
         cfg.max_payload = kv.max_entry_bytes;
         cfg.window = kv.window;
         cfg.max_outstanding = kv.max_outstanding;
+        let timeout_ns = kv.failure_timeout_ms().saturating_mul(1_000_000);
+        cfg.heartbeat_timeout_ns = timeout_ns;
+        cfg.election_timeout_ns = timeout_ns + timeout_ns / 3;
         cfg.validate().map_err(|e| KvError::Config(e.to_string()))?;
         let mut c = config.clone();
         c.fabric.region_bytes = c.fabric.region_bytes.max(region_len(&cfg));

@@ -139,6 +139,13 @@ pub struct KvConfig {
     /// `raft`: `[{ id, addr }]`, every replica's R3P2 UDP address (with
     /// `engine = "raft"`).
     pub raft: Vec<TcpPeer>,
+    /// `failure_timeout_ms`: an acuerdo replica whose heartbeat has not
+    /// moved for this long is suspected and a new leader elected. 0
+    /// (default): 30 ms in `memory` mode, 1000 ms in `disk` mode — an
+    /// fsync behind a busy disk can take far longer than 30 ms, and a
+    /// replica waiting on one must not be voted out (etcd's election
+    /// timeout is 1 s for the same reason).
+    pub failure_timeout_ms: u64,
 }
 
 /// `kv.engine`.
@@ -197,11 +204,22 @@ impl Default for KvConfig {
             snapshot_entries: 100_000,
             engine: KvEngine::Acuerdo,
             raft: Vec::new(),
+            failure_timeout_ms: 0,
         }
     }
 }
 
 impl KvConfig {
+    /// The acuerdo failure timeout in ms (`failure_timeout_ms`, or its
+    /// automatic value for the durability mode).
+    pub fn failure_timeout_ms(&self) -> u64 {
+        match (self.failure_timeout_ms, self.durability) {
+            (0, KvDurability::Memory) => 30,
+            (0, KvDurability::Disk) => 1000,
+            (t, _) => t,
+        }
+    }
+
     /// The RESP address of replica `id`.
     pub fn replica_addr(&self, id: MemberId) -> Option<&str> {
         self.replicas.iter().find(|p| p.id == id).map(|p| p.addr.as_str())
@@ -1204,6 +1222,12 @@ impl OrdoConfig {
         }
         if kv.snapshot_entries == 0 {
             return bad("kv.snapshot_entries is 0".into());
+        }
+        if kv.failure_timeout_ms > 0 && kv.failure_timeout_ms < 3 {
+            return bad(format!(
+                "kv.failure_timeout_ms is {}; it must be 0 (automatic) or at least 3",
+                kv.failure_timeout_ms
+            ));
         }
         if kv.engine == KvEngine::Raft {
             if kv.data_dir.is_none() {
