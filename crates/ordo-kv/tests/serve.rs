@@ -53,6 +53,11 @@ fn start(name: &str, extra: &str) -> Cluster {
         udp[1].local_addr().unwrap(),
         udp[2].local_addr().unwrap()
     );
+    std::fs::write(
+        dir.join("raft-peers"),
+        udp.iter().map(|u| format!("{}\n", u.local_addr().unwrap())).collect::<String>(),
+    )
+    .unwrap();
     drop(udp);
     let cluster = format!("kvtest-{name}-{}", std::process::id());
     let configs: Vec<OrdoConfig> = (0..3)
@@ -450,6 +455,33 @@ fn raft_engine_serves_the_same_state_machine_and_survives_its_leader() {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+    // A stranger without the cluster secret sends the raft port a
+    // well-formed batch (SET a evil): refused, nothing applied.
+    let raft_addrs: Vec<SocketAddr> = {
+        let text = std::fs::read_to_string(c._dir.0.join("raft-peers")).unwrap();
+        text.lines().map(|l| l.parse().unwrap()).collect()
+    };
+    let entry = ordo_kv::Entry {
+        origin: 9,
+        nonce: 9,
+        request: 0,
+        now_ms: 0,
+        write: ordo_kv::Write::Set {
+            key: b"a".to_vec(),
+            value: b"evil".to_vec(),
+            when: ordo_kv::state::SetWhen::Always,
+            get: false,
+            ttl: ordo_kv::state::Ttl::None,
+        },
+    }
+    .encode();
+    let mut batch = 1u32.to_le_bytes().to_vec();
+    batch.push(1);
+    batch.extend_from_slice(&(entry.len() as u32).to_le_bytes());
+    batch.extend_from_slice(&entry);
+    let mut stranger = ordo_r2p2::Client::new(ordo_r2p2::ClientConfig::new(raft_addrs)).unwrap();
+    assert!(stranger.call(ordo_r2p2::Policy::ReplicatedRoute, &batch).is_err(), "an unsealed request is refused");
+    assert_eq!(f.call(&[b"GET", b"a"]).unwrap(), bulk("2"), "nothing applied");
     // The leader stops; the others elect one and keep every write.
     let Cluster { mut servers, password, _dir } = c;
     servers.remove(leader).stop();
