@@ -34,10 +34,6 @@ fn ordo(args: &[&str]) -> std::process::Output {
 }
 
 impl Cluster {
-    fn up(name: &str, fabric: &str) -> Cluster {
-        Cluster::up_with(name, fabric, &[])
-    }
-
     fn up_with(name: &str, fabric: &str, extra: &[&str]) -> Cluster {
         let dir = std::env::temp_dir().join(format!("ordo-kv-kill-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -371,16 +371,16 @@ impl<D: Disk + Clone + Send + 'static> DiskStore<D> {
             let cut = self.headers.partition_point(|h| *h < from);
             self.log.truncate(self.first + cut as Index)?;
             self.headers.truncate(cut);
-            let mut next = self.first + self.headers.len() as Index;
+            let first_new = self.first + self.headers.len() as Index;
             let mut batch = Vec::with_capacity(change.entries.len());
-            for (h, payload) in change.entries.iter().filter(|(h, _)| *h > self.base) {
+            let fresh = change.entries.iter().filter(|(h, _)| *h > self.base);
+            for (index, (h, payload)) in (first_new..).zip(fresh) {
                 assert!(self.headers.back().is_none_or(|last| last < h), "persisted headers increase");
                 let mut data = Vec::with_capacity(8 + payload.len());
                 data.extend_from_slice(&h.encode().to_le_bytes());
                 data.extend_from_slice(payload);
-                batch.push(LogEntry { term: h.epoch.encode(), index: next, kind: EntryKind::Normal, data });
+                batch.push(LogEntry { term: h.epoch.encode(), index, kind: EntryKind::Normal, data });
                 self.headers.push_back(*h);
-                next += 1;
             }
             self.stats.entries += batch.len() as u64;
             self.log.append(&batch)?;

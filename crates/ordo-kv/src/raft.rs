@@ -71,8 +71,14 @@ fn encode_batch(items: &[(u64, Item)]) -> Vec<u8> {
     out
 }
 
+/// A decoded batch item: an entry, or a barrier `(origin, nonce, ticket)`.
+type Decoded = Result<Entry, (u32, u64, u64)>;
+
+/// What restores the table from a snapshot.
+type RestoreFn = Box<dyn Fn(&[u8]) -> Result<(), &'static str> + Send + Sync>;
+
 /// A batch, every entry decoded (nothing applied if any item is bad).
-fn decode_batch(b: &[u8]) -> Result<Vec<Result<Entry, (u32, u64, u64)>>, &'static str> {
+fn decode_batch(b: &[u8]) -> Result<Vec<Decoded>, &'static str> {
     let take = |b: &mut &[u8], n: usize| -> Result<Vec<u8>, &'static str> {
         if b.len() < n {
             return Err("truncated batch");
@@ -118,7 +124,7 @@ pub(crate) struct RaftKv {
     pub(crate) events: Arc<Mutex<VecDeque<EngineEvent>>>,
     pub(crate) wake: Box<dyn Fn() + Send + Sync>,
     pub(crate) snapshot: Box<dyn Fn() -> Vec<u8> + Send + Sync>,
-    pub(crate) restore: Box<dyn Fn(&[u8]) -> Result<(), &'static str> + Send + Sync>,
+    pub(crate) restore: RestoreFn,
     pub(crate) me: u32,
     pub(crate) nonce: u64,
 }

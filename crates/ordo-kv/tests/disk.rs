@@ -194,7 +194,7 @@ fn step(m: &mut Model, rng: &mut u64, next: &mut u64, leader: u32) -> (Option<He
             }
         }
         // A leader's snapshot restored: the table replaced, the log cleared.
-        2 if splitmix(rng) % 4 == 0 => {
+        2 if splitmix(rng).is_multiple_of(4) => {
             let e = Epoch::new(m.e_new.round + 1, leader);
             m.e_new = e;
             let base = e.header(7);

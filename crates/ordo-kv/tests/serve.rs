@@ -480,7 +480,10 @@ fn raft_engine_serves_the_same_state_machine_and_survives_its_leader() {
     batch.extend_from_slice(&(entry.len() as u32).to_le_bytes());
     batch.extend_from_slice(&entry);
     let mut stranger = ordo_r2p2::Client::new(ordo_r2p2::ClientConfig::new(raft_addrs)).unwrap();
-    assert!(stranger.call(ordo_r2p2::Policy::ReplicatedRoute, &batch).is_err(), "an unsealed request is refused");
+    assert!(
+        stranger.call(ordo_r2p2::Policy::ReplicatedRoute, &batch).is_err(),
+        "an unsealed request is refused"
+    );
     assert_eq!(f.call(&[b"GET", b"a"]).unwrap(), bulk("2"), "nothing applied");
     // The leader stops; the others elect one and keep every write.
     let Cluster { mut servers, password, _dir } = c;
