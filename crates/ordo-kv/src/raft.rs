@@ -72,13 +72,15 @@ fn encode_batch(items: &[(u64, Item)]) -> Vec<u8> {
 }
 
 /// A decoded batch item: an entry, or a barrier `(origin, nonce, ticket)`.
-type Decoded = Result<Entry, (u32, u64, u64)>;
+pub type Decoded = Result<Entry, (u32, u64, u64)>;
 
 /// What restores the table from a snapshot.
 type RestoreFn = Box<dyn Fn(&[u8]) -> Result<(), &'static str> + Send + Sync>;
 
-/// A batch, every entry decoded (nothing applied if any item is bad).
-fn decode_batch(b: &[u8]) -> Result<Vec<Decoded>, &'static str> {
+/// A batch as the raft handler reads it, every item decoded (nothing is
+/// applied if any item is bad); bounded by the bytes given (a lying count
+/// or length allocates nothing). Public for the fuzz target.
+pub fn decode_batch(b: &[u8]) -> Result<Vec<Decoded>, &'static str> {
     let take = |b: &mut &[u8], n: usize| -> Result<Vec<u8>, &'static str> {
         if b.len() < n {
             return Err("truncated batch");

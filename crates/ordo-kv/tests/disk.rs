@@ -454,3 +454,84 @@ fn a_damaged_promise_or_log_is_an_error_not_a_shorter_history() {
     m2.remove(PROMISE_FILE).unwrap();
     assert!(matches!(open(&log, &meta, options(1000)), Err(DiskError::Corrupt(_))));
 }
+
+/// What the `durable_files` fuzz target does, on seeded random inputs (the
+/// fuzz target needs nightly): a data directory of garbage — a promise, a
+/// table, a log segment, alone or together, random or a real file with
+/// bytes flipped — opens to a recovery, a fresh start or a `DiskError`,
+/// never a panic.
+#[test]
+fn garbage_files_are_refused_or_recovered_never_a_panic() {
+    use ordo_kv::disk::TABLE_FILE;
+    use ordo_raft::storage::segment_name;
+    // Real files to damage.
+    let (log, meta) = (MemDisk::new(), MemDisk::new());
+    let (mut store, _) = open(&log, &meta, options(5)).unwrap();
+    let e = Epoch::new(1, 0);
+    let mut table = KvState::new();
+    for c in 1..=12u32 {
+        let h = e.header(c);
+        let p = payload(u64::from(c));
+        let change = Persist {
+            e_new: e,
+            vote: Vote::NONE,
+            log_from: Some(h),
+            entries: vec![(h, &p)],
+            restored: None,
+            accepted: h,
+        };
+        let t = table.clone();
+        store
+            .persist(&change, if c > 1 { e.header(c - 1) } else { Header::NONE }, &mut || t.clone())
+            .unwrap();
+        table.apply(&Entry::decode(&p).unwrap());
+    }
+    drop(store);
+    let real: Vec<(bool, String, Vec<u8>)> = meta
+        .clone()
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|n| (true, n.clone(), meta.contents(&n).unwrap()))
+        .chain(log.clone().list().unwrap().into_iter().map(|n| (false, n.clone(), log.contents(&n).unwrap())))
+        .collect();
+    assert!(
+        real.iter().any(|(_, n, _)| n == TABLE_FILE),
+        "a table was written: {:?}",
+        real.iter().map(|r| &r.1).collect::<Vec<_>>()
+    );
+    let mut rng = 7u64;
+    let mut outcomes = [0usize; 3];
+    for round in 0..3000 {
+        let (m, l) = (MemDisk::new(), MemDisk::new());
+        if round % 2 == 0 {
+            // Real files, one byte flipped somewhere.
+            let victim = (splitmix(&mut rng) % real.len() as u64) as usize;
+            for (k, (is_meta, name, bytes)) in real.iter().enumerate() {
+                let mut b = bytes.clone();
+                if k == victim && !b.is_empty() {
+                    let at = (splitmix(&mut rng) % b.len() as u64) as usize;
+                    b[at] ^= 1 << (splitmix(&mut rng) % 8);
+                }
+                if *is_meta { m.put_file(name, &b) } else { l.put_file(name, &b) }
+            }
+        } else {
+            let mut junk =
+                |n: u64| (0..splitmix(&mut rng) % n).map(|_| splitmix(&mut rng) as u8).collect::<Vec<u8>>();
+            if round % 3 != 0 {
+                m.put_file(PROMISE_FILE, &junk(64));
+            }
+            if round % 5 != 0 {
+                m.put_file(TABLE_FILE, &junk(96));
+            }
+            l.put_file(&segment_name(1), &junk(128));
+        }
+        let opts = DiskOptions { background: false, ..options(5) };
+        match DiskStore::open(l, m, opts) {
+            Ok((_, Some(_))) => outcomes[0] += 1,
+            Ok((_, None)) => outcomes[1] += 1,
+            Err(_) => outcomes[2] += 1,
+        }
+    }
+    assert!(outcomes[0] > 0 && outcomes[2] > 0, "recoveries, fresh starts, refusals: {outcomes:?}");
+}
