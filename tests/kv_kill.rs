@@ -391,15 +391,25 @@ fn disk_mode_the_whole_cluster_killed_under_load_loses_no_acknowledged_write() {
     acked.push(("before".into(), "1".into()));
     assert!(acked.len() > 100, "{} acknowledged unique writes", acked.len());
 
-    // Every replica restarts from its data directory.
+    // Every replica restarts from its data directory (logging at info,
+    // whatever the test run's ORDO_LOG, so its recovery line is there).
     for i in 0..3 {
-        let out = ordo(&["cluster", "restart", &i.to_string(), "--dir", c.dir.to_str().unwrap()]);
+        let out = Command::new(env!("CARGO_BIN_EXE_ordo"))
+            .args(["cluster", "restart", &i.to_string(), "--dir", c.dir.to_str().unwrap()])
+            .env("ORDO_LOG", "info")
+            .output()
+            .expect("run ordo");
         assert!(out.status.success(), "restart {i}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let leader = c.leader(&[0, 1, 2]);
     for i in 0..3 {
         let log = std::fs::read_to_string(c.dir.join(format!("node-{i}.log"))).unwrap();
-        assert!(log.contains("recovering from disk"), "replica {i} recovered from its data directory");
+        let tail: String =
+            log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+        assert!(
+            log.contains("recovering from disk"),
+            "replica {i} recovered from its data directory; its log ends:\n{tail}"
+        );
     }
     let missing = missing_at(&c, &[0, 1, 2], &acked);
     assert_eq!(
