@@ -301,7 +301,11 @@ fn redis_tools_then_the_leader_killed_with(name: &str, fabric: &str, extra: &[&s
     // by state transfer (the leader's snapshot of the table, then the log)
     // and its own copy — read with READONLY — holds every acknowledged
     // write.
-    let out = ordo(&["cluster", "restart", &leader.to_string(), "--dir", c.dir.to_str().unwrap()]);
+    let out = Command::new(env!("CARGO_BIN_EXE_ordo"))
+        .args(["cluster", "restart", &leader.to_string(), "--dir", c.dir.to_str().unwrap()])
+        .env("ORDO_LOG", "info")
+        .output()
+        .expect("run ordo");
     assert!(out.status.success(), "restart: {}", String::from_utf8_lossy(&out.stderr));
     let deadline = Instant::now() + Duration::from_secs(20);
     let missing = loop {
@@ -323,7 +327,15 @@ fn redis_tools_then_the_leader_killed_with(name: &str, fabric: &str, extra: &[&s
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(missing, 0, "the restarted replica lacks {missing} of {} acknowledged writes", acked.len());
+    let log = std::fs::read_to_string(c.dir.join(format!("node-{leader}.log"))).unwrap_or_default();
+    let tail: String =
+        log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    assert_eq!(
+        missing,
+        0,
+        "the restarted replica lacks {missing} of {} acknowledged writes; its log ends:\n{tail}",
+        acked.len()
+    );
 }
 
 /// Every replica's copy (READONLY: its own table) holds every acknowledged
