@@ -22,6 +22,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("ordo-vsync", 5),
     ("ordo-acuerdo", 5),
     ("ordo-raft", 5),
+    ("ordo-kv-core", 5),
     ("ordo-runtime", 6),
     ("ordo-r2p2", 7),
     ("ordo-kv", 8),
@@ -43,6 +44,7 @@ const PURE: &[&str] = &[
     "ordo-vsync",
     "ordo-acuerdo",
     "ordo-raft",
+    "ordo-kv-core",
 ];
 const IMPURE: &[&str] = &["ordo-runtime", "ordo-fabric-shm", "ordo-fabric-tcp"];
 

@@ -28,16 +28,16 @@
 
 #![warn(missing_docs)]
 
+pub use ordo_kv_core::{glob, state};
+
 pub mod client;
 pub mod command;
 pub mod disk;
 mod engine;
-pub mod glob;
 pub mod lincheck;
 pub mod raft;
 pub mod resp;
 pub mod server;
-pub mod state;
 
 pub use server::{KvCounters, KvError, KvServer};
 pub use state::{Entry, KvState, Reply, Write};

@@ -11,9 +11,16 @@
 //!   changes nothing.
 //! - [`KvService::snapshot`] / [`KvService::restore`] round-trip the whole
 //!   state; `restore` validates before it replaces anything.
+//! - **One state machine**: the table is ordo-kv's
+//!   ([`ordo_kv_core::state::KvState`], the same code `ordo kv serve`
+//!   applies under acuerdo or Raft); each [`KvOp`] is applied as the
+//!   ordo-kv writes it means (PUT = SET, APPEND, DEL, CAS = a compare then
+//!   SET), and its reply (previous value, new value, found value) is read
+//!   from the table around the write on the same thread, so it is as
+//!   deterministic as the writes.
 
 use crate::server::{Handler, Responder, ResponseHandle};
-use std::collections::BTreeMap;
+use ordo_kv_core::state::{Entry, KvState as Table, SetWhen, Ttl, Write};
 use std::sync::Mutex;
 
 /// One request to the service (the fields are named in the variants' docs).
@@ -205,14 +212,26 @@ impl KvReply {
     }
 }
 
-/// The key-value state machine (no I/O; usable without a server).
+/// The key-value state machine of [`KvOp`]s (no I/O; usable without a
+/// server): ordo-kv's table, and how many requests were applied.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KvState {
-    map: BTreeMap<Vec<u8>, Vec<u8>>,
+    table: Table,
     applied: u64,
 }
 
+const SNAPSHOT_MAGIC: &[u8; 8] = b"ORDOKV2\0";
+
 impl KvState {
+    fn write(&mut self, write: Write) {
+        // No expiry in this protocol: the stamp is 0 for every replica.
+        let _ = self.table.apply(&Entry { origin: 0, nonce: 0, request: 0, now_ms: 0, write });
+    }
+
+    fn value(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.table.get(key, 0).map(<[u8]>::to_vec)
+    }
+
     /// Applies one request and answers it.
     pub fn apply(&mut self, request: &[u8]) -> KvReply {
         let op = match KvOp::decode(request) {
@@ -220,29 +239,37 @@ impl KvState {
             Err(e) => return KvReply::Error(e.to_string()),
         };
         self.applied += 1;
+        let set = |key, value| Write::Set { key, value, when: SetWhen::Always, get: false, ttl: Ttl::None };
         match op {
-            KvOp::Get { key } => KvReply::Value(self.map.get(&key).cloned()),
-            KvOp::Put { key, value } => KvReply::Value(self.map.insert(key, value)),
+            KvOp::Get { key } => KvReply::Value(self.value(&key)),
+            KvOp::Put { key, value } => {
+                let old = self.value(&key);
+                self.write(set(key, value));
+                KvReply::Value(old)
+            }
             KvOp::Cas { key, expected, new } => {
-                let found = self.map.get(&key).cloned();
+                let found = self.value(&key);
                 let swapped = found == expected;
                 if swapped {
-                    self.map.insert(key, new);
+                    self.write(set(key, new));
                 }
                 KvReply::Cas { swapped, found }
             }
             KvOp::Append { key, value } => {
-                let v = self.map.entry(key).or_default();
-                v.extend_from_slice(&value);
-                KvReply::Value(Some(v.clone()))
+                self.write(Write::Append { key: key.clone(), value });
+                KvReply::Value(self.value(&key))
             }
-            KvOp::Delete { key } => KvReply::Value(self.map.remove(&key)),
+            KvOp::Delete { key } => {
+                let old = self.value(&key);
+                self.write(Write::Del { keys: vec![key] });
+                KvReply::Value(old)
+            }
         }
     }
 
     /// Reads a key without applying anything (local, possibly stale read).
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.map.get(key).map(Vec::as_slice)
+        self.table.get(key, 0)
     }
 
     /// Requests applied (malformed ones excluded).
@@ -252,47 +279,32 @@ impl KvState {
 
     /// Number of keys.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.table.len(0)
     }
 
     /// Whether there are no keys.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
-    /// The whole state, serialized.
+    /// The whole state, serialized (the count of requests applied, then
+    /// ordo-kv's table snapshot).
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut out = b"ORDOKV1\0".to_vec();
+        let mut out = SNAPSHOT_MAGIC.to_vec();
         out.extend_from_slice(&self.applied.to_le_bytes());
-        out.extend_from_slice(&(self.map.len() as u64).to_le_bytes());
-        for (k, v) in &self.map {
-            put_bytes(&mut out, k);
-            put_bytes(&mut out, v);
-        }
+        out.extend_from_slice(&self.table.snapshot());
         out
     }
 
     /// Parses a [`snapshot`](Self::snapshot).
     pub fn from_snapshot(b: &[u8]) -> Result<KvState, &'static str> {
-        if b.len() < 24 || &b[..8] != b"ORDOKV1\0" {
+        if b.len() < 16 || &b[..8] != SNAPSHOT_MAGIC {
             return Err("not a kv snapshot");
         }
-        let applied = u64::from_le_bytes(b[8..16].try_into().unwrap());
-        let n = u64::from_le_bytes(b[16..24].try_into().unwrap());
-        let mut r = Reader(&b[24..]);
-        if n > (r.0.len() / 8) as u64 {
-            return Err("key count exceeds the snapshot");
-        }
-        let mut map = BTreeMap::new();
-        for _ in 0..n {
-            let k = r.bytes()?.to_vec();
-            let v = r.bytes()?.to_vec();
-            if map.insert(k, v).is_some() {
-                return Err("duplicate key");
-            }
-        }
-        r.end()?;
-        Ok(KvState { map, applied })
+        let applied = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+        let mut table = Table::new();
+        table.restore(&b[16..])?;
+        Ok(KvState { table, applied })
     }
 }
 
