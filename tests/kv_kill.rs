@@ -200,6 +200,44 @@ fn run_client(c: &Cluster, me: usize, targets: Vec<usize>, stop: Arc<AtomicBool>
     rec
 }
 
+/// Six clients spread over the three replicas (see [`run_client`]), until
+/// [`Load::finish`].
+struct Load {
+    stop: Arc<AtomicBool>,
+    records: Arc<Mutex<Vec<Record>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(c: &Arc<Cluster>, t0: Instant) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let threads = (0..6)
+            .map(|me| {
+                let (c, stop, records) = (c.clone(), stop.clone(), records.clone());
+                std::thread::spawn(move || {
+                    let r = run_client(&c, me, vec![0, 1, 2], stop, t0);
+                    records.lock().unwrap().push(r);
+                })
+            })
+            .collect();
+        Load { stop, records, threads }
+    }
+
+    /// Stops the clients: the history of the shared keys and the
+    /// acknowledged unique writes.
+    fn finish(self) -> (Vec<Op>, Vec<(String, String)>) {
+        self.stop.store(true, Ordering::Release);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let records = std::mem::take(&mut *self.records.lock().unwrap());
+        let history = records.iter().flat_map(|r| r.history.iter().cloned()).collect();
+        let acked = records.iter().flat_map(|r| r.acked.iter().cloned()).collect();
+        (history, acked)
+    }
+}
+
 #[test]
 fn redis_tools_then_the_leader_killed_under_load_loses_no_acknowledged_write_shm() {
     redis_tools_then_the_leader_killed("shm");
@@ -244,33 +282,17 @@ fn redis_tools_then_the_leader_killed_with(name: &str, fabric: &str, extra: &[&s
 
     // Clients on every replica; the leader is killed 1 s in.
     let c = Arc::new(c);
-    let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let records = Arc::new(Mutex::new(Vec::new()));
-    let threads: Vec<_> = (0..6)
-        .map(|me| {
-            let (c, stop, records) = (c.clone(), stop.clone(), records.clone());
-            std::thread::spawn(move || {
-                let r = run_client(&c, me, vec![0, 1, 2], stop, t0);
-                records.lock().unwrap().push(r);
-            })
-        })
-        .collect();
+    let load = Load::start(&c, t0);
     std::thread::sleep(Duration::from_secs(1));
     // SAFETY: kill(2) on a process this test started.
     unsafe { libc::kill(c.pid(leader), libc::SIGKILL) };
     let killed_at = t0.elapsed();
     std::thread::sleep(Duration::from_secs(3));
-    stop.store(true, Ordering::Release);
-    for t in threads {
-        t.join().unwrap();
-    }
+    let (history, acked) = load.finish();
     let survivors: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     let new_leader = c.leader(&survivors);
     assert_ne!(new_leader, leader);
-    let records = std::mem::take(&mut *records.lock().unwrap());
-    let history: Vec<Op> = records.iter().flat_map(|r| r.history.iter().cloned()).collect();
-    let acked: Vec<(String, String)> = records.iter().flat_map(|r| r.acked.iter().cloned()).collect();
     let after_kill = history
         .iter()
         .filter(|o| o.call > killed_at.as_nanos() as u64 + 500_000_000 && o.ret.is_some())
@@ -373,18 +395,8 @@ fn missing_at(c: &Cluster, replicas: &[usize], acked: &[(String, String)]) -> us
 fn disk_mode_the_whole_cluster_killed_under_load_loses_no_acknowledged_write() {
     let c = Arc::new(Cluster::up_with("disk", "shm", &["--durability", "disk"]));
     assert_eq!(c.redis_cli(1, &["set", "before", "1"]), "OK");
-    let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let records = Arc::new(Mutex::new(Vec::new()));
-    let threads: Vec<_> = (0..6)
-        .map(|me| {
-            let (c, stop, records) = (c.clone(), stop.clone(), records.clone());
-            std::thread::spawn(move || {
-                let r = run_client(&c, me, vec![0, 1, 2], stop, t0);
-                records.lock().unwrap().push(r);
-            })
-        })
-        .collect();
+    let load = Load::start(&c, t0);
     std::thread::sleep(Duration::from_millis(1500));
     // Power cut, as far as processes go: every replica dies at once, with
     // writes in flight.
@@ -393,13 +405,7 @@ fn disk_mode_the_whole_cluster_killed_under_load_loses_no_acknowledged_write() {
         unsafe { libc::kill(c.pid(i), libc::SIGKILL) };
     }
     std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::Release);
-    for t in threads {
-        t.join().unwrap();
-    }
-    let records = std::mem::take(&mut *records.lock().unwrap());
-    let history: Vec<Op> = records.iter().flat_map(|r| r.history.iter().cloned()).collect();
-    let mut acked: Vec<(String, String)> = records.iter().flat_map(|r| r.acked.iter().cloned()).collect();
+    let (history, mut acked) = load.finish();
     acked.push(("before".into(), "1".into()));
     assert!(acked.len() > 100, "{} acknowledged unique writes", acked.len());
 

@@ -363,6 +363,28 @@ fn partial_ok(before: &Model, after: &Model, boot: &Option<Boot>) -> bool {
         && r.log.last().is_none_or(|(h, _)| h.epoch <= r.e_new)
 }
 
+/// One poll of a leader in epoch `e` that appends its entry `c` (the table
+/// handed over is the one before it), then delivers it: returns the
+/// entry's header and payload.
+fn append_one(store: &mut DiskStore<MemDisk>, e: Epoch, c: u32, table: &mut KvState) -> (Header, Vec<u8>) {
+    let h = e.header(c);
+    let p = payload(u64::from(c));
+    let change = Persist {
+        e_new: e,
+        vote: Vote::NONE,
+        log_from: Some(h),
+        entries: vec![(h, &p)],
+        restored: None,
+        accepted: h,
+    };
+    let applied = if c > 1 { e.header(c - 1) } else { Header::NONE };
+    let t = table.clone();
+    store.persist(&change, applied, &mut || t.clone()).unwrap();
+    // Delivered after the persist, as in the engine's poll.
+    table.apply(&Entry::decode(&p).unwrap());
+    (h, p)
+}
+
 #[test]
 fn snapshots_bound_the_log_and_restore_the_table() {
     for background in [false, true] {
@@ -379,21 +401,8 @@ fn snapshots_bound_the_log(background: bool) {
     let mut applied = Header::NONE;
     let mut all = Vec::new();
     for c in 1..=95u32 {
-        let h = e.header(c);
-        let p = payload(u64::from(c));
-        all.push((h, p.clone()));
-        let change = Persist {
-            e_new: e,
-            vote: Vote::NONE,
-            log_from: Some(h),
-            entries: vec![(h, &p)],
-            restored: None,
-            accepted: h,
-        };
-        let t = table.clone();
-        store.persist(&change, applied, &mut || t.clone()).unwrap();
-        // Delivered after the persist, as in the engine's poll.
-        table.apply(&Entry::decode(&p).unwrap());
+        let (h, p) = append_one(&mut store, e, c, &mut table);
+        all.push((h, p));
         applied = h;
         // Inline: at most one snapshot's worth; in the background one
         // more may pile up while a table is written.
@@ -470,21 +479,7 @@ fn garbage_files_are_refused_or_recovered_never_a_panic() {
     let e = Epoch::new(1, 0);
     let mut table = KvState::new();
     for c in 1..=12u32 {
-        let h = e.header(c);
-        let p = payload(u64::from(c));
-        let change = Persist {
-            e_new: e,
-            vote: Vote::NONE,
-            log_from: Some(h),
-            entries: vec![(h, &p)],
-            restored: None,
-            accepted: h,
-        };
-        let t = table.clone();
-        store
-            .persist(&change, if c > 1 { e.header(c - 1) } else { Header::NONE }, &mut || t.clone())
-            .unwrap();
-        table.apply(&Entry::decode(&p).unwrap());
+        append_one(&mut store, e, c, &mut table);
     }
     drop(store);
     let real: Vec<(bool, String, Vec<u8>)> = meta
