@@ -88,9 +88,10 @@ pub struct UpArgs {
     /// Write each member's delivered messages to DIR/delivered-ID.log.
     #[arg(long)]
     pub delivery_log: bool,
-    /// The engine: vsync (views) or acuerdo (quorum atomic broadcast).
-    #[arg(long, value_enum, default_value = "vsync")]
-    pub engine: EngineArg,
+    /// The engine: vsync (views) or acuerdo (quorum atomic broadcast);
+    /// with `--kv` also raft. Default: vsync, and acuerdo with `--kv`.
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineArg>,
     /// Start `ordo kv serve` replicas (the replicated key-value store,
     /// spoken as Redis on ports base+300+i) instead of `ordo node`
     /// daemons; clients authenticate with DIR/client.secret.
@@ -269,6 +270,11 @@ fn spawn_node_with(dir: &Path, id: u32, join: bool, incarnation: Option<u64>) ->
     if join && !kv {
         cmd.arg("--join");
     }
+    // A restarted vsync replica joins the running group (and receives the
+    // table); the other engines recover or catch up on their own.
+    if join && kv {
+        cmd.args(["--set", "node.join=true"]);
+    }
     if let Some(i) = incarnation {
         cmd.args(["--set", &format!("node.incarnation={i}")]);
     }
@@ -305,7 +311,8 @@ fn up(args: UpArgs) -> Result<(), String> {
     if args.members == 0 {
         return Err("a cluster needs at least one member".into());
     }
-    if args.engine == EngineArg::Raft && !args.kv {
+    let engine = args.engine.unwrap_or(if args.kv { EngineArg::Acuerdo } else { EngineArg::Vsync });
+    if engine == EngineArg::Raft && !args.kv {
         return Err("--engine raft runs ordo-kv replicas: add --kv".into());
     }
     if args.dir.join("pids").exists() {
@@ -337,7 +344,7 @@ fn up(args: UpArgs) -> Result<(), String> {
     let mut pids = Vec::new();
     for id in 0..args.members {
         let mut c = local(&args, &cluster).member_config(&base, id);
-        if args.engine == EngineArg::Acuerdo || args.kv {
+        if engine == EngineArg::Acuerdo || args.kv {
             c.node.engine = ordo_runtime::NodeEngine::Acuerdo;
             c.node.message_bytes = c.node.message_bytes.max(16);
         }
@@ -348,7 +355,11 @@ fn up(args: UpArgs) -> Result<(), String> {
                 (0..args.members).map(|i| ordo_runtime::TcpPeer { id: i, addr: kv_port(i) }).collect();
             c.security.client_secret_file = Some(client_secret.clone());
             c.node.send_rate = 0;
-            if args.engine == EngineArg::Raft {
+            if engine == EngineArg::Vsync {
+                c.kv.engine = ordo_runtime::KvEngine::Vsync;
+                c.node.engine = ordo_runtime::NodeEngine::Vsync;
+            }
+            if engine == EngineArg::Raft {
                 c.kv.engine = ordo_runtime::KvEngine::Raft;
                 let raft_port = |i: u32| format!("127.0.0.1:{}", u32::from(args.base_port) + 400 + i);
                 c.kv.raft =
@@ -358,7 +369,7 @@ fn up(args: UpArgs) -> Result<(), String> {
                 c.kv.durability = ordo_runtime::KvDurability::Disk;
             }
             // Raft keeps its log (and vote) there in both modes.
-            if args.durability == DurabilityArg::Disk || args.engine == EngineArg::Raft {
+            if args.durability == DurabilityArg::Disk || engine == EngineArg::Raft {
                 let data =
                     std::path::absolute(args.dir.join(format!("data-{id}"))).map_err(|e| e.to_string())?;
                 c.kv.data_dir = Some(data.display().to_string());
@@ -391,10 +402,9 @@ fn up(args: UpArgs) -> Result<(), String> {
         println!(
             "{} ordo-kv replicas up ({}), {:?} durability (configs, secrets, logs and pids in {})",
             args.members,
-            if args.engine == EngineArg::Raft {
-                "raft: R3P2 over UDP".to_string()
-            } else {
-                format!("acuerdo on the {:?} fabric", args.fabric)
+            match engine {
+                EngineArg::Raft => "raft: R3P2 over UDP".to_string(),
+                e => format!("{e:?} on the {:?} fabric", args.fabric).to_lowercase(),
             },
             args.durability,
             args.dir.display()
@@ -412,7 +422,7 @@ fn up(args: UpArgs) -> Result<(), String> {
     println!(
         "{} {:?} members up on the {:?} fabric (configs, secret, logs and pids in {})",
         args.members,
-        args.engine,
+        engine,
         args.fabric,
         args.dir.display()
     );

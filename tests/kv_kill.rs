@@ -6,8 +6,8 @@
 //! from the survivors, and the recorded history (invocation and response
 //! times, unknown outcomes included) passes the linearizability checker.
 //!
-//! With `--engine raft` (R3P2) the same leader-kill test runs over the
-//! second engine. In `disk` mode (`--durability disk`) all three replicas are SIGKILLed
+//! With `--engine raft` (R3P2) and `--engine vsync` (virtual synchrony)
+//! the same kill test runs over the other engines. In `disk` mode (`--durability disk`) all three replicas are SIGKILLed
 //! at once under load and restarted from their data directories: every
 //! acknowledged write is there, and the history is linearizable.
 //!
@@ -253,6 +253,14 @@ fn redis_tools_then_the_leader_killed_under_load_loses_no_acknowledged_write_tcp
 #[test]
 fn redis_tools_then_the_leader_killed_under_load_loses_no_acknowledged_write_raft() {
     redis_tools_then_the_leader_killed_with("raft", "shm", &["--engine", "raft", "--durability", "disk"]);
+}
+
+/// And over the third: virtual synchrony (one ordered subgroup, no
+/// leader: the replica killed is the first one; the survivors install a
+/// view without it, and the restarted one joins with the table).
+#[test]
+fn redis_tools_then_a_replica_killed_under_load_loses_no_acknowledged_write_vsync() {
+    redis_tools_then_the_leader_killed_with("vsync", "shm", &["--engine", "vsync"]);
 }
 
 fn redis_tools_then_the_leader_killed(fabric: &str) {

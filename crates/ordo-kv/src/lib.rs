@@ -15,6 +15,8 @@
 //!   a replica's Accept leaves it and read back when it restarts.
 //! - [`raft`]: `kv.engine = "raft"` — the same state machine under R3P2
 //!   (Raft inside R2P2's `REPLICATED_ROUTE`), the second engine.
+//! - [`vsync`]: `kv.engine = "vsync"` — the same state machine over one
+//!   ordered subgroup of every replica (virtual synchrony, no leader).
 //! - [`lincheck`]: a linearizability checker for key-value histories (the
 //!   kill tests and the simulation record histories and check them).
 //!
@@ -38,6 +40,7 @@ pub mod lincheck;
 pub mod raft;
 pub mod resp;
 pub mod server;
+pub mod vsync;
 
 pub use server::{KvCounters, KvError, KvServer};
 pub use state::{Entry, KvState, Reply, Write};

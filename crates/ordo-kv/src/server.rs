@@ -140,6 +140,8 @@ pub struct KvServer {
     runner: Option<Runner<ordo_runtime::acuerdo::AcuerdoMember<MemberFabric>>>,
     /// `kv.engine = "raft"`: the R3P2 replica.
     raft: Option<ordo_r2p2::Server>,
+    /// `kv.engine = "vsync"`: the `ordo node` member.
+    node: Option<ordo_runtime::Node>,
     _status: Option<StatusServer>,
 }
 
@@ -176,8 +178,9 @@ impl KvServer {
         let poll = Poll::new().map_err(|e| KvError::Start(e.to_string()))?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(|e| KvError::Start(e.to_string()))?;
         let nonce = unix_ns() ^ (u64::from(std::process::id()) << 40) ^ u64::from(me);
-        let (shared, client, runner, raft_server) = match kv.engine {
+        let (shared, client, runner, raft_server, vsync_node) = match kv.engine {
             KvEngine::Raft => start_raft(config, me, nonce, waker)?,
+            KvEngine::Vsync => start_vsync(config, me, nonce, waker)?,
             KvEngine::Acuerdo => {
                 // Durable mode: the table, promise and log this replica wrote.
                 let mut store = None;
@@ -284,7 +287,7 @@ impl KvServer {
                 let (runner, client) =
                     start_member_idle(fabric, cfg, options, idle).map_err(KvError::Start)?;
                 let client: Box<dyn Engine> = Box::new(AcuerdoEngine(client));
-                (shared, client, Some(runner), None)
+                (shared, client, Some(runner), None, None)
             }
         };
         let status_server = match &config.node.status {
@@ -339,7 +342,15 @@ impl KvServer {
             .spawn(move || front.run())
             .map_err(|e| KvError::Start(e.to_string()))?;
         tracing::info!(member = me, %addr, "ordo-kv serving RESP");
-        Ok(KvServer { shared, addr, front: Some(thread), runner, raft: raft_server, _status: status_server })
+        Ok(KvServer {
+            shared,
+            addr,
+            front: Some(thread),
+            runner,
+            raft: raft_server,
+            node: vsync_node,
+            _status: status_server,
+        })
     }
 
     /// The RESP address.
@@ -379,6 +390,9 @@ impl KvServer {
         if let Some(r) = self.raft.take() {
             r.shutdown();
         }
+        if let Some(n) = self.node.take() {
+            n.stop();
+        }
     }
 }
 
@@ -394,7 +408,83 @@ type Started = (
     Box<dyn Engine>,
     Option<Runner<ordo_runtime::acuerdo::AcuerdoMember<MemberFabric>>>,
     Option<ordo_r2p2::Server>,
+    Option<ordo_runtime::Node>,
 );
+
+/// `kv.engine = "vsync"`: this replica as an `ordo node` member of one
+/// ordered subgroup of every replica (view changes, joins with state
+/// transfer), whose delivery upcall applies the table ([`crate::vsync`]).
+fn start_vsync(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> Result<Started, KvError> {
+    use crate::vsync::{Message, VsyncEngine, decode};
+    let kv = &config.kv;
+    let mut c = config.clone();
+    c.node.engine = ordo_runtime::NodeEngine::Vsync;
+    c.node.send_rate = 0;
+    // An entry and its 9-byte envelope fit a slot of the default subgroup.
+    c.vsync.max_payload = c.vsync.max_payload.max(kv.max_entry_bytes + 9);
+    let shared = Arc::new(Shared {
+        state: Mutex::new(KvState::new()),
+        applied: AtomicU64::new(0),
+        results: Mutex::new(Vec::new()),
+        waker,
+        counters: KvCounters::default(),
+        stop: AtomicBool::new(false),
+        status: Mutex::new(NodeStatus::default()),
+    });
+    let events = Arc::new(Mutex::new(VecDeque::new()));
+    let (a, b, d, ev) = (shared.clone(), shared.clone(), shared.clone(), events.clone());
+    let app = ordo_runtime::NodeApp {
+        on_deliver: Some(Box::new(move |_view, batch| {
+            let mut woke = false;
+            for m in batch.iter().filter(|m| m.subgroup == 0) {
+                match decode(m.payload) {
+                    Ok(Message::Entry { ticket, entry }) => {
+                        let reply = lock(&a).apply(&entry);
+                        if entry.origin == me && entry.nonce == nonce {
+                            if entry.request != 0 {
+                                a.results
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .push((entry.request, reply));
+                            }
+                            ev.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push_back(EngineEvent::Committed(ticket));
+                            woke = true;
+                        }
+                    }
+                    Ok(Message::Barrier { origin, nonce: n, ticket }) => {
+                        if origin == me && n == nonce {
+                            ev.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push_back(EngineEvent::ReadReady(ticket));
+                            woke = true;
+                        }
+                    }
+                    // Every replica skips it alike.
+                    Err(why) => {
+                        tracing::error!(%why, sender = m.sender, "a delivered message does not decode; skipped")
+                    }
+                }
+            }
+            if woke {
+                let _ = a.waker.wake();
+            }
+        })),
+        on_view: None,
+        snapshot: Some(Box::new(move |_| lock(&b).snapshot())),
+        restore: Some(Box::new(move |_, bytes| {
+            if let Err(why) = lock(&d).restore(bytes) {
+                tracing::error!(%why, "the group's state does not decode; table kept");
+            }
+        })),
+    };
+    let node = ordo_runtime::Node::start_with(&c, app).map_err(|e| KvError::Start(e.to_string()))?;
+    let sender = node.sender(0).ok_or_else(|| KvError::Config("this replica sends in no subgroup".into()))?;
+    let engine =
+        VsyncEngine::new(sender, events, Box::new(node.status_source()), me, nonce, kv.max_entry_bytes);
+    Ok((shared, Box::new(engine), None, None, Some(node)))
+}
 
 /// `kv.engine = "raft"`: this replica's R3P2 server (Raft behind
 /// REPLICATED_ROUTE on its `kv.raft` address, the table as its handler)
@@ -497,7 +587,7 @@ fn start_raft(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> Re
         kv.max_entry_bytes,
     )
     .map_err(|e| start_err(e.to_string()))?;
-    Ok((shared, Box::new(engine), None, Some(server)))
+    Ok((shared, Box::new(engine), None, Some(server), None))
 }
 
 /// Where a reply goes: a connection (by token and id, so a reused token
@@ -977,7 +1067,11 @@ impl Front {
             c.clients.load(Ordering::Relaxed),
             if status.is_leader { "master" } else { "slave" },
             status.leader.map_or("none".to_string(), |l| l.to_string()),
-            if self.kv.engine == KvEngine::Raft { "raft" } else { "acuerdo" },
+            match self.kv.engine {
+                KvEngine::Raft => "raft",
+                KvEngine::Vsync => "vsync",
+                KvEngine::Acuerdo => "acuerdo",
+            },
             status.epoch,
             status.committed,
             status.delivered,

@@ -131,10 +131,13 @@ pub struct KvConfig {
     /// the log below it after this many applied entries (default 100000).
     pub snapshot_entries: u64,
     /// `engine`: `"acuerdo"` (default: the group's members on the fabric,
-    /// acuerdo §4.3) or `"raft"` (R3P2: Raft behind R2P2's
+    /// acuerdo §4.3), `"raft"` (R3P2: Raft behind R2P2's
     /// `REPLICATED_ROUTE` over UDP on `kv.raft`; the same state machine;
-    /// reads go through the log). Raft needs the cluster secret
-    /// (`security.secret_file`): it seals the replicas' datagrams.
+    /// reads go through the log; needs the cluster secret
+    /// (`security.secret_file`): it seals the replicas' datagrams) or
+    /// `"vsync"` (one ordered subgroup of every replica, as `ordo node`
+    /// runs it: `[node]` control addresses, view changes, joins; every
+    /// replica takes writes; `memory` durability only).
     pub engine: KvEngine,
     /// `raft`: `[{ id, addr }]`, every replica's R3P2 UDP address (with
     /// `engine = "raft"`).
@@ -157,6 +160,9 @@ pub enum KvEngine {
     Acuerdo,
     /// Raft inside R2P2 (R3P2) over UDP.
     Raft,
+    /// Virtual synchrony: one ordered subgroup of every replica (`[node]`
+    /// control plane, view changes, joins), no leader.
+    Vsync,
 }
 
 /// `kv.durability`.
@@ -1228,6 +1234,16 @@ impl OrdoConfig {
                 "kv.failure_timeout_ms is {}; it must be 0 (automatic) or at least 3",
                 kv.failure_timeout_ms
             ));
+        }
+        if kv.engine == KvEngine::Vsync {
+            if kv.durability == KvDurability::Disk {
+                return bad("kv.engine \"vsync\" keeps the table in memory: durability = \"disk\" is for acuerdo and raft".into());
+            }
+            // As `ordo node` runs it: a control address per member.
+            let mut daemon = self.clone();
+            daemon.node.engine = NodeEngine::Vsync;
+            daemon.node.send_rate = 0;
+            daemon.validate_node_daemon()?;
         }
         if kv.engine == KvEngine::Raft {
             if kv.data_dir.is_none() {
