@@ -534,12 +534,13 @@ impl KvBench {
                     })
                 })?;
             }
-            // The same cluster in disk mode, and over the Raft engine (its
-            // log fsynced), data directories under --data-root (with
-            // etcd's and ZooKeeper's).
+            // The same cluster in disk mode, over the Raft engine (its log
+            // fsynced) and over vsync, data directories under --data-root
+            // (with etcd's and ZooKeeper's).
             for (system, extra) in [
                 ("ordo-kv-disk", &["--durability", "disk"][..]),
                 ("ordo-kv-raft", &["--engine", "raft", "--durability", "disk"][..]),
+                ("ordo-kv-vsync", &["--engine", "vsync"][..]),
             ] {
                 if !want(system) {
                     continue;
