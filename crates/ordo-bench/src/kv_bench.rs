@@ -192,10 +192,18 @@ fn rss_kib(pid: u32) -> u64 {
 fn need(tool: &str) -> Result<(), String> {
     let ok = Command::new(tool).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
     if ok {
-        Ok(())
-    } else {
-        Err(format!("{tool} not found: install it with `apt-get install redis-server redis-tools`"))
+        return Ok(());
     }
+    let package = match tool {
+        "redis-server" => "redis-server",
+        "redis-benchmark" | "redis-cli" => "redis-tools",
+        "etcd" => "etcd-server",
+        "java" => "zookeeper (it brings a Java runtime)",
+        other => other,
+    };
+    Err(format!(
+        "{tool} not found: install it with `apt-get install {package}`, or every peer at once with scripts/install-bench-peers.sh"
+    ))
 }
 
 fn wait_ping(port: u16, password: Option<&[u8]>) -> Result<(), String> {
@@ -408,7 +416,9 @@ impl Peers {
         need("java")?;
         let jar = "/usr/share/java/zookeeper.jar";
         if !std::path::Path::new(jar).exists() {
-            return Err(format!("{jar} not found: install it with `apt-get install zookeeper`"));
+            return Err(format!(
+                "{jar} not found: install it with `apt-get install zookeeper`, or every peer at once with scripts/install-bench-peers.sh"
+            ));
         }
         let dir = root.join(format!("ordo-bench-zk-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
