@@ -64,11 +64,12 @@ pub struct KvArgs {
     pub workloads: Vec<String>,
     /// Systems for YCSB: `ordo-kv` (memory durability), `ordo-kv-disk`
     /// (`kv.durability = "disk"`: fsync before Accept), `ordo-kv-raft` (the
-    /// Raft engine, R3P2, log fsynced), `redis`, `etcd`, `zookeeper`.
+    /// Raft engine, R3P2, log fsynced), `ordo-kv-vsync` (the vsync engine,
+    /// memory), `redis`, `etcd`, `zookeeper`.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "ordo-kv,ordo-kv-disk,ordo-kv-raft,redis,etcd,zookeeper"
+        default_value = "ordo-kv,ordo-kv-disk,ordo-kv-raft,ordo-kv-vsync,redis,etcd,zookeeper"
     )]
     pub systems: Vec<String>,
     /// Where every durable system keeps its data (etcd, ZooKeeper,
