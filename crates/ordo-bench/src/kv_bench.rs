@@ -671,20 +671,21 @@ impl Experiment for KvBench {
         }
         crate::experiment::write(&dir.join("ycsb.csv"), &csv)?;
         // acuerdo Fig. 9: YCSB-load throughput by group size, log scale.
-        let series: Vec<crate::plot::Series> = ["ordo-kv", "ordo-kv-disk", "etcd", "zookeeper"]
-            .iter()
-            .map(|sys| crate::plot::Series {
-                label: (*sys).to_string(),
-                points: r
-                    .ycsb
-                    .iter()
-                    .filter(|row| row.system == *sys && row.workload == "load")
-                    .map(|row| (f64::from(row.replicas), row.outcome.ops_per_s()))
-                    .collect(),
-                ..crate::plot::Series::default()
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
+        let series: Vec<crate::plot::Series> =
+            ["ordo-kv", "ordo-kv-disk", "ordo-kv-raft", "ordo-kv-vsync", "etcd", "zookeeper"]
+                .iter()
+                .map(|sys| crate::plot::Series {
+                    label: (*sys).to_string(),
+                    points: r
+                        .ycsb
+                        .iter()
+                        .filter(|row| row.system == *sys && row.workload == "load")
+                        .map(|row| (f64::from(row.replicas), row.outcome.ops_per_s()))
+                        .collect(),
+                    ..crate::plot::Series::default()
+                })
+                .filter(|s| !s.points.is_empty())
+                .collect();
         let panel = crate::plot::Panel {
             title: "YCSB-load throughput by group size (acuerdo Fig. 9)".into(),
             x_label: "replicas".into(),
