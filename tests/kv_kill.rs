@@ -337,26 +337,7 @@ fn redis_tools_then_the_leader_killed_with(name: &str, fabric: &str, extra: &[&s
         .output()
         .expect("run ordo");
     assert!(out.status.success(), "restart: {}", String::from_utf8_lossy(&out.stderr));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let missing = loop {
-        let missing = match c.client(leader) {
-            Ok(mut cl) => {
-                assert_eq!(cl.call(&[b"READONLY"]).unwrap(), Reply::Ok);
-                for (k, _) in &acked {
-                    cl.send(&[b"GET", k.as_bytes()]);
-                }
-                acked
-                    .iter()
-                    .filter(|(_, v)| cl.recv().ok() != Some(Reply::Bulk(v.clone().into_bytes())))
-                    .count()
-            }
-            Err(_) => acked.len(),
-        };
-        if missing == 0 || Instant::now() > deadline {
-            break missing;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let missing = missing_at(&c, &[leader], &acked);
     let log = std::fs::read_to_string(c.dir.join(format!("node-{leader}.log"))).unwrap_or_default();
     let tail: String =
         log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");

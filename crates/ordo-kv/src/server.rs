@@ -119,6 +119,20 @@ pub struct KvCounters {
     pub disk_stored_entries: AtomicU64,
 }
 
+impl Shared {
+    fn new(table: KvState, applied: u64, waker: Waker) -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(table),
+            applied: AtomicU64::new(applied),
+            results: Mutex::new(Vec::new()),
+            waker,
+            counters: KvCounters::default(),
+            stop: AtomicBool::new(false),
+            status: Mutex::new(NodeStatus::default()),
+        })
+    }
+}
+
 struct Shared {
     state: Mutex<KvState>,
     /// The last header the table applied (its word), written on the agent's
@@ -208,15 +222,7 @@ impl KvServer {
                     Some(b) => (b.state, b.recovered.base, Some(b.recovered)),
                     None => (KvState::new(), ordo_acuerdo::Header::NONE, None),
                 };
-                let shared = Arc::new(Shared {
-                    state: Mutex::new(table),
-                    applied: AtomicU64::new(applied.encode()),
-                    results: Mutex::new(Vec::new()),
-                    waker,
-                    counters: KvCounters::default(),
-                    stop: AtomicBool::new(false),
-                    status: Mutex::new(NodeStatus::default()),
-                });
+                let shared = Shared::new(table, applied.encode(), waker);
                 let fabric = connect_fabric(&c).map_err(|e| KvError::Start(e.to_string()))?;
                 let (s1, s2, s3, s4, s5) =
                     (shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone());
@@ -422,15 +428,7 @@ fn start_vsync(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> R
     c.node.send_rate = 0;
     // An entry and its 9-byte envelope fit a slot of the default subgroup.
     c.vsync.max_payload = c.vsync.max_payload.max(kv.max_entry_bytes + 9);
-    let shared = Arc::new(Shared {
-        state: Mutex::new(KvState::new()),
-        applied: AtomicU64::new(0),
-        results: Mutex::new(Vec::new()),
-        waker,
-        counters: KvCounters::default(),
-        stop: AtomicBool::new(false),
-        status: Mutex::new(NodeStatus::default()),
-    });
+    let shared = Shared::new(KvState::new(), 0, waker);
     let events = Arc::new(Mutex::new(VecDeque::new()));
     let (a, b, d, ev) = (shared.clone(), shared.clone(), shared.clone(), events.clone());
     let app = ordo_runtime::NodeApp {
@@ -511,15 +509,7 @@ fn start_raft(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> Re
     // The cluster secret seals the replicas' datagrams and the bridges'
     // requests: nobody without it changes the log.
     let cluster = config.security.load_secret().map_err(|e| KvError::Secret(e.to_string()))?;
-    let shared = Arc::new(Shared {
-        state: Mutex::new(KvState::new()),
-        applied: AtomicU64::new(0),
-        results: Mutex::new(Vec::new()),
-        waker,
-        counters: KvCounters::default(),
-        stop: AtomicBool::new(false),
-        status: Mutex::new(NodeStatus::default()),
-    });
+    let shared = Shared::new(KvState::new(), 0, waker);
     let events = Arc::new(Mutex::new(VecDeque::new()));
     let (a, b, c, d, e, f) =
         (shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone(), shared.clone());
