@@ -56,8 +56,9 @@ pub const NAME: &str = "kv";
 /// The registry entry (`ordo sim --workload kv`).
 pub const WORKLOAD: Workload = Workload {
     name: NAME,
-    summary: "ordo-kv's state machine over AcuerdoDriver with read-index reads: crashes, restarts, partitions; \
-              clients' histories linearizable, replicas agree, liveness",
+    summary: "ordo-kv's state machine over AcuerdoDriver with read-index reads: crashes, restarts, partitions, \
+              and in odd seeds durable mode (ordo-kv's disk store) with a whole-group power loss; clients' \
+              histories linearizable, replicas agree, liveness",
     run: |seed, _| Ok(SeedReport::passed(NAME, seed, run(seed, false)?)),
 };
 
