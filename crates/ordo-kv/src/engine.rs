@@ -62,8 +62,11 @@ pub(crate) trait Engine: Send {
     fn read_barrier(&mut self) -> Result<u64, SubmitError>;
     /// The next settled ticket, if any.
     fn poll(&mut self) -> Option<EngineEvent>;
-    /// Leadership and progress.
+    /// Leadership and progress, printed (INFO, the status endpoint).
     fn status(&self) -> EngineStatus;
+    /// Whether this replica takes writes itself (asked per command: no
+    /// allocation), and the leader it knows of.
+    fn leadership(&self) -> (bool, Option<MemberId>);
 }
 
 /// The acuerdo member's client queue as an [`Engine`].
@@ -95,6 +98,11 @@ impl Engine for AcuerdoEngine {
                 ClientEvent::ReadFailed { ticket, .. } => EngineEvent::ReadFailed(ticket),
             });
         }
+    }
+
+    fn leadership(&self) -> (bool, Option<MemberId>) {
+        let st = self.0.status();
+        (st.is_leader(), st.leader())
     }
 
     fn status(&self) -> EngineStatus {

@@ -288,6 +288,11 @@ impl Engine for RaftEngine {
         self.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
     }
 
+    fn leadership(&self) -> (bool, Option<MemberId>) {
+        let st = &self.status;
+        (st.is_leader(), st.leader().and_then(|i| self.members.get(i).copied()))
+    }
+
     fn status(&self) -> EngineStatus {
         let st = &self.status;
         let role = if st.is_leader() {

@@ -229,7 +229,7 @@ impl KvServer {
                 let on_persist: Option<ordo_runtime::acuerdo::PersistFn> = store.map(|mut store| {
                     Box::new(move |change: &ordo_acuerdo::Persist<'_>| {
                         let applied = ordo_acuerdo::Header::decode(s5.applied.load(Ordering::Acquire));
-                        let mut table = || s5.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        let mut table = || lock(&s5).clone();
                         let result = store.persist(change, applied, &mut table);
                         let c = &s5.counters;
                         c.disk_persists.store(store.stats().persists, Ordering::Relaxed);
@@ -260,17 +260,15 @@ impl KvServer {
                                 return;
                             }
                         };
-                        let reply = s1.state.lock().unwrap_or_else(|e| e.into_inner()).apply(&entry);
+                        let reply = lock(&s1).apply(&entry);
                         if entry.origin == me && entry.nonce == nonce && entry.request != 0 {
                             s1.results.lock().unwrap_or_else(|e| e.into_inner()).push((entry.request, reply));
                         }
                     })),
-                    on_snapshot: Some(Box::new(move || {
-                        s2.state.lock().unwrap_or_else(|e| e.into_inner()).snapshot()
-                    })),
+                    on_snapshot: Some(Box::new(move || lock(&s2).snapshot())),
                     on_restore: Some(Box::new(move |header, bytes| {
                         s3.applied.store(header.encode(), Ordering::Release);
-                        let mut st = s3.state.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut st = lock(&s3);
                         match st.restore(bytes) {
                             Ok(()) => {
                                 tracing::info!(
@@ -376,7 +374,7 @@ impl KvServer {
 
     /// A copy of the table (tests, tools).
     pub fn state(&self) -> KvState {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        lock(&self.shared).clone()
     }
 
     /// Stops the front end and the member.
@@ -487,6 +485,8 @@ fn start_vsync(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> R
 /// `kv.engine = "raft"`: this replica's R3P2 server (Raft behind
 /// REPLICATED_ROUTE on its `kv.raft` address, the table as its handler)
 /// and the bridge the front end submits through ([`crate::raft`]).
+/// The table, even if a thread panicked holding it (it is only ever
+/// replaced whole or changed by one deterministic apply).
 fn lock(s: &Shared) -> std::sync::MutexGuard<'_, KvState> {
     s.state.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -885,7 +885,7 @@ impl Front {
     }
 
     fn is_leader(&self) -> bool {
-        self.client.status().is_leader
+        self.client.leadership().0
     }
 
     /// One request of connection `token`.
@@ -1047,7 +1047,7 @@ impl Front {
 
     fn info(&self) -> String {
         let status = self.client.status();
-        let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = lock(&self.shared);
         let c = &self.shared.counters;
         format!(
             "# Server\r\nordo_version:{}\r\nordo_member:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Replication\r\nrole:{}\r\nordo_leader:{}\r\nordo_engine:{}\r\nordo_epoch:{}\r\nordo_committed:{}\r\nordo_delivered:{}\r\n\r\n# Stats\r\ntotal_commands_processed:{}\r\nordo_writes_proposed:{}\r\nordo_forwarded:{}\r\nordo_read_barriers:{}\r\n\r\n# Persistence\r\nordo_durability:{}\r\nordo_disk_persists:{}\r\nordo_disk_snapshots:{}\r\nordo_disk_stored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires={}\r\n",
@@ -1262,7 +1262,7 @@ impl Front {
             self.fill(w, Reply::Error("TRYAGAIN too many reads waiting at the leader, retry".into()));
             return;
         }
-        let leader = self.client.status().leader.filter(|l| *l != self.me);
+        let leader = self.client.leadership().1.filter(|l| *l != self.me);
         let Some(leader) = leader else {
             self.fill(w, Reply::Error("TRYAGAIN no leader (an election is in progress)".into()));
             return;
@@ -1406,7 +1406,7 @@ impl Front {
     /// Drops the forwarding link when leadership moved (its requests may or
     /// may not have been applied: they are answered as unknown).
     fn check_leader(&mut self) {
-        let leader = self.client.status().leader;
+        let leader = self.client.leadership().1;
         if let Some(link) = &self.fwd
             && (leader != Some(link.leader) || self.is_leader())
         {
@@ -1458,7 +1458,7 @@ impl Front {
         }
         self.next_status = now + Duration::from_millis(20);
         let st = self.client.status();
-        let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = lock(&self.shared);
         let (keys, applied) = (state.len(unix_ms()) as u64, state.applied());
         drop(state);
         *self.shared.status.lock().unwrap_or_else(|e| e.into_inner()) = NodeStatus {

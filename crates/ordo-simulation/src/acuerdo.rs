@@ -341,25 +341,43 @@ impl Member {
     }
 }
 
+/// Whether member `me` may poll its driver now (the acuerdo and kv
+/// workloads' members both ask): its earlier pushes are posted (else it
+/// wakes in 2 µs: the engine waits for them), and while the nemesis slows
+/// it down it polls only every `slow_every_ns` (else it wakes then).
+pub(crate) fn may_poll<E>(
+    driver: &mut AcuerdoDriver<SimFabric>,
+    ctx: &mut Ctx<'_, E>,
+    status: &Shared,
+    me: MemberId,
+    next_slow_poll_ns: &mut u64,
+) -> bool {
+    let now = ctx.now();
+    driver.on_fabric_events(now, |_| {});
+    driver.post_backlog();
+    if !driver.can_poll() {
+        ctx.wake_at(now + 2_000);
+        return false;
+    }
+    let (slow_until, every) = {
+        let s = status.borrow();
+        (s.slow_until_ns[me as usize], s.slow_every_ns[me as usize])
+    };
+    if now < slow_until {
+        if now < *next_slow_poll_ns {
+            ctx.wake_at(*next_slow_poll_ns);
+            return false;
+        }
+        *next_slow_poll_ns = now + every;
+    }
+    true
+}
+
 impl SimProcess<AcEvent> for Member {
     fn poll(&mut self, ctx: &mut Ctx<'_, AcEvent>) -> usize {
         let now = ctx.now();
-        self.driver.on_fabric_events(now, |_| {});
-        self.driver.post_backlog();
-        if !self.driver.can_poll() {
-            ctx.wake_at(now + 2_000);
-            return 0; // the engine waits until its earlier writes are posted
-        }
-        let (slow_until, every) = {
-            let s = self.shared.borrow();
-            (s.slow_until_ns[self.me as usize], s.slow_every_ns[self.me as usize])
-        };
-        if now < slow_until {
-            if now < self.next_slow_poll_ns {
-                ctx.wake_at(self.next_slow_poll_ns);
-                return 0;
-            }
-            self.next_slow_poll_ns = now + every;
+        if !may_poll(&mut self.driver, ctx, &self.shared, self.me, &mut self.next_slow_poll_ns) {
+            return 0;
         }
         if self.params.trace && now >= self.next_slow_poll_ns.max(self.next_trace_ns) {
             self.next_trace_ns = now + 500_000;

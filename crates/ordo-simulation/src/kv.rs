@@ -36,7 +36,7 @@
 
 #![allow(missing_docs)] // harness-style event fields, named in their variants' docs
 
-use crate::acuerdo::{Params, Shared, Status, nemesis};
+use crate::acuerdo::{Params, Shared, Status, may_poll, nemesis};
 use crate::{SeedReport, Workload};
 use ordo_acuerdo::{AcuerdoDriver, DeliverySink, Epoch, Header, Layout, Persist, Role, Settled};
 use ordo_fabric::MemberId;
@@ -383,22 +383,8 @@ fn params_config(params: &Params, me: MemberId, incarnation: u64) -> ordo_acuerd
 impl SimProcess<KvEvent> for Member {
     fn poll(&mut self, ctx: &mut Ctx<'_, KvEvent>) -> usize {
         let now = ctx.now();
-        self.driver.on_fabric_events(now, |_| {});
-        self.driver.post_backlog();
-        if !self.driver.can_poll() {
-            ctx.wake_at(now + 2_000);
+        if !may_poll(&mut self.driver, ctx, &self.status, self.me, &mut self.next_slow_poll_ns) {
             return 0;
-        }
-        let (slow_until, every) = {
-            let s = self.status.borrow();
-            (s.slow_until_ns[self.me as usize], s.slow_every_ns[self.me as usize])
-        };
-        if now < slow_until {
-            if now < self.next_slow_poll_ns {
-                ctx.wake_at(self.next_slow_poll_ns);
-                return 0;
-            }
-            self.next_slow_poll_ns = now + every;
         }
         self.start_ops(ctx);
         let work = self.driver.poll(now, &mut self.app, &mut self.settled);
