@@ -49,8 +49,8 @@
 
 use memmap2::{MmapOptions, MmapRaw};
 use ordo_fabric::{
-    Doorbell, DoorbellWords, Fabric, FabricEvent, FailureCause, MemberId, PostError, ReconnectError, Region,
-    Write, WriteTag, check_range, copy_untorn,
+    Doorbell, DoorbellWords, Fabric, FabricEvent, FailureCause, MemberId, PartialPost, PostError,
+    ReconnectError, Region, Write, WriteTag, check_range, copy_untorn,
 };
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -672,6 +672,39 @@ impl Fabric for ShmFabric {
             self.pending.push_back((write.peer, tag));
         }
         Ok(())
+    }
+
+    /// One link lookup, the copies in order (each published by a Release
+    /// fence, free on x86-TSO), and one doorbell ring — whose SeqCst fence
+    /// is what a write costs beyond its copy — for the whole batch.
+    #[inline]
+    fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
+        let Some(i) = self.link_index(peer) else {
+            return Err(PartialPost { posted: 0, error: PostError::UnknownPeer(peer) });
+        };
+        let link = &self.links[i];
+        if link.suspected {
+            return Err(PartialPost { posted: 0, error: PostError::PeerSuspected(peer) });
+        }
+        let dst = link.mapping.as_ref().expect("an unsuspected link is mapped").region_ptr();
+        let src = self.region.as_ptr() as *const u8;
+        let mut result = Ok(());
+        for (posted, &(offset, len)) in ranges.iter().enumerate() {
+            if let Err(error) = check_range(offset, len, self.options.region_len) {
+                result = Err(PartialPost { posted, error });
+                break;
+            }
+            // SAFETY: as in post_write: in-bounds ranges of distinct mappings.
+            unsafe { copy_untorn(dst.add(offset), src.add(offset), len) };
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        }
+        let posted = result.as_ref().map_or_else(|p| p.posted, |_| ranges.len());
+        if posted > 0
+            && let Some(bell) = &link.bell
+        {
+            bell.ring();
+        }
+        result
     }
 
     fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {

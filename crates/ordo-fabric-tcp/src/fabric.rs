@@ -3,13 +3,13 @@
 
 use crate::frame::{self, FrameHeader, HEADER_LEN, Hello, PROTOCOL_VERSION};
 use crate::io::{IoConfig, IoThread, WAKER};
-use crate::link::{Link, Pending, Shared, Status};
+use crate::link::{Link, LinkState, Pending, Shared, Status};
 use crate::ring::read_untorn;
 use mio::net::TcpListener;
 use mio::{Poll, Waker};
 use ordo_fabric::{
-    Doorbell, Fabric, FabricEvent, FailureCause, MemberId, PostError, ReconnectError, Region, Write,
-    check_range,
+    Doorbell, Fabric, FabricEvent, FailureCause, MemberId, PartialPost, PostError, ReconnectError, Region,
+    Write, WriteTag, check_range,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -393,6 +393,83 @@ impl TcpFabric {
     }
 }
 
+impl TcpFabric {
+    /// Queues one frame per range (the last one signaled with `signal`),
+    /// then flushes once. Stops at the first range that cannot be queued.
+    fn post_batch(
+        &mut self,
+        peer: MemberId,
+        ranges: &[(usize, usize)],
+        signal: Option<WriteTag>,
+    ) -> Result<(), PartialPost> {
+        let partial = |posted, error| Err(PartialPost { posted, error });
+        let Some(index) = self.index_of(peer) else { return partial(0, PostError::UnknownPeer(peer)) };
+        let mut state = self.shared.links[index].lock();
+        if state.status != Status::Up {
+            return partial(0, PostError::PeerSuspected(peer));
+        }
+        debug_assert!(state.conn.is_some(), "an up link has a connection");
+        let mut result = Ok(());
+        for (posted, &(offset, len)) in ranges.iter().enumerate() {
+            let signal = if posted + 1 == ranges.len() { signal } else { None };
+            if let Err(error) = self.queue_frame(&mut state, peer, offset, len, signal) {
+                result = partial(posted, error);
+                break;
+            }
+        }
+        let posted = result.as_ref().map_or_else(|p: &PartialPost| p.posted, |_| ranges.len());
+        if posted > 0
+            && let Err(e) = state.flush()
+        {
+            tracing::info!(member = self.options.member, peer, error = %e, "send to peer failed");
+            state.fail(peer, FailureCause::ConnectionLost, Instant::now());
+            drop(state);
+            self.shared.wake_io();
+        }
+        result
+    }
+
+    /// Appends one write's frame to the link's send buffer.
+    fn queue_frame(
+        &self,
+        state: &mut LinkState,
+        peer: MemberId,
+        offset: usize,
+        len: usize,
+        signal: Option<WriteTag>,
+    ) -> Result<(), PostError> {
+        check_range(offset, len, self.region.len())?;
+        if len > self.options.max_frame_bytes {
+            return Err(PostError::TooLarge { len, max: self.options.max_frame_bytes });
+        }
+        if signal.is_some() && state.pending.len() + state.events.len() >= self.options.max_signaled_in_flight
+        {
+            return Err(PostError::Backpressure(peer));
+        }
+        let frame_len = HEADER_LEN + len;
+        let fits = |queued: usize| queued + frame_len <= self.options.send_buffer_bytes;
+        if !fits(state.out.len()) {
+            // The I/O thread flushes on writability; try once here too.
+            let flushed = state.flush();
+            if flushed.is_err() || !fits(state.out.len()) {
+                // A broken connection is left for the I/O thread to report.
+                return Err(PostError::Backpressure(peer));
+            }
+        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let header = FrameHeader::write(offset as u64, len as u32, seq, signal.is_some());
+        state.out.push(&header.encode());
+        let region = &self.region;
+        state.out.push_with(len, |segment, at| read_untorn(region, offset + at, segment));
+        if let Some(tag) = signal {
+            let deadline = Instant::now() + self.options.write_timeout;
+            state.pending.push_back(Pending { seq, tag, deadline });
+        }
+        Ok(())
+    }
+}
+
 impl Fabric for TcpFabric {
     fn member(&self) -> MemberId {
         self.options.member
@@ -407,48 +484,14 @@ impl Fabric for TcpFabric {
     }
 
     fn post_write(&mut self, write: Write) -> Result<(), PostError> {
-        let index = self.index_of(write.peer).ok_or(PostError::UnknownPeer(write.peer))?;
-        check_range(write.offset, write.len, self.region.len())?;
-        if write.len > self.options.max_frame_bytes {
-            return Err(PostError::TooLarge { len: write.len, max: self.options.max_frame_bytes });
-        }
-        let mut state = self.shared.links[index].lock();
-        if state.status != Status::Up {
-            return Err(PostError::PeerSuspected(write.peer));
-        }
-        debug_assert!(state.conn.is_some(), "an up link has a connection");
-        if write.signal.is_some()
-            && state.pending.len() + state.events.len() >= self.options.max_signaled_in_flight
-        {
-            return Err(PostError::Backpressure(write.peer));
-        }
-        let frame_len = HEADER_LEN + write.len;
-        let fits = |queued: usize| queued + frame_len <= self.options.send_buffer_bytes;
-        if !fits(state.out.len()) {
-            // The I/O thread flushes on writability; try once here too.
-            let flushed = state.flush();
-            if flushed.is_err() || !fits(state.out.len()) {
-                // A broken connection is left for the I/O thread to report.
-                return Err(PostError::Backpressure(write.peer));
-            }
-        }
-        let seq = state.next_seq;
-        state.next_seq += 1;
-        let header = FrameHeader::write(write.offset as u64, write.len as u32, seq, write.signal.is_some());
-        state.out.push(&header.encode());
-        let region = &self.region;
-        state.out.push_with(write.len, |segment, at| read_untorn(region, write.offset + at, segment));
-        if let Some(tag) = write.signal {
-            let deadline = Instant::now() + self.options.write_timeout;
-            state.pending.push_back(Pending { seq, tag, deadline });
-        }
-        if let Err(e) = state.flush() {
-            tracing::info!(member = self.options.member, peer = write.peer, error = %e, "send to peer failed");
-            state.fail(write.peer, FailureCause::ConnectionLost, Instant::now());
-            drop(state);
-            self.shared.wake_io();
-        }
-        Ok(())
+        self.post_batch(write.peer, std::slice::from_ref(&(write.offset, write.len)), write.signal)
+            .map_err(|p| p.error)
+    }
+
+    /// Every frame of the batch into the send buffer under one lock, then
+    /// one send (a syscall per batch, not per write).
+    fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
+        self.post_batch(peer, ranges, None)
     }
 
     fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {

@@ -7,10 +7,13 @@
 //! back-pressure rule that the simulation checks are the ones that run.
 //!
 //! # Invariants
-//! - Pushes are posted in the order they were added, each to all of its
-//!   targets; a push a peer refuses with back-pressure stays at the front
-//!   (remembering which targets already have it) and nothing behind it is
-//!   posted first, so FIFO per peer holds.
+//! - Each peer gets the pushes that target it in the order they were added
+//!   (FIFO per peer), posted as **one batch per peer** with
+//!   [`Fabric::post_writes`] (one fence and one doorbell on shm, one send on
+//!   tcp). A batch a peer refuses part-way with back-pressure resumes, for
+//!   that peer, at the first range not posted; nothing behind it reaches
+//!   that peer first. Peers do not wait for each other: there is no order
+//!   between writes to different peers (there is none on RDMA either).
 //! - Callers do not poll their engine again while the backlog is not empty:
 //!   a write captures its bytes when posted, and a later poll may advance a
 //!   ring counter that a held-back counter write would then carry ahead of
@@ -22,9 +25,11 @@
 //!   planned for the failed link must never reach a reconnected one, where
 //!   the engine re-pushes what the new incarnation needs. Any other post
 //!   error means the engine emitted an invalid push, a bug, and panics.
+//! - Every target of a push is one of the fabric's peers (asserted).
+//! - Posting allocates nothing once the scratch lists have grown to one
+//!   poll's size.
 
-use crate::{Fabric, MemberId, PostError, Write};
-use std::collections::VecDeque;
+use crate::{Fabric, MemberId, PartialPost, PostError};
 
 /// A write an engine asks for: a byte range of the local region.
 pub trait PushRange: Copy + std::fmt::Debug {
@@ -40,14 +45,35 @@ pub enum Targets<'t> {
     One(MemberId),
 }
 
-/// Pushes not yet posted to every target, oldest first, each with the index
-/// of its next target, and peers whose remaining writes are dropped.
+impl Targets<'_> {
+    fn contains(&self, peer: MemberId) -> bool {
+        match self {
+            Targets::Many(list) => list.contains(&peer),
+            Targets::One(p) => *p == peer,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Targets::Many(list) => list.len(),
+            Targets::One(_) => 1,
+        }
+    }
+}
+
+/// One poll's pushes, and for each peer the first of them it has not got.
 #[derive(Debug)]
 pub struct PushBacklog<P> {
-    queue: VecDeque<(P, usize)>,
+    queue: Vec<P>,
+    /// The fabric's peers and, for each, the index in `queue` of the next
+    /// push not yet posted (or skipped) to it.
+    cursors: Vec<(MemberId, usize)>,
     /// Peers suspected while pushes were held back: skipped from now on for
     /// the pushes already queued (cleared once the queue drains).
     forgotten: Vec<MemberId>,
+    /// Scratch: one peer's batch, and the queue index of each range in it.
+    ranges: Vec<(usize, usize)>,
+    at: Vec<usize>,
 }
 
 impl<P: PushRange> Default for PushBacklog<P> {
@@ -59,7 +85,13 @@ impl<P: PushRange> Default for PushBacklog<P> {
 impl<P: PushRange> PushBacklog<P> {
     /// An empty backlog.
     pub fn new() -> Self {
-        PushBacklog { queue: VecDeque::new(), forgotten: Vec::new() }
+        PushBacklog {
+            queue: Vec::new(),
+            cursors: Vec::new(),
+            forgotten: Vec::new(),
+            ranges: Vec::new(),
+            at: Vec::new(),
+        }
     }
 
     /// Whether every queued push reached all of its targets.
@@ -69,12 +101,13 @@ impl<P: PushRange> PushBacklog<P> {
 
     /// Pushes not yet posted to all of their targets.
     pub fn len(&self) -> usize {
-        self.queue.len()
+        let done = self.cursors.iter().map(|c| c.1).min().unwrap_or(0);
+        self.queue.len() - done.min(self.queue.len())
     }
 
     /// Queues the pushes of one engine poll (draining `pushes`).
     pub fn extend(&mut self, pushes: &mut Vec<P>) {
-        self.queue.extend(pushes.drain(..).map(|p| (p, 0)));
+        self.queue.append(pushes);
     }
 
     /// Drops every queued write to `peer` (it was suspected): the pushes
@@ -85,42 +118,73 @@ impl<P: PushRange> PushBacklog<P> {
         }
     }
 
-    /// Posts oldest first to each push's targets, stopping at the first
-    /// back-pressure; returns the writes posted (or skipped for a suspected
-    /// or forgotten peer).
+    /// Posts each peer its batch (see the module invariants); returns the
+    /// writes posted (or skipped for a suspected or forgotten peer). What a
+    /// peer refused with back-pressure stays for the next call.
     pub fn post<'t, F: Fabric + ?Sized>(
         &mut self,
         fabric: &mut F,
         targets: impl Fn(&P) -> Targets<'t>,
     ) -> usize {
+        if self.queue.is_empty() {
+            self.forgotten.clear();
+            return 0;
+        }
+        // On the first call for this queue, count the (push, target) pairs:
+        // the batches must cover every one of them.
+        let mut expected = None;
+        if self.cursors.is_empty() {
+            self.cursors.extend(fabric.peers().iter().map(|&p| (p, 0)));
+            let mut n = 0;
+            for push in &self.queue {
+                n += targets(push).len();
+            }
+            expected = Some(n);
+        }
         let mut posted = 0;
-        while let Some((push, next)) = self.queue.front_mut() {
-            let targets = targets(push);
-            let to: &[MemberId] = match &targets {
-                Targets::Many(list) => list,
-                Targets::One(peer) => std::slice::from_ref(peer),
-            };
-            let (offset, len) = push.range();
-            while *next < to.len() {
-                let peer = to[*next];
-                if self.forgotten.contains(&peer) {
-                    *next += 1;
-                    posted += 1;
-                    continue;
-                }
-                match fabric.post_write(Write::new(peer, offset, len)) {
-                    Ok(()) | Err(PostError::PeerSuspected(_)) => {
-                        *next += 1;
-                        posted += 1;
-                    }
-                    Err(PostError::Backpressure(_)) => return posted,
-                    Err(e) => panic!("the engine emitted an invalid push {push:?}: {e}"),
+        let mut matched = 0;
+        for c in 0..self.cursors.len() {
+            let (peer, from) = self.cursors[c];
+            if from == self.queue.len() {
+                continue;
+            }
+            self.ranges.clear();
+            self.at.clear();
+            for (i, push) in self.queue.iter().enumerate().skip(from) {
+                if targets(push).contains(peer) {
+                    self.ranges.push(push.range());
+                    self.at.push(i);
                 }
             }
-            assert_eq!(*next, to.len(), "a push leaves the front only once every target has it");
-            self.queue.pop_front();
+            matched += self.ranges.len();
+            let mut next = self.queue.len();
+            if self.ranges.is_empty() || self.forgotten.contains(&peer) {
+                posted += self.ranges.len();
+            } else {
+                match fabric.post_writes(peer, &self.ranges) {
+                    Ok(()) | Err(PartialPost { error: PostError::PeerSuspected(_), .. }) => {
+                        posted += self.ranges.len();
+                    }
+                    Err(PartialPost { posted: n, error: PostError::Backpressure(_) }) => {
+                        posted += n;
+                        next = self.at[n];
+                    }
+                    Err(PartialPost { posted: n, error }) => {
+                        let push = self.queue[self.at[n]];
+                        panic!("the engine emitted an invalid push {push:?} to {peer}: {error}")
+                    }
+                }
+            }
+            self.cursors[c].1 = next;
         }
-        self.forgotten.clear();
+        if let Some(n) = expected {
+            assert_eq!(matched, n, "the engine emitted a push to a member that is not a peer of this fabric");
+        }
+        if self.cursors.iter().all(|c| c.1 == self.queue.len()) {
+            self.queue.clear();
+            self.cursors.clear();
+            self.forgotten.clear();
+        }
         posted
     }
 }
@@ -129,7 +193,7 @@ impl<P: PushRange> PushBacklog<P> {
 mod tests {
     use super::*;
     use crate::loopback::{Loopback, loopback_group};
-    use crate::{Doorbell, FabricEvent, ReconnectError, Region};
+    use crate::{Doorbell, FabricEvent, ReconnectError, Region, Write};
 
     #[derive(Clone, Copy, Debug)]
     struct TestPush {
@@ -149,6 +213,8 @@ mod tests {
         inner: Loopback,
         allow: Option<usize>,
         applied: Vec<(MemberId, usize)>,
+        /// (peer, ranges) of every batch asked for.
+        batches: Vec<(MemberId, usize)>,
     }
 
     impl Fabric for Flaky {
@@ -169,6 +235,14 @@ mod tests {
             }
             self.applied.push((w.peer, w.offset));
             self.inner.post_write(w)
+        }
+        fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
+            self.batches.push((peer, ranges.len()));
+            for (posted, &(offset, len)) in ranges.iter().enumerate() {
+                self.post_write(Write::new(peer, offset, len))
+                    .map_err(|error| PartialPost { posted, error })?;
+            }
+            Ok(())
         }
         fn poll_events(&mut self, e: &mut Vec<FabricEvent>) {
             self.inner.poll_events(e)
@@ -191,26 +265,38 @@ mod tests {
     #[test]
     fn back_pressure_holds_the_front_and_nothing_overtakes_it() {
         let inner = loopback_group(3, 1024).remove(0);
-        let mut f = Flaky { inner, allow: None, applied: Vec::new() };
+        let mut f = Flaky { inner, allow: None, applied: Vec::new(), batches: Vec::new() };
         let mut b = PushBacklog::new();
         let peers = [1, 2];
         b.extend(&mut vec![push(0), push(64)]);
         assert_eq!(b.post(&mut f, |_| Targets::Many(&peers)), 4);
-        assert_eq!(f.applied, vec![(1, 0), (2, 0), (1, 64), (2, 64)]);
+        assert_eq!(f.applied, vec![(1, 0), (1, 64), (2, 0), (2, 64)], "one batch per peer, in order");
+        assert_eq!(f.batches, vec![(1, 2), (2, 2)]);
         assert!(b.is_empty());
 
-        // Peer 1 gets the first push, then peer 2 is refused: nothing behind
-        // it is posted, and the retry resumes at peer 2 without re-posting.
+        // Peer 1's batch is refused after its first write, peer 2's is not:
+        // peer 1 resumes at the second push without re-posting the first,
+        // and peer 2 did not wait for it.
         f.applied.clear();
         b.extend(&mut vec![push(128), push(192)]);
         f.allow = Some(1);
         assert_eq!(b.post(&mut f, |_| Targets::Many(&peers)), 1);
         assert_eq!(f.applied, vec![(1, 128)]);
-        assert_eq!(b.len(), 2, "the refused push stays at the front");
+        assert_eq!(b.len(), 2, "no push reached every target");
         f.allow = None;
         assert_eq!(b.post(&mut f, |_| Targets::Many(&peers)), 3);
-        assert_eq!(f.applied, vec![(1, 128), (2, 128), (1, 192), (2, 192)]);
+        assert_eq!(f.applied, vec![(1, 128), (1, 192), (2, 128), (2, 192)]);
         assert!(b.is_empty());
+
+        // Peer 2 is refused outright: peer 1 gets everything meanwhile.
+        f.applied.clear();
+        b.extend(&mut vec![push(320), push(384)]);
+        f.allow = Some(2);
+        assert_eq!(b.post(&mut f, |_| Targets::Many(&peers)), 2);
+        assert_eq!(b.len(), 2);
+        f.allow = None;
+        assert_eq!(b.post(&mut f, |_| Targets::Many(&peers)), 2);
+        assert_eq!(f.applied, vec![(1, 320), (1, 384), (2, 320), (2, 384)]);
 
         // A single-peer target.
         b.extend(&mut vec![push(256)]);
@@ -221,7 +307,7 @@ mod tests {
     #[test]
     fn a_forgotten_peer_gets_none_of_the_held_back_writes() {
         let inner = loopback_group(3, 1024).remove(0);
-        let mut f = Flaky { inner, allow: Some(1), applied: Vec::new() };
+        let mut f = Flaky { inner, allow: Some(1), applied: Vec::new(), batches: Vec::new() };
         let mut b = PushBacklog::new();
         let peers = [1, 2];
         b.extend(&mut vec![push(0), push(64)]);

@@ -13,6 +13,8 @@
 //! | [`doorbell_wakeup`] | 6: a write wakes a reader parked on the doorbell |
 //! | [`suspicion_after_peer_dies`] | 5: a dead peer is suspected, posts to it fail, others are unaffected |
 //! | [`rejects_bad_posts`] | out-of-range and unknown-peer posts fail and change nothing |
+//! | [`batched_publish`] | 7: data and guard posted as one batch publish like two posts, concurrently |
+//! | [`batch_stops_at_a_bad_range`] | 7: a batch posts exactly the ranges before a bad one |
 //!
 //! Multi-process checks (SIGKILL of a peer process) need a binary to spawn and
 //! live in the `ordo` package's integration tests; the tcp backend's
@@ -74,6 +76,9 @@ pub fn run_all<H: Harness>(h: &mut H) {
     fifo_order(h);
     guarded_publish(h, 64, 3000);
     guarded_publish(h, 10 * 1024, 300);
+    batched_publish(h, 64, 3000);
+    batched_publish(h, 10 * 1024, 300);
+    batch_stops_at_a_bad_range(h);
     no_torn_words(h);
     signaled_completion(h);
     if h.has_doorbell() {
@@ -178,6 +183,32 @@ pub fn rejects_bad_posts<H: Harness>(h: &mut H) {
     assert_eq!(out, [0u8; 64], "a refused write changed the peer's region");
 }
 
+/// Guarantee 7's failure rule: a batch whose second range lies outside the
+/// region posts its first range, reports `posted: 1` with the range's
+/// error, and posts nothing after it; a batch to an unknown peer posts
+/// nothing.
+pub fn batch_stops_at_a_bad_range<H: Harness>(h: &mut H) {
+    let mut g = h.group(2, 4096);
+    let len = g[0].region().len();
+    g[0].region().store_release(0, 11);
+    g[0].region().store_release(128, 33);
+    let err = g[0].post_writes(1, &[(0, 8), (len - 8, 16), (128, 8)]).unwrap_err();
+    assert_eq!(err.posted, 1, "{err}");
+    assert!(matches!(err.error, PostError::OutOfBounds { .. }), "{err}");
+    let err = g[0].post_writes(7, &[(0, 8)]).unwrap_err();
+    assert_eq!((err.posted, err.error), (0, PostError::UnknownPeer(7)));
+    // A marker after the bad batch: once it lands, so did the first range.
+    g[0].region().store_release(256, 1);
+    g[0].post_writes(1, &[(256, 8)]).unwrap();
+    let g = h.run(
+        g,
+        vec![Box::new(|_f| true), Box::new(|f| f.region().load_acquire(256) == 1)],
+        Duration::from_secs(20),
+    );
+    assert_eq!(g[1].region().load_acquire(0), 11, "the range before the bad one was posted");
+    assert_eq!(g[1].region().load_acquire(128), 0, "a range after the bad one was posted");
+}
+
 /// Guarantee 1: a word that the writer sets to 1, 2, ..., K with one write
 /// each is observed by the reader as non-decreasing and ends at K.
 pub fn fifo_order<H: Harness>(h: &mut H) {
@@ -226,6 +257,39 @@ fn pattern(i: u64, k: usize) -> u8 {
 /// up to `g` and acks through its own write back. Any lost, reordered or
 /// early-visible byte fails the check.
 pub fn guarded_publish<H: Harness>(h: &mut H, size: usize, count: u64) {
+    publish(h, size, count, false)
+}
+
+/// Guarantee 7: as [`guarded_publish`], but each message's data and its
+/// guard go out as one [`Fabric::post_writes`] batch (guard last), so the
+/// batch must keep the order of its writes for a concurrent reader.
+pub fn batched_publish<H: Harness>(h: &mut H, size: usize, count: u64) {
+    publish(h, size, count, true)
+}
+
+/// Posts `ranges` to `peer` as one batch, retrying the rest while the
+/// backend reports back-pressure.
+pub fn post_batch_retrying<F: Fabric>(
+    f: &mut F,
+    peer: MemberId,
+    mut ranges: &[(usize, usize)],
+    progress: &mut Vec<FabricEvent>,
+) -> Result<(), PostError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match f.post_writes(peer, ranges) {
+            Ok(()) => return Ok(()),
+            Err(p) if matches!(p.error, PostError::Backpressure(_)) && Instant::now() < deadline => {
+                ranges = &ranges[p.posted..];
+                f.poll_events(progress);
+                std::thread::yield_now();
+            }
+            Err(p) => return Err(p.error),
+        }
+    }
+}
+
+fn publish<H: Harness>(h: &mut H, size: usize, count: u64, batched: bool) {
     let region_len = DATA + SLOTS * size;
     let g = h.group(2, region_len);
     let writer: Part<H::Fabric> = {
@@ -244,9 +308,14 @@ pub fn guarded_publish<H: Harness>(h: &mut H, size: usize, count: u64) {
                     *b = pattern(next, k);
                 }
                 f.region().write_bytes(slot, &scratch);
-                post_retrying(f, Write::new(1, slot, size), &mut events).unwrap();
-                f.region().store_release(GUARD, next);
-                post_retrying(f, Write::new(1, GUARD, 8), &mut events).unwrap();
+                if batched {
+                    f.region().store_release(GUARD, next);
+                    post_batch_retrying(f, 1, &[(slot, size), (GUARD, 8)], &mut events).unwrap();
+                } else {
+                    post_retrying(f, Write::new(1, slot, size), &mut events).unwrap();
+                    f.region().store_release(GUARD, next);
+                    post_retrying(f, Write::new(1, GUARD, 8), &mut events).unwrap();
+                }
                 next += 1;
                 posted = true;
             }

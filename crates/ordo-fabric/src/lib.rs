@@ -32,6 +32,12 @@
 //!    the peer needs.
 //! 6. **Doorbell.** Where the backend can, a write landing rings the
 //!    receiver's [`Doorbell`], so a poller parked on it wakes up.
+//! 7. **Batches.** [`Fabric::post_writes`] posts several ranges to one peer
+//!    as one batch: they keep guarantees 1-5 as if posted one by one, in
+//!    order (a guard last in a batch still publishes the data before it),
+//!    and cost the backend one publishing fence and one doorbell ring (shm),
+//!    one send (tcp), one delivery delay (simulator). A batch that fails
+//!    part-way posted exactly its first [`PartialPost::posted`] ranges.
 //!
 //! # Memory model
 //! Backends store with `copy_untorn` (atomic 8-byte stores and aligned
@@ -186,6 +192,16 @@ pub enum PostError {
     Backpressure(MemberId),
 }
 
+/// How far a [`Fabric::post_writes`] batch got before `error`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("batch stopped after {posted} write(s): {error}")]
+pub struct PartialPost {
+    /// Leading ranges of the batch that were posted.
+    pub posted: usize,
+    /// Why the next one was not.
+    pub error: PostError,
+}
+
 /// Errors of [`Fabric::reconnect`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReconnectError {
@@ -223,6 +239,18 @@ pub trait Fabric {
     fn post_write_to(&mut self, peers: &[MemberId], offset: usize, len: usize) -> Result<(), PostError> {
         for &peer in peers {
             self.post_write(Write::new(peer, offset, len))?;
+        }
+        Ok(())
+    }
+
+    /// Posts unsignaled writes of `ranges` (offset, length) to `peer` as one
+    /// batch (guarantee 7): in order, each visible at the peer after the
+    /// ones before it. `Ok` when all were posted; on `Err` exactly the first
+    /// `posted` ranges were posted and the rest not (the caller retries
+    /// from there). The default posts them one by one.
+    fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
+        for (posted, &(offset, len)) in ranges.iter().enumerate() {
+            self.post_write(Write::new(peer, offset, len)).map_err(|error| PartialPost { posted, error })?;
         }
         Ok(())
     }

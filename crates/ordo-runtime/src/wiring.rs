@@ -10,7 +10,7 @@
 use crate::config::{Backend, OrdoConfig};
 use crate::{Agent, ValidationError};
 use ordo_fabric::{
-    Doorbell, Fabric, FabricEvent, MemberId, PostError, ReconnectError, Region, Write, WriteTag,
+    Doorbell, Fabric, FabricEvent, MemberId, PartialPost, PostError, ReconnectError, Region, Write, WriteTag,
 };
 use ordo_fabric_shm::{ShmFabric, ShmOptions};
 use ordo_fabric_tcp::{TcpFabric, TcpOptions};
@@ -47,6 +47,10 @@ impl Fabric for MemberFabric {
     #[inline]
     fn post_write(&mut self, write: Write) -> Result<(), PostError> {
         dispatch!(self, f => f.post_write(write))
+    }
+    #[inline]
+    fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
+        dispatch!(self, f => f.post_writes(peer, ranges))
     }
     fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
         dispatch!(self, f => f.poll_events(events))

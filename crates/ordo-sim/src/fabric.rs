@@ -14,12 +14,15 @@
 //! - An endpoint belongs to one incarnation of its member: after that
 //!   incarnation crashed, it posts nothing (`PeerSuspected`), reports no
 //!   events and cannot reconnect. Clones of an endpoint share everything.
+//! - A batch ([`Fabric::post_writes`]) draws one delivery delay: its writes
+//!   land together, in order, as behind one doorbell.
 //! - There is no doorbell: the simulator itself wakes the member when a write
 //!   lands in its region.
 
 use crate::world::{InFlightWrite, LinkState, World};
 use ordo_fabric::{
-    Doorbell, Fabric, FabricEvent, MemberId, PostError, ReconnectError, Region, Write, check_range,
+    Doorbell, Fabric, FabricEvent, MemberId, PartialPost, PostError, ReconnectError, Region, Write,
+    check_range,
 };
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -40,6 +43,37 @@ impl World {
         incarnation: u64,
         view: u64,
         w: Write,
+    ) -> Result<(), PostError> {
+        self.fabric_post_in(member, incarnation, view, w, &mut None)
+    }
+
+    /// Posts `ranges` to `peer` as one batch: one delivery delay drawn for
+    /// all of them (they land together, in order), as one doorbell would.
+    pub(crate) fn fabric_post_batch(
+        &mut self,
+        member: MemberId,
+        incarnation: u64,
+        view: u64,
+        peer: MemberId,
+        ranges: &[(usize, usize)],
+    ) -> Result<(), PartialPost> {
+        let mut delay = None;
+        for (posted, &(offset, len)) in ranges.iter().enumerate() {
+            self.fabric_post_in(member, incarnation, view, Write::new(peer, offset, len), &mut delay)
+                .map_err(|error| PartialPost { posted, error })?;
+        }
+        Ok(())
+    }
+
+    /// One write; `delay` is the batch's delivery delay (drawn by its first
+    /// write that travels).
+    fn fabric_post_in(
+        &mut self,
+        member: MemberId,
+        incarnation: u64,
+        view: u64,
+        w: Write,
+        delay: &mut Option<u64>,
     ) -> Result<(), PostError> {
         if w.peer == member || w.peer >= self.cfg.members {
             return Err(PostError::UnknownPeer(w.peer));
@@ -91,11 +125,18 @@ impl World {
         }
         let mut bytes = vec![0u8; w.len];
         self.members[member as usize].region.read_bytes(w.offset, &mut bytes);
-        let f = &self.cfg.fabric;
-        let mut delay = self.rng_fabric.range(f.delay_min_ns, f.delay_max_ns);
-        if self.rng_fabric.chance(f.spike_ppm) {
-            delay += self.rng_fabric.range(0, f.spike_max_ns);
-        }
+        let delay = match *delay {
+            Some(d) => d,
+            None => {
+                let f = &self.cfg.fabric;
+                let mut d = self.rng_fabric.range(f.delay_min_ns, f.delay_max_ns);
+                if self.rng_fabric.chance(f.spike_ppm) {
+                    d += self.rng_fabric.range(0, f.spike_max_ns);
+                }
+                *delay = Some(d);
+                d
+            }
+        };
         let land = (self.now_ns() + delay).max(self.flights[k].last_land_ns);
         self.flights[k].last_land_ns = land;
         let id = self.fresh_id();
@@ -258,6 +299,10 @@ impl Fabric for SimFabric {
 
     fn post_write(&mut self, write: Write) -> Result<(), PostError> {
         self.lock().fabric_post(self.member, self.incarnation, self.view, write)
+    }
+
+    fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
+        self.lock().fabric_post_batch(self.member, self.incarnation, self.view, peer, ranges)
     }
 
     fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
