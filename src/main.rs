@@ -255,6 +255,8 @@ enum RoleArg {
     Serve,
     Idle,
     Cacheline,
+    /// The reader of the cross-process copy ring (`bench fabric`'s limit).
+    Copyring,
 }
 
 #[derive(Args)]
@@ -280,7 +282,7 @@ struct PeerArgs {
     /// Exit after this many seconds without a command.
     #[arg(long, default_value_t = 60)]
     idle_exit_s: u64,
-    /// Shared file for the cache-line role.
+    /// Shared file for the cache-line and copy-ring roles.
     #[arg(long)]
     path: Option<PathBuf>,
     /// Rounds for the cache-line role.
@@ -388,6 +390,13 @@ fn fabric_peer(args: PeerArgs) -> Result<(), String> {
         }
         let path = args.path.ok_or("--path is required for the cacheline role")?;
         return ordo_bench::fabric::cacheline_peer(&path, args.count);
+    }
+    if args.role == RoleArg::Copyring {
+        if let Some(core) = args.core {
+            core_pin(core);
+        }
+        let path = args.path.ok_or("--path is required for the copyring role")?;
+        return ordo_bench::limits::copy_ring_peer(&path);
     }
     let backend = match args.backend {
         BackendArg::Shm => PeerBackend::Shm { cluster: args.cluster },

@@ -11,11 +11,22 @@
 //!   peer; the writer fills every free slot, then publishes the batch with
 //!   one guard write; the peer checks the newest message under each guard
 //!   it sees (first and last word) and acknowledges (flow control). Timed
-//!   over a fixed duration after a calibration run.
+//!   over a fixed duration after a calibration run; measured twice: the
+//!   peer checking only the newest message of each batch (a one-sided
+//!   write stream, the way an RDMA write benchmark counts), and the peer
+//!   reading every byte of every message (**read all**, what an application
+//!   gets, and what is compared with the copy ring).
 //!
 //! Physical limits measured alongside:
+//! - the **cross-process copy ring** ([`crate::limits::copy_ring`]) of the
+//!   same geometry: a writer process copies each message into a shared
+//!   ring, a reader process on the other core reads every byte — the limit
+//!   of streaming between two cores, which the "vs copy ring" column uses
+//!   (measured [`COPY_RING_SAMPLES`] times per size before the backends,
+//!   whose spinning peers would take its core: median [min–max]);
 //! - **memcpy** of `size` bytes into a ring of the same geometry (same
-//!   footprint) in one thread: what a copy into memory costs on this machine;
+//!   footprint) in one thread: a hot single-core copy, no cache line
+//!   migrating — not a bound on a cross-core transfer, shown for scale;
 //! - **cache-line ping-pong** between two processes through a shared file
 //!   mapping: the floor of any cross-core notification.
 
@@ -81,13 +92,25 @@ pub struct Row {
     pub latency_ns_p50: Option<f64>,
     /// 99th-percentile one-way latency in ns, as [`Row::latency_ns_p50`].
     pub latency_ns_p99: Option<f64>,
-    /// Streaming (or memcpy) bandwidth in bytes per second; `None` where
+    /// Streaming (or memcpy) bandwidth in bytes per second, the peer
+    /// checking the newest message of each batch (a one-sided write
+    /// stream, as an RDMA write benchmark measures it); `None` where
     /// bandwidth is not measured (8 B, cache-line ping-pong).
     pub bandwidth_bytes_per_s: Option<f64>,
+    /// Streaming bandwidth with the peer reading every byte of every
+    /// message (what an application consuming the stream gets).
+    pub read_bandwidth_bytes_per_s: Option<f64>,
     /// memcpy bandwidth at the same size and footprint, same run.
     pub memcpy_bytes_per_s: Option<f64>,
     /// bandwidth / memcpy.
     pub bandwidth_vs_memcpy: Option<f64>,
+    /// The cross-process copy ring at the same size and geometry, same run
+    /// (median of its samples).
+    pub copy_ring_bytes_per_s: Option<f64>,
+    /// Copy-ring rows: the samples' spread.
+    pub copy_ring_spread: Option<crate::noise::Spread>,
+    /// read bandwidth / copy ring: the fraction of the cross-core limit.
+    pub bandwidth_vs_copy_ring: Option<f64>,
     /// Round trips the latency percentiles are taken over (0 where none).
     pub latency_samples: u64,
     /// Messages in the measured streaming run (0 where none).
@@ -109,6 +132,9 @@ pub struct FabricReport {
     /// The physical limits' rows, then one row per backend and size.
     pub rows: Vec<Row>,
 }
+
+/// Samples of the copy ring per size.
+pub const COPY_RING_SAMPLES: usize = 3;
 
 /// Sizes measured (latency at all; bandwidth above 8 B).
 pub const SIZES: [usize; 5] = [8, 1024, 4096, 10 * 1024, 64 * 1024];
@@ -147,12 +173,43 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
             latency_ns_p50: None,
             latency_ns_p99: None,
             bandwidth_bytes_per_s: Some(bw),
+            read_bandwidth_bytes_per_s: None,
             memcpy_bytes_per_s: Some(bw),
             bandwidth_vs_memcpy: Some(1.0),
+            copy_ring_bytes_per_s: None,
+            copy_ring_spread: None,
+            bandwidth_vs_copy_ring: None,
             latency_samples: 0,
             messages_streamed: 0,
         });
         progress(&format!("memcpy {size} B: {:.2} GB/s", bw / 1e9));
+    }
+    let mut copy_ring = std::collections::BTreeMap::new();
+    for &size in &SIZES[1..] {
+        let samples = (0..COPY_RING_SAMPLES)
+            .map(|_| crate::limits::copy_ring(&opts.exe, size, slots_for(size), plan.stream_time, pinned))
+            .collect::<Result<Vec<f64>, String>>()?;
+        let spread = crate::noise::Spread::of(&samples).ok_or("copy ring: no sample")?;
+        copy_ring.insert(size, spread.median);
+        rows.push(Row {
+            backend: "copy-ring".into(),
+            size_bytes: size,
+            latency_ns_p50: None,
+            latency_ns_p99: None,
+            bandwidth_bytes_per_s: Some(spread.median),
+            read_bandwidth_bytes_per_s: Some(spread.median),
+            memcpy_bytes_per_s: memcpy.get(&size).copied(),
+            bandwidth_vs_memcpy: memcpy.get(&size).map(|m| spread.median / m),
+            copy_ring_bytes_per_s: Some(spread.median),
+            copy_ring_spread: Some(spread),
+            bandwidth_vs_copy_ring: Some(1.0),
+            latency_samples: 0,
+            messages_streamed: 0,
+        });
+        progress(&format!(
+            "copy ring {size} B (cross-process): {}",
+            spread.show(|v| format!("{:.2}", v / 1e9))
+        ));
     }
     let (p50, p99, n) = cacheline_pingpong(&opts.exe, plan.pings * 3, pinned)?;
     rows.push(Row {
@@ -161,8 +218,12 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
         latency_ns_p50: Some(p50),
         latency_ns_p99: Some(p99),
         bandwidth_bytes_per_s: None,
+        read_bandwidth_bytes_per_s: None,
         memcpy_bytes_per_s: None,
         bandwidth_vs_memcpy: None,
+        copy_ring_bytes_per_s: None,
+        copy_ring_spread: None,
+        bandwidth_vs_copy_ring: None,
         latency_samples: n,
         messages_streamed: 0,
     });
@@ -175,7 +236,12 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
                 let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None, Default::default())?;
                 let f = ShmFabric::create(ShmOptions::new(cluster.clone(), 0, vec![0, 1], REGION_LEN))
                     .map_err(|e| e.to_string());
-                (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
+                (
+                    f.and_then(|f| {
+                        measure_backend(f, backend, &plan, spin, (&memcpy, &copy_ring), &mut progress)
+                    }),
+                    child,
+                )
             }
             Backend::Tcp | Backend::TcpNoSecret | Backend::TcpTls => {
                 let secret = (backend != Backend::TcpNoSecret).then(ordo_runtime::Secret::generate);
@@ -193,7 +259,12 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
                 let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, addr, credentials)?;
                 let addr = child.listen.ok_or("tcp peer did not report its address")?;
                 let f = binding.connect(vec![(1, addr)]).map_err(|e| e.to_string());
-                (f.and_then(|f| measure_backend(f, backend, &plan, spin, &memcpy, &mut progress)), child)
+                (
+                    f.and_then(|f| {
+                        measure_backend(f, backend, &plan, spin, (&memcpy, &copy_ring), &mut progress)
+                    }),
+                    child,
+                )
             }
         };
         let (result, child) = result;
@@ -211,7 +282,7 @@ fn measure_backend<F: Fabric>(
     backend: Backend,
     plan: &Plan,
     spin: bool,
-    memcpy: &std::collections::BTreeMap<usize, f64>,
+    (memcpy, copy_ring): (&std::collections::BTreeMap<usize, f64>, &std::collections::BTreeMap<usize, f64>),
     progress: &mut impl FnMut(&str),
 ) -> Result<Vec<Row>, String> {
     let waiter = Waiter {
@@ -226,17 +297,23 @@ fn measure_backend<F: Fabric>(
         let hist = c.pingpong(&mut f, &waiter, size, pings)?;
         let (p50, p99) =
             (hist.value_at_quantile(0.5) as f64 / 2.0, hist.value_at_quantile(0.99) as f64 / 2.0);
-        let (bw, streamed) = if size > 8 {
-            let (bw, n) = c.stream(&mut f, &waiter, size, slots_for(size), plan.stream_time)?;
-            (Some(bw), n)
+        let (bw, read, streamed) = if size > 8 {
+            let (bw, n) =
+                c.stream(&mut f, &waiter, size, slots_for(size), plan.stream_time, Op::SinkSampled)?;
+            let (read, _) =
+                c.stream(&mut f, &waiter, size, slots_for(size), plan.stream_time, Op::SinkRead)?;
+            (Some(bw), Some(read), n)
         } else {
-            (None, 0)
+            (None, None, 0)
         };
         let mc = memcpy.get(&size).copied();
+        let cr = copy_ring.get(&size).copied();
         progress(&format!(
             "{} {size} B: one-way p50 {p50:.0} ns p99 {p99:.0} ns{}",
             backend.name(),
-            bw.map(|b| format!(", stream {:.2} GB/s", b / 1e9)).unwrap_or_default()
+            bw.zip(read)
+                .map(|(b, r)| format!(", stream {:.2} GB/s, read every byte {:.2} GB/s", b / 1e9, r / 1e9))
+                .unwrap_or_default()
         ));
         rows.push(Row {
             backend: backend.name().into(),
@@ -244,8 +321,12 @@ fn measure_backend<F: Fabric>(
             latency_ns_p50: Some(p50),
             latency_ns_p99: Some(p99),
             bandwidth_bytes_per_s: bw,
+            read_bandwidth_bytes_per_s: read,
             memcpy_bytes_per_s: mc,
             bandwidth_vs_memcpy: bw.zip(mc).map(|(b, m)| b / m),
+            copy_ring_bytes_per_s: cr,
+            copy_ring_spread: None,
+            bandwidth_vs_copy_ring: read.zip(cr).map(|(b, c)| b / c),
             latency_samples: hist.len(),
             messages_streamed: streamed,
         });
@@ -349,15 +430,16 @@ impl Coordinator {
         size: usize,
         slots: usize,
         time: Duration,
+        op: Op,
     ) -> Result<(f64, u64), String> {
         // Calibrate the count on a short run, then measure.
         let calibration = 200u64;
         let start = Instant::now();
-        self.stream_n(f, w, size, slots, calibration, Op::SinkSampled)?;
+        self.stream_n(f, w, size, slots, calibration, op)?;
         let per_msg = start.elapsed().as_secs_f64() / calibration as f64;
         let count = ((time.as_secs_f64() / per_msg) as u64).clamp(1000, 50_000_000);
         let start = Instant::now();
-        self.stream_n(f, w, size, slots, count, Op::SinkSampled)?;
+        self.stream_n(f, w, size, slots, count, op)?;
         let elapsed = start.elapsed().as_secs_f64();
         Ok(((count as f64 * size as f64) / elapsed, count))
     }
@@ -548,22 +630,49 @@ pub fn test_pki_settings(dir: &std::path::Path, m: usize) -> Result<ordo_fabric_
 pub fn print_table(report: &FabricReport) {
     println!("ordo bench fabric — {}", report.machine.summary());
     println!(
-        "{:<20} {:>8} {:>14} {:>14} {:>14} {:>14} {:>10}",
-        "backend", "size", "one-way p50", "one-way p99", "stream", "memcpy", "vs memcpy"
+        "{:<20} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>11} {:>9}",
+        "backend",
+        "size",
+        "one-way p50",
+        "one-way p99",
+        "stream",
+        "read all",
+        "copy ring",
+        "vs ring",
+        "memcpy",
+        "vs memcpy"
     );
     let ns = |v: Option<f64>| v.map(|v| format!("{v:.0} ns")).unwrap_or_else(|| "-".into());
     let gbs = |v: Option<f64>| v.map(|v| format!("{:.2} GB/s", v / 1e9)).unwrap_or_else(|| "-".into());
+    let pct = |v: Option<f64>| v.map(|v| format!("{:.0} %", v * 100.0)).unwrap_or_else(|| "-".into());
     for r in &report.rows {
         println!(
-            "{:<20} {:>8} {:>14} {:>14} {:>14} {:>14} {:>10}",
+            "{:<20} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>11} {:>9}",
             r.backend,
             r.size_bytes,
             ns(r.latency_ns_p50),
             ns(r.latency_ns_p99),
             gbs(r.bandwidth_bytes_per_s),
+            gbs(r.read_bandwidth_bytes_per_s),
+            gbs(r.copy_ring_bytes_per_s),
+            pct(r.bandwidth_vs_copy_ring),
             gbs(r.memcpy_bytes_per_s),
-            r.bandwidth_vs_memcpy.map(|v| format!("{:.0} %", v * 100.0)).unwrap_or_else(|| "-".into())
+            pct(r.bandwidth_vs_memcpy),
         );
+    }
+    println!(
+        "stream: the peer checks the newest message of each batch (a one-sided write stream); read all: the peer \
+         reads every byte, as an application does — compared with the copy ring (vs ring)"
+    );
+    println!(
+        "copy ring: two processes on two cores, the writer copies each message into a shared ring, the reader \
+         reads every byte — the cross-core streaming limit (median of {COPY_RING_SAMPLES}); memcpy: one hot \
+         core, no cache line migrating, for scale only"
+    );
+    for r in report.rows.iter().filter(|r| r.backend == "copy-ring") {
+        if let Some(s) = r.copy_ring_spread {
+            println!("  copy ring {} B: {} GB/s", r.size_bytes, s.show(|v| format!("{:.2}", v / 1e9)));
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //!
 //! - [`fabric`]: `ordo bench fabric` — one-way write-to-visible latency and
 //!   streaming bandwidth per backend, beside the physical limits measured in
-//!   the same run (memcpy at the same sizes and footprint, and a
-//!   cross-process cache-line ping-pong).
+//!   the same run (the cross-process copy ring of the same geometry, a hot
+//!   memcpy, and a cross-process cache-line ping-pong).
 //! - [`failover`]: `ordo bench failover` — SIGKILL one `ordo node` of a
 //!   vsync group: kill → new view p50/p99 per group size and fabric, and a
 //!   survivor's throughput across the kill.
@@ -19,6 +19,11 @@
 //!   (spindle §IV) on the vsync engine, baseline and optimized side by side.
 //! - [`experiment`]: the one shape of every benchmark (plan → points → rows
 //!   → CSV/JSON/PNG files → tables), which the CLI runs.
+//! - [`noise`]: measurements that survive a noisy machine — the core share
+//!   each sample got, retries of contended samples, interleaved compared
+//!   pairs reported as median [min–max], ratios only between clean samples.
+//! - [`limits`]: physical limits measured beside the figures they bound
+//!   (the cross-process copy ring, the busy-polled UDP round trip).
 //! - [`plot`]: PNG line charts for the figures.
 //! - [`machine`]: what every result records about the machine.
 //!
@@ -38,7 +43,9 @@ pub mod experiment;
 pub mod fabric;
 pub mod failover;
 pub mod kv_bench;
+pub mod limits;
 pub mod machine;
+pub mod noise;
 pub mod peer;
 pub mod plot;
 pub mod protocol;

@@ -129,7 +129,8 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
         let slots = r.load_acquire(CMD_SLOTS) as usize;
         if size > MAX_SIZE
             || size == 0
-            || (matches!(op, Op::Sink | Op::SinkSampled) && (slots == 0 || slots * size > STREAM_BYTES))
+            || (matches!(op, Op::Sink | Op::SinkSampled | Op::SinkRead)
+                && (slots == 0 || slots * size > STREAM_BYTES))
         {
             return Err(format!("bad command: size {size} slots {slots}"));
         }
@@ -157,12 +158,12 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
                     post(&mut f, 0, PONG, 8)?;
                 }
             }
-            Op::Sink | Op::SinkSampled => {
+            Op::Sink | Op::SinkSampled | Op::SinkRead => {
                 let target = stream + count;
                 while stream < target {
                     waiter.until(&mut f, |f| f.region().load_acquire(STREAM_SEQ) > stream)?;
                     let seen = f.region().load_acquire(STREAM_SEQ);
-                    let first_checked = if op == Op::Sink { stream + 1 } else { seen };
+                    let first_checked = if op == Op::SinkSampled { seen } else { stream + 1 };
                     for j in first_checked..=seen {
                         let slot = STREAM + ((j as usize) % slots) * size;
                         let (first, last) =
@@ -172,6 +173,16 @@ fn serve<F: Fabric>(mut f: F, opts: &PeerOptions) -> Result<(), String> {
                                 "stream message {j} not visible under guard {seen}: words {first} {:#x}",
                                 last
                             ));
+                        }
+                        if op == Op::SinkRead {
+                            assert!(slot + size <= f.region().len() && slot.is_multiple_of(8));
+                            // SAFETY: the slot lies in the region (checked)
+                            // and is 8-aligned; the coordinator does not
+                            // rewrite it before our ack.
+                            let sum = unsafe {
+                                crate::limits::read_every_byte(f.region().as_ptr().add(slot), size)
+                            };
+                            std::hint::black_box(sum);
                         }
                     }
                     stream = seen;

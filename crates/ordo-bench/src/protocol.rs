@@ -91,6 +91,10 @@ pub enum Op {
     /// back to its core, as a consumer of a one-sided write stream (an RDMA
     /// write benchmark) would not. Used for bandwidth figures.
     SinkSampled = 4,
+    /// Like [`Op::Sink`], and the peer reads every byte of every message
+    /// (a checksum over its words), as an application consuming the stream
+    /// does: what the cross-process copy ring limit is compared with.
+    SinkRead = 5,
 }
 
 impl Op {
@@ -102,6 +106,7 @@ impl Op {
             2 => Some(Op::Sink),
             3 => Some(Op::Exit),
             4 => Some(Op::SinkSampled),
+            5 => Some(Op::SinkRead),
             _ => None,
         }
     }

@@ -49,6 +49,7 @@
 //!   dropped before the next point starts, also when it fails.
 
 use crate::machine::MachineInfo;
+use crate::noise::{Comparison, Load, Retry, interleave};
 use ordo_vsync::{BatchHistogram, Switches};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -231,6 +232,13 @@ pub struct Measurement {
     pub attempts: u32,
 }
 
+impl Measurement {
+    /// What the window got from the machine.
+    pub fn load(&self) -> Load {
+        Load { cpu_cores: self.cpu_cores, runqueue_wait_cores: self.runqueue_wait_cores }
+    }
+}
+
 /// One result row (`--json` prints them all).
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
@@ -282,15 +290,14 @@ pub struct Row {
     /// this machine; less: other load took CPU from the point).
     pub cpu_cores: f64,
     /// Cores' worth of time this process's threads waited on the run queue
-    /// during the window (above 0.2: disturbed by other load).
+    /// during the window.
     pub runqueue_wait_cores: f64,
     /// Measurements of the point taken until this one (above 1: earlier
-    /// ones were disturbed).
+    /// ones were contended).
     pub attempts: u32,
-    /// Summary rows: the comparison's ratio.
-    pub ratio: Option<f64>,
-    /// Summary rows: what the ratio compares.
-    pub note: Option<String>,
+    /// The point got less than 90 % of the CPU it asked for even after its
+    /// retries ([`crate::noise`]): read it with care; it is in no ratio.
+    pub contended: bool,
 }
 
 /// A point that failed (an engine or runtime problem worth reporting).
@@ -327,8 +334,12 @@ pub struct SpindleReport {
     pub elapsed_s: f64,
     /// Where the CSV files and plots were written.
     pub out_dir: String,
-    /// Figure rows, then the summary rows.
+    /// Figure rows.
     pub rows: Vec<Row>,
+    /// The headline comparisons, each measured interleaved.
+    pub comparisons: Vec<Comparison>,
+    /// Rounds of each headline comparison.
+    pub comparison_rounds: usize,
     /// Points that failed.
     pub failures: Vec<Failure>,
     /// Fig. 7's measurement (its batch-size histograms, written as files).
@@ -526,7 +537,8 @@ pub fn run(opts: &SpindleOptions, mut progress: impl FnMut(&str)) -> Result<Spin
             rows.push(row(&job, &m));
         }
     }
-    rows.extend(summary(&mut bench, &mut progress));
+    let comparison_rounds = if opts.quick { 3 } else { 5 };
+    let comparisons = summary(&mut bench, comparison_rounds, &mut progress);
     Ok(SpindleReport {
         benchmark: "spindle",
         machine: MachineInfo::current(),
@@ -538,6 +550,8 @@ pub fn run(opts: &SpindleOptions, mut progress: impl FnMut(&str)) -> Result<Spin
         elapsed_s: started.elapsed().as_secs_f64(),
         out_dir: opts.out_dir.display().to_string(),
         rows,
+        comparisons,
+        comparison_rounds,
         failures: bench.failures,
         fig7,
     })
@@ -552,27 +566,22 @@ struct Bench {
     retries_left: u32,
 }
 
-/// A point whose runner threads waited this many cores' worth of time on
-/// the run queue during the window was disturbed by other load.
-pub const DISTURBED_WAIT_CORES: f64 = 0.2;
-/// Measurements of one disturbed point at most (the least disturbed wins).
+/// Measurements of one contended point at most (the least contended wins).
 const MAX_ATTEMPTS: u32 = 3;
 
 impl Bench {
     /// Measures a point, again (up to [`MAX_ATTEMPTS`], within the run's
-    /// retry budget) while other load disturbed it.
+    /// retry budget) while other load took its CPU ([`crate::noise`]).
     fn measure_point(&mut self, p: &Point) -> Result<Measurement, String> {
         let mut best: Option<Measurement> = None;
         for attempt in 1..=MAX_ATTEMPTS {
-            self.seq += 1;
-            let cluster = format!("spindle-{}-{}", std::process::id(), self.seq);
-            let mut m = run_point(p, self.plan, &cluster)?;
+            let mut m = self.sample(p)?;
             m.attempts = attempt;
-            if best.as_ref().is_none_or(|b| m.runqueue_wait_cores < b.runqueue_wait_cores) {
+            if best.as_ref().is_none_or(|b| m.load().core_share() > b.load().core_share()) {
                 best = Some(m);
             }
             let b = best.as_ref().expect("measured");
-            if b.runqueue_wait_cores <= DISTURBED_WAIT_CORES || self.retries_left == 0 {
+            if !b.load().contended() || self.retries_left == 0 {
                 break;
             }
             self.retries_left -= 1;
@@ -580,6 +589,13 @@ impl Bench {
             std::thread::sleep(self.plan.duration);
         }
         Ok(best.expect("measured"))
+    }
+
+    /// One measurement of a point under a fresh cluster name.
+    fn sample(&mut self, p: &Point) -> Result<Measurement, String> {
+        self.seq += 1;
+        let cluster = format!("spindle-{}-{}", std::process::id(), self.seq);
+        run_point(p, self.plan, &cluster)
     }
 
     fn measure(&mut self, job: &Job, progress: &mut impl FnMut(&str)) -> Option<Measurement> {
@@ -651,57 +667,60 @@ fn row(job: &Job, m: &Measurement) -> Row {
         cpu_cores: m.cpu_cores,
         runqueue_wait_cores: m.runqueue_wait_cores,
         attempts: m.attempts,
-        ratio: None,
-        note: None,
+        contended: m.load().contended(),
     }
 }
 
 /// The headline comparisons (3 members, 10 KiB): (a) optimized vs baseline;
 /// (b) one of 3 senders delayed 100 µs, optimized with nulls, vs undelayed;
-/// (c) one active subgroup among 10 vs a single subgroup.
-fn summary(bench: &mut Bench, progress: &mut impl FnMut(&str)) -> Vec<Row> {
+/// (c) one active subgroup among 10 vs a single subgroup. Each is measured
+/// interleaved, `rounds` rounds ([`crate::noise`]).
+fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) -> Vec<Comparison> {
     let m = 3;
     let opt = Point::simple(m, Pattern::All, SIZE_10K, Switches::SPINDLE);
     let base = Point::simple(m, Pattern::All, SIZE_10K, Switches::BASELINE);
     let delayed = Point { delayed: 1, delay: Delay::Every(Duration::from_micros(100)), ..opt.clone() };
     let k10 = Point { subgroups: 10, ..opt.clone() };
-    let job = |variant: &str, point: &Point| Job {
-        figure: "summary",
-        variant: variant.into(),
-        pattern: Pattern::All,
-        point: point.clone(),
-    };
     let comparisons = [
-        ("a", job("a: baseline", &base), job("a: optimized", &opt), "optimized / baseline throughput"),
+        ("(a) all senders, optimized / baseline", ("baseline", &base), ("optimized", &opt)),
         (
-            "b",
-            job("b: optimized, no delay", &opt),
-            job("b: optimized, 1 of 3 delayed 100us", &delayed),
-            "delayed (nulls on) / undelayed optimized throughput",
+            "(b) 1 of 3 senders delayed 100 µs/send, nulls on / undelayed",
+            ("undelayed", &opt),
+            ("delayed", &delayed),
         ),
-        (
-            "c",
-            job("c: optimized, 1 subgroup", &opt),
-            job("c: optimized, 1 active of 10", &k10),
-            "1 active of 10 subgroups / single-subgroup optimized throughput",
-        ),
+        ("(c) 1 active subgroup of 10 / a single subgroup", ("1 subgroup", &opt), ("1 active of 10", &k10)),
     ];
-    // The headline points may re-measure disturbed points even when the
-    // figures used up the run's retry budget.
-    bench.retries_left = bench.retries_left.max(6);
-    let mut rows = Vec::new();
-    for (_, reference, subject, note) in comparisons {
-        let (Some(r), Some(s)) = (bench.measure(&reference, progress), bench.measure(&subject, progress))
-        else {
-            continue;
+    let retry = Retry { attempts: MAX_ATTEMPTS, pause: bench.plan.duration };
+    let mut out = Vec::new();
+    for (name, (rname, r), (sname, s)) in comparisons {
+        progress(&format!("summary {name}: {rounds} interleaved rounds"));
+        let cell = std::cell::RefCell::new(&mut *bench);
+        let sample = |p: &Point| -> Result<(Measurement, Load), String> {
+            let m = cell.borrow_mut().sample(p)?;
+            let load = m.load();
+            Ok((m, load))
         };
-        rows.push(row(&reference, &r));
-        let mut subject_row = row(&subject, &s);
-        subject_row.ratio = Some(s.throughput_bytes_per_s / r.throughput_bytes_per_s.max(1e-9));
-        subject_row.note = Some(note.into());
-        rows.push(subject_row);
+        let result = interleave(rounds, retry, || sample(r), || sample(s));
+        match result {
+            Ok(rounds) => {
+                let c = Comparison::of(name, "delivered GB/s per member", (rname, sname), &rounds, |m| {
+                    Some(m.throughput_bytes_per_s / 1e9)
+                });
+                progress(&c.line(|v| format!("{v:.3}")));
+                out.push(c);
+            }
+            Err(e) => {
+                progress(&format!("summary {name} FAILED: {e}"));
+                bench.failures.push(Failure {
+                    figure: "summary".into(),
+                    variant: name.into(),
+                    point: format!("{r:?} vs {s:?}"),
+                    error: e,
+                });
+            }
+        }
     }
-    rows
+    out
 }
 
 // ---------------------------------------------------------------------------
@@ -728,7 +747,11 @@ impl crate::experiment::Experiment for SpindleOptions {
     }
 
     fn write_files(&self, report: &SpindleReport, dir: &Path) -> Result<(), String> {
-        output::write_outputs(dir, &report.rows, report.fig7.as_ref(), report.max_members)
+        output::write_outputs(dir, &report.rows, report.fig7.as_ref(), report.max_members)?;
+        crate::experiment::write(
+            &dir.join("comparisons.csv"),
+            &crate::noise::comparisons_csv(&report.comparisons),
+        )
     }
 
     fn print_table(&self, report: &SpindleReport) {
@@ -769,13 +792,13 @@ mod tests {
     #[test]
     fn csv_escapes_and_has_one_line_per_row() {
         let mut rows = vec![sample_row("fig5", "+send batching", 2, 1.5)];
-        rows[0].note = Some("a, \"quoted\" note".into());
+        rows[0].variant = "a, \"quoted\" variant".into();
         let csv = rows_csv(&rows);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0].split(',').count(), 26);
-        assert!(lines[1].starts_with("fig5,+send batching,2,2,all,10240,"));
-        assert!(lines[1].ends_with(",\"a, \"\"quoted\"\" note\""));
+        assert_eq!(lines[0].split(',').count(), 25);
+        assert!(lines[1].starts_with("fig5,\"a, \"\"quoted\"\" variant\",2,2,all,10240,"), "{}", lines[1]);
+        assert!(lines[1].ends_with(",0,false"), "{}", lines[1]);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 pub(super) const CSV_HEADER: &str = "figure,variant,members,senders,pattern,size_bytes,subgroups,active_subgroups,window,\
 delayed_senders,delay,memcpy,throughput_bytes_per_s,messages_per_s,latency_ns_p50,latency_ns_p99,\
-send_batch_mean,receive_batch_mean,delivery_batch_mean,nulls_sent,window_s,cpu_cores,runqueue_wait_cores,attempts,ratio,note";
+send_batch_mean,receive_batch_mean,delivery_batch_mean,nulls_sent,window_s,cpu_cores,runqueue_wait_cores,attempts,contended";
 
 pub(super) fn csv_field(s: &str) -> String {
     crate::experiment::Csv::field(s)
@@ -41,7 +41,7 @@ pub fn rows_csv(rows: &[Row]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{:.3},{:.3},{:.3},{},{:.4},{:.2},{:.3},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{:.3},{:.3},{:.3},{},{:.4},{:.2},{:.3},{},{}",
             csv_field(&r.figure),
             csv_field(&r.variant),
             r.members,
@@ -66,8 +66,7 @@ pub fn rows_csv(rows: &[Row]) -> String {
             r.cpu_cores,
             r.runqueue_wait_cores,
             r.attempts,
-            r.ratio.map(|v| format!("{v:.4}")).unwrap_or_default(),
-            csv_field(r.note.as_deref().unwrap_or("")),
+            r.contended,
         );
     }
     out
@@ -105,9 +104,6 @@ pub(super) fn write_outputs(
     }
     for (figure, rows) in &by_figure {
         write(&dir.join(format!("{figure}.csv")), &rows_csv(rows))?;
-        if *figure == "summary" {
-            continue;
-        }
         let png = dir.join(format!("{figure}.png"));
         if *figure == "fig7" {
             if let Some(m) = fig7 {
@@ -415,7 +411,7 @@ pub fn print_table(report: &SpindleReport) {
             last_figure = r.figure.clone();
         }
         println!(
-            "{:<6} {:<34} {:<4} {:>3} {:>3} {:>6} {:>5} {:>4} {:>5} {:>9.3} {:>11.0} {:>9} {:>9} {:>16} {:>7} {:>4.1} {:>5.2}",
+            "{:<6} {:<34} {:<4} {:>3} {:>3} {:>6} {:>5} {:>4} {:>5} {:>9.3} {:>11.0} {:>9} {:>9} {:>16} {:>7} {:>4.1} {:>6}",
             r.figure,
             r.variant,
             r.pattern,
@@ -432,18 +428,19 @@ pub fn print_table(report: &SpindleReport) {
             format!("{:.1}/{:.1}/{:.1}", r.send_batch_mean, r.receive_batch_mean, r.delivery_batch_mean),
             r.nulls_sent,
             r.cpu_cores,
-            r.runqueue_wait_cores
+            format!("{:.2}{}", r.runqueue_wait_cores, if r.contended { "*" } else { "" })
         );
     }
     println!();
     println!(
-        "cpu: cores this process used in the window; wait: cores' worth of time its threads waited for a CPU \
-         (above {DISTURBED_WAIT_CORES}: disturbed by other load; such points are measured up to {MAX_ATTEMPTS} \
-         times and the least disturbed kept)"
+        "cpu: cores this process used in the window; wait: cores' worth of time its threads waited for a CPU. \
+         A point that got under {:.0} % of the CPU it asked for (cpu / (cpu + wait)) is measured up to \
+         {MAX_ATTEMPTS} times and the least contended kept.",
+        crate::noise::MIN_CORE_SHARE * 100.0
     );
-    let disturbed = report.rows.iter().filter(|r| r.runqueue_wait_cores > DISTURBED_WAIT_CORES).count();
-    if disturbed > 0 {
-        println!("{disturbed} row(s) stayed disturbed (wait > {DISTURBED_WAIT_CORES}): read them with care");
+    let contended = report.rows.iter().filter(|r| r.contended).count();
+    if contended > 0 {
+        println!("{contended} row(s) stayed contended (marked *): read them with care; they are in no ratio");
     }
     println!("{}", headline(report));
     for f in &report.failures {
@@ -451,44 +448,16 @@ pub fn print_table(report: &SpindleReport) {
     }
 }
 
-/// The three headline comparisons as text.
+/// The headline comparisons as text: each side median [min–max] of its
+/// uncontended interleaved samples, and the ratio's.
 pub fn headline(report: &SpindleReport) -> String {
-    let rows: Vec<&Row> = report.rows.iter().filter(|r| r.figure == "summary").collect();
-    let find = |v: &str| rows.iter().find(|r| r.variant == v).copied();
-    let us = |v: Option<u64>| v.map(|v| format!("{:.1} µs", v as f64 / 1e3)).unwrap_or_else(|| "-".into());
-    let gb = |r: &Row| format!("{:.3} GB/s", r.throughput_bytes_per_s / 1e9);
-    let mut out = String::from("Headline comparisons (3 members, 10 KiB):\n");
-    if let (Some(b), Some(o)) = (find("a: baseline"), find("a: optimized")) {
-        let _ = writeln!(
-            out,
-            "  (a) all senders: optimized {} vs baseline {} = {:.2}x; p50 latency {} vs {} (p99 {} vs {})",
-            gb(o),
-            gb(b),
-            o.ratio.unwrap_or(0.0),
-            us(o.latency_ns_p50),
-            us(b.latency_ns_p50),
-            us(o.latency_ns_p99),
-            us(b.latency_ns_p99),
-        );
-    }
-    if let (Some(r), Some(d)) = (find("b: optimized, no delay"), find("b: optimized, 1 of 3 delayed 100us")) {
-        let _ = writeln!(
-            out,
-            "  (b) 1 of 3 senders delayed 100 µs/send, nulls on: {} = {:.0} % of undelayed {} ({} nulls)",
-            gb(d),
-            d.ratio.unwrap_or(0.0) * 100.0,
-            gb(r),
-            d.nulls_sent
-        );
-    }
-    if let (Some(r), Some(k)) = (find("c: optimized, 1 subgroup"), find("c: optimized, 1 active of 10")) {
-        let _ = writeln!(
-            out,
-            "  (c) 1 active subgroup of 10: {} = {:.0} % of a single subgroup's {}",
-            gb(k),
-            k.ratio.unwrap_or(0.0) * 100.0,
-            gb(r)
-        );
+    let mut out = format!(
+        "Headline comparisons (3 members, 10 KiB, delivered GB/s per member; {} interleaved rounds each, \
+         median [min–max]):\n",
+        report.comparison_rounds
+    );
+    for c in &report.comparisons {
+        let _ = writeln!(out, "  {}", c.line(|v| format!("{v:.3}")));
     }
     out
 }

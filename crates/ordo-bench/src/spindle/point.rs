@@ -244,15 +244,13 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
     let r0 = Runner::start(a0, &options).map_err(|e| e.to_string())?;
     let r1 = Runner::start(a1, &options).map_err(|e| e.to_string())?;
     std::thread::sleep(plan.warmup);
-    let cpu0 = process_cpu_ns();
-    let wait0 = runqueue_wait_ns();
+    let probe = crate::noise::Probe::start();
     let t0 = monotonic_ns();
     start_ns.store(t0, Ordering::Release);
     std::thread::sleep(plan.duration);
     let t1 = monotonic_ns();
     end_ns.store(t1, Ordering::Release);
-    let cpu_cores = (process_cpu_ns() - cpu0) as f64 / (t1 - t0) as f64;
-    let runqueue_wait_cores = runqueue_wait_ns().saturating_sub(wait0) as f64 / (t1 - t0) as f64;
+    let crate::noise::Load { cpu_cores, runqueue_wait_cores } = probe.stop();
     let window_s = (t1 - t0) as f64 / 1e9;
     sending.store(false, Ordering::Release);
     // Drain: every member delivers every message sent.
@@ -314,27 +312,6 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
     }
     // Agents (and with them the fabrics and their region files) drop here.
     Ok(m)
-}
-
-/// User + system CPU time of this process (all threads), ns.
-pub(super) fn process_cpu_ns() -> u64 {
-    // SAFETY: getrusage writes into the struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    ns(ru.ru_utime) + ns(ru.ru_stime)
-}
-
-/// Run-queue wait of every thread of this process so far, ns (the second
-/// field of /proc/self/task/*/schedstat); 0 where the kernel has none.
-/// Threads alive at both reads count fully; the runner threads are.
-pub(super) fn runqueue_wait_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .sum()
 }
 
 /// `later − earlier` of one histogram's counts (`max` is the later one's:

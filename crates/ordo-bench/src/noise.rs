@@ -1,0 +1,430 @@
+//! Measurements that survive a noisy machine: every benchmark's compared
+//! pairs go through here.
+//!
+//! On a shared 2-core VM a point can lose a core to other load (a build, a
+//! test run, the hypervisor) for part of its window, and a ratio built on
+//! such a point says nothing (one `bench spindle` run showed "one active
+//! subgroup of 10" at 2.8× a single subgroup because the reference point
+//! got 0.87 of its 2 cores). So:
+//!
+//! - A [`Probe`] measures, over exactly a sample's window, the CPU time this
+//!   process got and the time its threads waited on the run queue (from
+//!   `/proc/self/task/*/schedstat`). Their ratio is the **core share**:
+//!   the fraction of the CPU the process asked for that it got.
+//! - A sample whose core share is below [`MIN_CORE_SHARE`] (90 %) is
+//!   **contended**: it is measured again (after a pause, so transient load
+//!   can pass), and if it stays contended it is kept, flagged, and left out
+//!   of every ratio.
+//! - A compared pair is measured **interleaved**, A B A B …, at least
+//!   [`MIN_ROUNDS`] rounds, so slow drift of the machine hits both sides;
+//!   each side is reported as median [min–max] of its uncontended samples,
+//!   and the ratio as median [min–max] of the per-round ratios of rounds
+//!   where both samples were uncontended.
+//!
+//! # Invariants
+//! - Every ratio compares samples of this invocation only.
+//! - A contended sample never enters a ratio or a spread; a comparison with
+//!   no clean round has no ratio (`None`), never a guess.
+//! - `Spread::of` of one value is that value with min = max.
+
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// Below this share of the CPU it asked for, a sample is contended.
+pub const MIN_CORE_SHARE: f64 = 0.9;
+/// Rounds of an interleaved comparison, at least.
+pub const MIN_ROUNDS: usize = 3;
+
+/// What a sample's window got from the machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Load {
+    /// CPU time this process got (user + system, all threads) over the
+    /// window's wall time, in cores.
+    pub cpu_cores: f64,
+    /// Time its threads were runnable but waiting for a CPU, in cores.
+    pub runqueue_wait_cores: f64,
+}
+
+impl Load {
+    /// CPU got over CPU asked for (got + waited); 1 when nothing ran.
+    pub fn core_share(&self) -> f64 {
+        let asked = self.cpu_cores + self.runqueue_wait_cores;
+        if asked <= 1e-9 { 1.0 } else { self.cpu_cores / asked }
+    }
+
+    /// Whether the sample got less than [`MIN_CORE_SHARE`] of what it asked.
+    pub fn contended(&self) -> bool {
+        self.core_share() < MIN_CORE_SHARE
+    }
+}
+
+/// Started at a window's start, read at its end.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    cpu_ns: u64,
+    wait_ns: u64,
+    at: Instant,
+}
+
+impl Probe {
+    /// Starts measuring now.
+    pub fn start() -> Probe {
+        Probe { cpu_ns: process_cpu_ns(), wait_ns: runqueue_wait_ns(), at: Instant::now() }
+    }
+
+    /// The load since [`start`](Self::start).
+    pub fn stop(&self) -> Load {
+        let wall = self.at.elapsed().as_nanos().max(1) as f64;
+        Load {
+            cpu_cores: process_cpu_ns().saturating_sub(self.cpu_ns) as f64 / wall,
+            runqueue_wait_cores: runqueue_wait_ns().saturating_sub(self.wait_ns) as f64 / wall,
+        }
+    }
+}
+
+/// User + system CPU time of this process (all threads), ns.
+pub fn process_cpu_ns() -> u64 {
+    // SAFETY: getrusage writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
+/// Run-queue wait of every thread of this process so far, ns (the second
+/// field of /proc/self/task/*/schedstat); 0 where the kernel has none.
+/// Threads alive at both reads count fully; a benchmark's workers are.
+pub fn runqueue_wait_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Median and range of some samples.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Spread {
+    /// Median (the mean of the middle two for an even count).
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// How many samples.
+    pub n: usize,
+}
+
+impl Spread {
+    /// The spread of `values` (`None` when empty or not all finite).
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        Some(Spread { median, min: v[0], max: v[n - 1], n })
+    }
+
+    /// `median [min–max]`, each value formatted by `f`.
+    pub fn show(&self, f: impl Fn(f64) -> String) -> String {
+        format!("{} [{}–{}]", f(self.median), f(self.min), f(self.max))
+    }
+}
+
+/// One measurement with the load of its window.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample<T> {
+    /// What was measured.
+    pub value: T,
+    /// What the window got from the machine.
+    pub load: Load,
+    /// Measurements taken to get this one (above 1: earlier ones were
+    /// contended).
+    pub attempts: u32,
+}
+
+impl<T> Sample<T> {
+    /// Whether it stayed contended after its retries.
+    pub fn contended(&self) -> bool {
+        self.load.contended()
+    }
+}
+
+/// How hard to try for an uncontended sample.
+#[derive(Clone, Copy, Debug)]
+pub struct Retry {
+    /// Measurements of one sample at most.
+    pub attempts: u32,
+    /// Pause before measuring again (transient load passes).
+    pub pause: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry { attempts: 3, pause: Duration::from_millis(200) }
+    }
+}
+
+/// Measures until the sample is uncontended, at most `retry.attempts`
+/// times; returns the least contended.
+pub fn measure_quiet<T>(
+    retry: Retry,
+    mut measure: impl FnMut() -> Result<(T, Load), String>,
+) -> Result<Sample<T>, String> {
+    let mut best: Option<Sample<T>> = None;
+    for attempt in 1..=retry.attempts.max(1) {
+        let (value, load) = measure()?;
+        if best.as_ref().is_none_or(|b| load.core_share() > b.load.core_share()) {
+            best = Some(Sample { value, load, attempts: attempt });
+        }
+        if !load.contended() {
+            break;
+        }
+        std::thread::sleep(retry.pause);
+    }
+    Ok(best.expect("measured at least once"))
+}
+
+/// Samples of the two sides of a comparison, round by round.
+#[derive(Clone, Debug)]
+pub struct Rounds<T> {
+    /// Reference side, one sample per round.
+    pub reference: Vec<Sample<T>>,
+    /// Subject side, one sample per round.
+    pub subject: Vec<Sample<T>>,
+}
+
+/// Measures `reference` and `subject` interleaved (reference, subject,
+/// reference, …), `rounds` rounds (at least [`MIN_ROUNDS`]), each sample
+/// retried while contended.
+pub fn interleave<T>(
+    rounds: usize,
+    retry: Retry,
+    mut reference: impl FnMut() -> Result<(T, Load), String>,
+    mut subject: impl FnMut() -> Result<(T, Load), String>,
+) -> Result<Rounds<T>, String> {
+    let rounds = rounds.max(MIN_ROUNDS);
+    let mut out = Rounds { reference: Vec::with_capacity(rounds), subject: Vec::with_capacity(rounds) };
+    for _ in 0..rounds {
+        out.reference.push(measure_quiet(retry, &mut reference)?);
+        out.subject.push(measure_quiet(retry, &mut subject)?);
+    }
+    Ok(out)
+}
+
+/// A compared pair as reported: each side's spread and the ratio's.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    /// What is compared (a sentence).
+    pub name: String,
+    /// The metric and its unit.
+    pub metric: String,
+    /// The reference side.
+    pub reference: String,
+    /// The subject side.
+    pub subject: String,
+    /// The reference's uncontended samples.
+    pub reference_spread: Option<Spread>,
+    /// The subject's uncontended samples.
+    pub subject_spread: Option<Spread>,
+    /// subject / reference per clean round: median [min–max].
+    pub ratio: Option<Spread>,
+    /// Rounds measured.
+    pub rounds: usize,
+    /// Samples (either side) left out because they stayed contended.
+    pub contended_samples: usize,
+}
+
+impl Comparison {
+    /// Summarizes `rounds` by `metric` (see the module docs).
+    pub fn of<T>(
+        name: &str,
+        metric: &str,
+        (reference, subject): (&str, &str),
+        rounds: &Rounds<T>,
+        value: impl Fn(&T) -> Option<f64>,
+    ) -> Comparison {
+        let clean = |s: &Sample<T>| if s.contended() { None } else { value(&s.value) };
+        let side = |v: &[Sample<T>]| Spread::of(&v.iter().filter_map(clean).collect::<Vec<_>>());
+        let ratios: Vec<f64> = rounds
+            .reference
+            .iter()
+            .zip(&rounds.subject)
+            .filter_map(|(r, s)| Some((clean(r)?, clean(s)?)))
+            .filter(|(r, _)| *r > 0.0)
+            .map(|(r, s)| s / r)
+            .collect();
+        Comparison {
+            name: name.into(),
+            metric: metric.into(),
+            reference: reference.into(),
+            subject: subject.into(),
+            reference_spread: side(&rounds.reference),
+            subject_spread: side(&rounds.subject),
+            ratio: Spread::of(&ratios),
+            rounds: rounds.reference.len(),
+            contended_samples: rounds
+                .reference
+                .iter()
+                .chain(&rounds.subject)
+                .filter(|s| s.contended())
+                .count(),
+        }
+    }
+
+    /// One line: `name: subject / reference = ratio median [min–max] (…)`.
+    pub fn line(&self, f: impl Fn(f64) -> String) -> String {
+        let side = |s: &Option<Spread>| s.map_or("all contended".to_string(), |s| s.show(&f));
+        format!(
+            "{}: {} {} vs {} {} → {} ({} rounds{})",
+            self.name,
+            self.subject,
+            side(&self.subject_spread),
+            self.reference,
+            side(&self.reference_spread),
+            self.ratio.map_or("no clean round".to_string(), |r| r.show(|v| format!("{v:.2}×"))),
+            self.rounds,
+            match self.contended_samples {
+                0 => String::new(),
+                n => format!(", {n} contended sample(s) left out"),
+            }
+        )
+    }
+}
+
+/// Comparisons as CSV (header included).
+pub fn comparisons_csv(rows: &[Comparison]) -> String {
+    let mut csv = crate::experiment::Csv::new(&[
+        "name",
+        "metric",
+        "reference",
+        "subject",
+        "reference_median",
+        "reference_min",
+        "reference_max",
+        "subject_median",
+        "subject_min",
+        "subject_max",
+        "ratio_median",
+        "ratio_min",
+        "ratio_max",
+        "clean_rounds",
+        "rounds",
+        "contended_samples",
+    ]);
+    let f = |s: Option<Spread>, pick: fn(&Spread) -> f64| crate::experiment::Csv::opt(s.as_ref().map(pick));
+    for c in rows {
+        csv.row([
+            c.name.clone(),
+            c.metric.clone(),
+            c.reference.clone(),
+            c.subject.clone(),
+            f(c.reference_spread, |s| s.median),
+            f(c.reference_spread, |s| s.min),
+            f(c.reference_spread, |s| s.max),
+            f(c.subject_spread, |s| s.median),
+            f(c.subject_spread, |s| s.min),
+            f(c.subject_spread, |s| s.max),
+            f(c.ratio, |s| s.median),
+            f(c.ratio, |s| s.min),
+            f(c.ratio, |s| s.max),
+            c.ratio.map_or(0, |r| r.n).to_string(),
+            c.rounds.to_string(),
+            c.contended_samples.to_string(),
+        ]);
+    }
+    csv.text().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(share: f64) -> Load {
+        Load { cpu_cores: 2.0 * share, runqueue_wait_cores: 2.0 * (1.0 - share) }
+    }
+
+    #[test]
+    fn spread_is_median_and_range() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.n), (2.0, 1.0, 3.0, 3));
+        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
+        assert_eq!(Spread::of(&[]), None);
+        assert_eq!(Spread::of(&[1.0, f64::NAN]), None);
+    }
+
+    #[test]
+    fn core_share_flags_a_window_that_waited_for_the_cpu() {
+        assert!(!load(1.0).contended());
+        assert!(!load(0.95).contended());
+        assert!(load(0.87).contended());
+        assert_eq!(Load::default().core_share(), 1.0, "an idle window is not contended");
+    }
+
+    #[test]
+    fn contended_samples_are_retried_then_left_out_of_ratios() {
+        // The reference is contended on its first try of round 2 only; the
+        // subject stays contended in round 3.
+        let mut r_calls = 0;
+        let mut s_calls = 0;
+        let retry = Retry { attempts: 2, pause: Duration::ZERO };
+        let rounds = interleave(
+            3,
+            retry,
+            || {
+                r_calls += 1;
+                Ok((10.0, if r_calls == 2 { load(0.5) } else { load(1.0) }))
+            },
+            || {
+                s_calls += 1;
+                Ok((
+                    if s_calls >= 3 { 1000.0 } else { 20.0 },
+                    if s_calls >= 3 { load(0.6) } else { load(1.0) },
+                ))
+            },
+        )
+        .unwrap();
+        assert_eq!(r_calls, 4, "the contended reference sample was measured again");
+        assert_eq!(rounds.reference[1].attempts, 2);
+        assert_eq!(s_calls, 4, "the subject's last round: two contended tries");
+        assert!(rounds.subject[2].contended());
+        let c = Comparison::of("t", "x", ("r", "s"), &rounds, |v: &f64| Some(*v));
+        assert_eq!(c.contended_samples, 1);
+        let ratio = c.ratio.unwrap();
+        assert_eq!((ratio.median, ratio.min, ratio.max, ratio.n), (2.0, 2.0, 2.0, 2), "1000 left out");
+        assert_eq!(c.subject_spread.unwrap().max, 20.0);
+        assert!(c.line(|v| format!("{v}")).contains("1 contended sample(s) left out"));
+    }
+
+    #[test]
+    fn a_comparison_without_a_clean_round_has_no_ratio() {
+        let rounds = interleave(
+            3,
+            Retry { attempts: 1, pause: Duration::ZERO },
+            || Ok((1.0, load(0.5))),
+            || Ok((2.0, load(1.0))),
+        )
+        .unwrap();
+        let c = Comparison::of("t", "x", ("r", "s"), &rounds, |v: &f64| Some(*v));
+        assert_eq!(c.ratio, None);
+        assert_eq!(c.reference_spread, None);
+        assert_eq!(c.subject_spread.unwrap().n, 3);
+        assert_eq!(c.rounds, MIN_ROUNDS);
+    }
+
+    #[test]
+    fn the_probe_sees_this_process_use_a_core() {
+        let p = Probe::start();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let l = p.stop();
+        assert!(l.cpu_cores > 0.3, "a spinning thread used {l:?}");
+    }
+}
