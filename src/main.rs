@@ -547,7 +547,14 @@ fn demo(args: DemoArgs) -> Result<(), String> {
         args.seconds,
         if args.baseline { "baseline: Spindle off" } else { "Spindle optimizations on" }
     );
-    let memcpy = ordo_bench::fabric::memcpy_bandwidth(opts.size, 16, Duration::from_millis(300));
+    // The cross-core limit of this size, measured now (two processes, one
+    // copying into a shared ring, the other reading every byte).
+    let limit = ordo_bench::limits::copy_ring_pinned(
+        &exe,
+        opts.size.next_multiple_of(8).max(8),
+        16,
+        Duration::from_millis(300),
+    )?;
     let mut children = Vec::new();
     for id in 1..args.members {
         let mut cmd = std::process::Command::new(&exe);
@@ -595,7 +602,7 @@ fn demo(args: DemoArgs) -> Result<(), String> {
         "recv b.",
         "deliv b.",
         "nulls",
-        "vs memcpy"
+        "vs ring"
     );
     for r in &reports {
         println!(
@@ -609,15 +616,43 @@ fn demo(args: DemoArgs) -> Result<(), String> {
             r.receive_batch_mean,
             r.delivery_batch_mean,
             r.nulls_sent,
-            100.0 * r.bytes_per_s() / memcpy
+            100.0 * r.bytes_per_s() / limit
         );
     }
     let sent: u64 = reports.iter().map(|r| r.sent_messages).sum();
     let all_equal = reports.iter().all(|r| r.delivered_total == sent);
+    // The same group in one process on two runner threads (the spindle
+    // benchmark's setup), measured now: what the processes lose to each
+    // other's scheduling.
+    let point = ordo_bench::spindle::Point {
+        window: opts.window,
+        ..ordo_bench::spindle::Point::simple(
+            args.members,
+            ordo_bench::spindle::Pattern::All,
+            opts.size,
+            opts.switches,
+        )
+    };
+    let plan =
+        ordo_bench::spindle::Plan { warmup: Duration::from_millis(200), duration: Duration::from_secs(1) };
+    let shared = ordo_bench::spindle::run_point(&point, plan, &format!("{cluster}-inproc"))?;
+    let mean = reports.iter().map(|r| r.bytes_per_s()).sum::<f64>() / reports.len() as f64;
     println!(
-        "memcpy of {} B blocks measured in this run: {:.2} GB/s; messages sent {}, delivered at every member: {}",
+        "vs ring: of the cross-process copy ring of {} B messages measured in this run ({:.2} GB/s: one process \
+         copies into a shared ring, another reads every byte)",
         opts.size,
-        memcpy / 1e9,
+        limit / 1e9
+    );
+    println!(
+        "the same group in one process on two runner threads, measured now: {:.3} GB/s per member; the {} \
+         processes reach {:.0} % of it (core share in process {:.2})",
+        shared.throughput_bytes_per_s / 1e9,
+        args.members,
+        100.0 * mean / shared.throughput_bytes_per_s.max(1.0),
+        shared.load().core_share()
+    );
+    println!(
+        "messages sent {}, delivered at every member: {}",
         sent,
         if all_equal {
             "all".to_string()

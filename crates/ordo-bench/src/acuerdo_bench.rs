@@ -58,7 +58,7 @@ pub struct BenchArgs {
     /// Print the rows as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Experiments: fig8, table1 (default: both).
+    /// Experiments: fig8, table1, window1 (default: all).
     #[arg(long, value_delimiter = ',')]
     pub figures: Vec<String>,
     /// Largest client window exponent (default 7 with --quick, 10 otherwise).
@@ -137,6 +137,14 @@ pub struct Report {
     pub quick: bool,
     /// Every row.
     pub rows: Vec<Row>,
+    /// The headline: Acuerdo's commit p50 vs vsync leader-only's delivery
+    /// p50 at window 1 (3 members, 10 B), interleaved ([`crate::noise`]).
+    pub window1: Option<crate::noise::Comparison>,
+    /// The same Acuerdo p50s over the cross-process cache-line round trip
+    /// measured in this run.
+    pub window1_vs_cacheline: Option<crate::noise::Comparison>,
+    /// The cross-process cache-line round trip (p50, ns) of this run.
+    pub cacheline_round_trip_ns: Option<f64>,
     /// Where the files went.
     pub out_dir: String,
 }
@@ -361,8 +369,9 @@ fn acuerdo_curve(
     size: usize,
     windows: &[u64],
     t: &Timing,
+    attempts: usize,
     progress: &mut impl FnMut(&str),
-) -> Result<Vec<Row>, String> {
+) -> Result<Vec<(Row, crate::noise::Load)>, String> {
     let ids: Vec<MemberId> = (0..members).collect();
     let max_window = *windows.last().expect("windows");
     let cfg0 = bench_config(&ids, 0, size, max_window);
@@ -392,15 +401,17 @@ fn acuerdo_curve(
         load.window.store(w, Ordering::Relaxed);
         // Best of two measurements (by throughput): a point disturbed by
         // other load on this shared machine is measured again.
-        let mut best_point: Option<(f64, Option<u64>, Option<u64>)> = None;
-        for _ in 0..ATTEMPTS {
+        let mut best_point: Option<(f64, Option<u64>, Option<u64>, crate::noise::Load)> = None;
+        for _ in 0..attempts {
             std::thread::sleep(t.warmup);
             load.latency.lock().unwrap_or_else(|p| p.into_inner()).reset();
             load.committed.store(0, Ordering::Relaxed);
             let t0 = Instant::now();
+            let probe = crate::noise::Probe::start();
             load.measuring.store(true, Ordering::Relaxed);
             std::thread::sleep(t.duration);
             load.measuring.store(false, Ordering::Relaxed);
+            let cpu = probe.stop();
             let secs = t0.elapsed().as_secs_f64();
             std::thread::sleep(Duration::from_millis(5)); // agents flush
             let h = load.latency.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -411,15 +422,15 @@ fn acuerdo_curve(
                 (Some(h.value_at_quantile(0.5)), Some(h.value_at_quantile(0.99)))
             };
             if best_point.is_none_or(|b| tput > b.0) {
-                best_point = Some((tput, p50, p99));
+                best_point = Some((tput, p50, p99, cpu));
             }
         }
-        let (tput, p50, p99) = best_point.expect("measured");
+        let (tput, p50, p99, cpu) = best_point.expect("measured");
         progress(&format!(
             "  acuerdo n={members} {size} B w={w}: {tput:.0} msg/s, p50 {} µs",
             p50.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3))
         ));
-        rows.push(Row::fig8("acuerdo", members, size, w, tput, p50, p99));
+        rows.push((Row::fig8("acuerdo", members, size, w, tput, p50, p99), cpu));
         if saturated(&mut best, &mut flat, tput) {
             break;
         }
@@ -478,6 +489,89 @@ fn vsync_curve(
         }
     }
     Ok(rows)
+}
+
+/// The window-1 headline (3 members, 10 B): Acuerdo's commit p50 and
+/// vsync leader-only's delivery p50, interleaved, each sample a fresh
+/// group; then the cross-process cache-line round trip (its p50 over
+/// several runs) and Acuerdo's p50 over it.
+fn window1_headline(
+    t: &Timing,
+    rounds: usize,
+    progress: &mut impl FnMut(&str),
+) -> Result<(crate::noise::Comparison, Option<crate::noise::Comparison>, Option<f64>), String> {
+    use crate::noise::{Comparison, Retry, interleave};
+    progress(&format!("window 1 headline: acuerdo vs vsync leader-only, {rounds} interleaved rounds"));
+    let (members, size) = (3u32, 10usize);
+    let retry = Retry { attempts: 3, pause: t.duration };
+    let rounds = interleave(
+        rounds,
+        retry,
+        || {
+            let mut quiet = |_: &str| {};
+            let (row, load) =
+                acuerdo_curve(members, size, &[1], t, 1, &mut quiet)?.pop().ok_or("no point")?;
+            Ok((row.latency_ns_p50.map(|v| v as f64), load))
+        },
+        || {
+            let p = Point {
+                window: 1,
+                ..Point::simple(members, Pattern::One, size, ordo_vsync::Switches::SPINDLE)
+            };
+            let cluster = format!("abw-{}", std::process::id());
+            let m = run_point(&p, Plan { warmup: t.warmup, duration: t.duration }, &cluster)?;
+            Ok((m.latency_ns_p50.map(|v| v as f64), m.load()))
+        },
+    )?;
+    let c = Comparison::of(
+        "window 1, 3 members, 10 B: Acuerdo commit p50 / vsync leader-only delivery p50",
+        "p50 latency, ns",
+        ("vsync-leader", "acuerdo"),
+        &rounds,
+        |v| *v,
+    );
+    progress(&c.line(|v| format!("{:.0} ns", v)));
+    // The cache-line round trip, measured as `bench fabric` does (two
+    // processes, pinned where there are two cores).
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let pinned = core_affinity::get_core_ids().unwrap_or_default().len() >= 2;
+    let mut rtts = Vec::new();
+    for _ in 0..3 {
+        // On a thread of its own pinned to core 0 (the peer takes core 1),
+        // so this thread's affinity stays as it was.
+        let exe = exe.clone();
+        let (one_way_p50, _, _) = std::thread::spawn(move || {
+            if pinned {
+                core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
+            }
+            crate::fabric::cacheline_pingpong(&exe, 30_000, pinned)
+        })
+        .join()
+        .map_err(|_| "cache-line ping-pong thread panicked".to_string())??;
+        rtts.push(2.0 * one_way_p50);
+    }
+    let rtt = crate::noise::Spread::of(&rtts).map(|s| s.median);
+    let over = rtt.map(|rtt| {
+        let as_rounds = crate::noise::Rounds {
+            reference: rounds
+                .subject
+                .iter()
+                .map(|s| crate::noise::Sample { value: Some(rtt), load: s.load, attempts: 1 })
+                .collect(),
+            subject: rounds.subject.clone(),
+        };
+        Comparison::of(
+            "window 1: Acuerdo commit p50 / cross-process cache-line round trip p50",
+            "p50 latency, ns",
+            ("cache-line round trip", "acuerdo"),
+            &as_rounds,
+            |v| *v,
+        )
+    });
+    if let Some(o) = &over {
+        progress(&o.line(|v| format!("{:.0} ns", v)));
+    }
+    Ok((c, over, rtt))
 }
 
 // ---------------------------------------------------------------------------
@@ -650,7 +744,11 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         for members in [3u32, 7] {
             for size in [10usize, 1000] {
                 progress(&format!("fig8: {members} members, {size} B"));
-                rows.extend(acuerdo_curve(members, size, &windows, &timing, &mut progress)?);
+                rows.extend(
+                    acuerdo_curve(members, size, &windows, &timing, ATTEMPTS, &mut progress)?
+                        .into_iter()
+                        .map(|(r, _)| r),
+                );
                 rows.extend(vsync_curve(members, size, Pattern::One, &windows, &timing, &mut progress)?);
                 rows.extend(vsync_curve(members, size, Pattern::All, &windows, &timing, &mut progress)?);
             }
@@ -665,7 +763,20 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         }
         rows.extend(t1);
     }
-    Ok(Report { machine, quick: args.quick, rows, out_dir: args.out.display().to_string() })
+    let (mut window1, mut window1_vs_cacheline, mut cacheline_round_trip_ns) = (None, None, None);
+    if want("window1") {
+        let (c, l, rtt) = window1_headline(&timing, if args.quick { 3 } else { 5 }, &mut progress)?;
+        (window1, window1_vs_cacheline, cacheline_round_trip_ns) = (Some(c), l, rtt);
+    }
+    Ok(Report {
+        machine,
+        quick: args.quick,
+        rows,
+        window1,
+        window1_vs_cacheline,
+        cacheline_round_trip_ns,
+        out_dir: args.out.display().to_string(),
+    })
 }
 
 /// The rows as CSV (header included).
@@ -775,6 +886,13 @@ pub fn print_table(report: &Report) {
             );
         }
     }
+    if let Some(c) = &report.window1 {
+        println!("\nHeadline ({} interleaved rounds, median [min–max]):", c.rounds);
+        println!("  {}", c.line(|v| format!("{:.0} ns", v)));
+        if let Some(o) = &report.window1_vs_cacheline {
+            println!("  {}", o.line(|v| format!("{:.0} ns", v)));
+        }
+    }
     println!("files: {}", report.out_dir);
 }
 
@@ -795,6 +913,9 @@ impl crate::experiment::Experiment for BenchArgs {
 
     fn write_files(&self, report: &Report, dir: &Path) -> Result<(), String> {
         write(&dir.join("acuerdo.csv"), &rows_csv(&report.rows))?;
+        let comparisons: Vec<_> =
+            report.window1.iter().chain(report.window1_vs_cacheline.iter()).cloned().collect();
+        write(&dir.join("comparisons.csv"), &crate::noise::comparisons_csv(&comparisons))?;
         if report.rows.iter().any(|r| r.figure == "fig8") {
             write_fig8(dir, &report.rows)?;
         }

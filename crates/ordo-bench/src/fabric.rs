@@ -499,7 +499,11 @@ pub fn memcpy_bandwidth(size: usize, slots: usize, time: Duration) -> f64 {
 
 /// Cross-process cache-line ping-pong through a shared mapping: returns
 /// one-way (p50, p99, samples) in ns.
-fn cacheline_pingpong(exe: &PathBuf, rounds: u64, pinned: bool) -> Result<(f64, f64, u64), String> {
+pub fn cacheline_pingpong(
+    exe: &std::path::Path,
+    rounds: u64,
+    pinned: bool,
+) -> Result<(f64, f64, u64), String> {
     let path = std::env::temp_dir().join(format!("ordo-cacheline-{}", std::process::id()));
     let shm = PathBuf::from("/dev/shm").join(path.file_name().expect("name"));
     let file = std::fs::OpenOptions::new()

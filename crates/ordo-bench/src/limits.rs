@@ -151,6 +151,23 @@ pub fn copy_ring(exe: &Path, size: usize, slots: usize, time: Duration, pinned: 
     Ok(bw)
 }
 
+/// [`copy_ring`] from a thread of its own, pinned to core 0 with the
+/// reader on core 1 where there are two cores (the caller's affinity stays
+/// as it was).
+pub fn copy_ring_pinned(exe: &Path, size: usize, slots: usize, time: Duration) -> Result<f64, String> {
+    let pinned = core_affinity::get_core_ids().unwrap_or_default().len() >= 2;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if pinned {
+                core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
+            }
+            copy_ring(exe, size, slots, time, pinned)
+        })
+        .join()
+        .map_err(|_| "copy ring thread panicked".to_string())?
+    })
+}
+
 /// The copy ring's reader (`ordo fabric-peer --role copyring --path P`).
 pub fn copy_ring_peer(path: &Path) -> Result<(), String> {
     let ring = open(path, None)?;

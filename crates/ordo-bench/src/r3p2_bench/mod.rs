@@ -360,6 +360,10 @@ pub struct Report {
     pub worker_gain: Vec<WorkerGain>,
     /// The "auth" figure: what authenticating replica traffic costs.
     pub auth_cost: Vec<AuthCost>,
+    /// The limit light-load latency is read against: a busy-polled UDP
+    /// round trip on loopback with plain sockets, measured at the start of
+    /// this run ([`crate::limits::udp_round_trip`]): (p50, p99) ns.
+    pub udp_round_trip_ns: Option<(f64, f64)>,
     /// Wall time of the run, s.
     pub wall_s: f64,
     /// Where the files went.
@@ -681,6 +685,14 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     }
     let machine = MachineInfo::current();
     progress(&format!("ordo bench r3p2 — {}", machine.summary()));
+    let udp_round_trip_ns = crate::limits::udp_round_trip(20_000, 64).ok().map(|(p50, p99, _)| (p50, p99));
+    if let Some((p50, p99)) = udp_round_trip_ns {
+        progress(&format!(
+            "busy-polled UDP round trip (plain sockets, loopback): p50 {:.1} µs, p99 {:.1} µs",
+            p50 / 1e3,
+            p99 / 1e3
+        ));
+    }
     let q = args.quick;
     let sweep = Sweep {
         args,
@@ -804,6 +816,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     }
     let report = Report {
         auth_cost,
+        udp_round_trip_ns,
         machine,
         quick: args.quick,
         arrivals: args.arrivals.clone(),

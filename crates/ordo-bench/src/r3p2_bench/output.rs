@@ -203,6 +203,26 @@ pub fn print_table(report: &Report) {
             c.light_latency_ns_p99.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3))
         );
     }
+    if let Some((p50, p99)) = report.udp_round_trip_ns {
+        println!(
+            "\nLight-load p50 against a busy-polled UDP round trip with plain sockets on loopback, measured in this \
+             run: p50 {:.1} µs, p99 {:.1} µs",
+            p50 / 1e3,
+            p99 / 1e3
+        );
+        for c in &report.configs {
+            if let Some(l) = c.light_latency_ns_p50 {
+                println!(
+                    "  {:<7} {:<22} {:>3} µs  light-load p50 {:>7.1} µs = {:.1}× the round trip",
+                    c.figure,
+                    c.series,
+                    c.config.handler_us,
+                    l as f64 / 1e3,
+                    l as f64 / p50
+                );
+            }
+        }
+    }
     let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:+.1}"));
     if !report.replication_cost.is_empty() {
         println!(
