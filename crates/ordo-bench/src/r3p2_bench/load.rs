@@ -62,7 +62,11 @@ impl Cluster {
             _ => std::env::current_exe().map_err(|e| format!("cannot find the ordo binary: {e}"))?,
         };
         let servers = free_ports(config.members)?;
-        let idle = SERVER_IDLE.get().cloned().unwrap_or_else(|| ("200".into(), "50".into()));
+        let idle = if config.busy {
+            (u32::MAX.to_string(), "0".to_string())
+        } else {
+            SERVER_IDLE.get().cloned().unwrap_or_else(|| ("200".into(), "50".into()))
+        };
         let peers: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
         let data = config
             .fsync

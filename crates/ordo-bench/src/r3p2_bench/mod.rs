@@ -79,7 +79,7 @@ pub struct BenchArgs {
     /// Print the report (machine, rows, summary) as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Experiments: fig5.1, fig5.2, auth (default: all three); `fsync`
+    /// Experiments: fig5.1, fig5.2, auth, busy (default: all four); `fsync`
     /// alone runs only the durable series (with `--fsync`). `auth` runs 3
     /// replicas with and without the cluster secret, in lockstep.
     #[arg(long, value_delimiter = ',')]
@@ -154,6 +154,10 @@ pub struct Config {
     /// default, as in production). False: `--insecure`, the "auth" figure's
     /// baseline.
     pub auth: bool,
+    /// Busy-poll mode: the servers' threads never park (they spin on the
+    /// socket, `--idle-spins` at its maximum) and the client spins; the
+    /// "busy" figure measures it beside the parked default.
+    pub busy: bool,
 }
 
 impl Config {
@@ -165,6 +169,7 @@ impl Config {
             mode: if workers { "workers" } else { "network" }.into(),
             fsync,
             auth: replicated,
+            busy: false,
         }
     }
 
@@ -176,7 +181,12 @@ impl Config {
     pub fn label(&self) -> String {
         let base = if self.replicated() { format!("repl{}", self.members) } else { "unrepl".to_string() };
         let noauth = if self.replicated() && !self.auth { "-noauth" } else { "" };
-        format!("{base}-{}{}{noauth}", self.mode, if self.fsync { "-fsync" } else { "" })
+        format!(
+            "{base}-{}{}{noauth}{}",
+            self.mode,
+            if self.fsync { "-fsync" } else { "" },
+            if self.busy { "-busy" } else { "" }
+        )
     }
 }
 
@@ -445,6 +455,9 @@ impl<'a> Live<'a> {
         let mut timing = sweep.timing;
         if config.fsync {
             timing.timeout *= 10;
+        }
+        if config.busy {
+            timing.idle = ClientIdle::Spin;
         }
         let sweep = Sweep { timing, ..*sweep };
         let mut clients: Vec<Client> = (0..sweep.args.clients.max(1))
@@ -735,6 +748,14 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         for handler_us in [1u64, 10] {
             groups.push(("fig5.1".into(), vec![Config::new(true, 3, handler_us, true, true)]));
         }
+    }
+    if want("busy") {
+        // The unreplicated server with handlers on its network thread, parked
+        // when idle (the default) and busy-polling, in lockstep. (Busy
+        // replicated groups would spin 4 threads on this machine's cores.)
+        let parked = Config::new(false, 1, 1, false, false);
+        let busy = Config { busy: true, ..parked.clone() };
+        groups.push(("busy".into(), vec![parked, busy]));
     }
     if want("auth") {
         let with = Config::new(true, 3, 1, true, false);
