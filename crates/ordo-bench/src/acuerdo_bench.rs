@@ -507,12 +507,7 @@ fn window1_headline(
     let rounds = interleave(
         rounds,
         retry,
-        || {
-            let mut quiet = |_: &str| {};
-            let (row, load) =
-                acuerdo_curve(members, size, &[1], t, 1, &mut quiet)?.pop().ok_or("no point")?;
-            Ok((row.latency_ns_p50.map(|v| v as f64), load))
-        },
+        // reference: vsync leader-only
         || {
             let p = Point {
                 window: 1,
@@ -521,6 +516,13 @@ fn window1_headline(
             let cluster = format!("abw-{}", std::process::id());
             let m = run_point(&p, Plan { warmup: t.warmup, duration: t.duration }, &cluster)?;
             Ok((m.latency_ns_p50.map(|v| v as f64), m.load()))
+        },
+        // subject: Acuerdo
+        || {
+            let mut quiet = |_: &str| {};
+            let (row, load) =
+                acuerdo_curve(members, size, &[1], t, 1, &mut quiet)?.pop().ok_or("no point")?;
+            Ok((row.latency_ns_p50.map(|v| v as f64), load))
         },
     )?;
     let c = Comparison::of(
