@@ -58,7 +58,7 @@ mod doorbell;
 pub mod loopback;
 mod region;
 
-pub use doorbell::{Doorbell, DoorbellWords, ParkToken};
+pub use doorbell::{Doorbell, DoorbellWords, ParkToken, asymmetric_barrier};
 pub use region::{Region, copy_untorn};
 
 use std::fmt;
