@@ -14,6 +14,18 @@
 //! parks only once the member has really gone idle; any work resets the
 //! backoff to spinning.
 //!
+//! # When threads outnumber cores: hand the core off
+//! Spinning assumes the thread that will produce the work runs on another
+//! core. When a host's polling threads outnumber its cores (three member
+//! processes on two cores, `ordo demo`), the member a round waits on is
+//! often runnable but not running, and every idle spin keeps it off the
+//! core; the scheduler's time slice (milliseconds) then paces the total
+//! order. [`IdleStrategy::HAND_OFF`] yields almost at once instead, so the
+//! waiting member gets the core within a duty cycle — `ordo demo` went
+//! from 15 % to 86-97 % of the same group in one process (measured on a
+//! 2-vCPU VM; see BENCHMARKS.md). [`IdleStrategy::for_threads_on_host`]
+//! picks it when the threads that poll on this host exceed its CPUs.
+//!
 //! # Invariants
 //! - Any duty cycle with work resets the backoff (spins, yields, timeout).
 //! - [`IdleStrategy::BackoffPark`] never busy-spins without bound: after
@@ -67,6 +79,22 @@ impl IdleStrategy {
         park_max: Duration::from_millis(1),
     };
 
+    /// For hosts whose polling threads outnumber their cores (see the module
+    /// docs): `BackoffPark { spins: 10, yields: 100, park_min: 20 µs,
+    /// park_max: 500 µs }`.
+    pub const HAND_OFF: IdleStrategy = IdleStrategy::BackoffPark {
+        spins: 10,
+        yields: 100,
+        park_min: Duration::from_micros(20),
+        park_max: Duration::from_micros(500),
+    };
+
+    /// [`HAND_OFF`](Self::HAND_OFF) when `threads` polling threads on this
+    /// host outnumber its online CPUs, else `otherwise`.
+    pub fn for_threads_on_host(threads: usize, otherwise: IdleStrategy) -> IdleStrategy {
+        if threads > online_cpus() { Self::HAND_OFF } else { otherwise }
+    }
+
     /// The longest a thread with this strategy sleeps before re-checking its
     /// agents; `None` for strategies that never park.
     pub fn park_max(&self) -> Option<Duration> {
@@ -77,6 +105,11 @@ impl IdleStrategy {
             _ => None,
         }
     }
+}
+
+/// Online CPUs of this host (at least 1).
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Default for IdleStrategy {

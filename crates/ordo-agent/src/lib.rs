@@ -77,7 +77,7 @@ mod runner;
 pub use agent::Agent;
 pub use agent_loop::{AgentLoop, ParkBell, RunnerStats, Step};
 pub use clock::{Clock, MonotonicClock};
-pub use idle::{IdleAction, IdleStrategy, Idler};
+pub use idle::{IdleAction, IdleStrategy, Idler, online_cpus};
 pub use runner::{
     AgentPanic, CorePinning, Joined, Runner, RunnerError, RunnerHandle, RunnerOptions, ThreadingMode,
 };

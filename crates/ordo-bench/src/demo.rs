@@ -200,12 +200,17 @@ pub fn run_member(
     let sending = Arc::new(AtomicBool::new(true));
     let sent = Arc::new(AtomicU64::new(0));
     let agent = DemoAgent { member, handle, size: opts.size, sending: sending.clone(), sent: sent.clone() };
-    let idle = IdleStrategy::BackoffPark {
-        spins: 2_000,
-        yields: 200,
-        park_min: Duration::from_micros(20),
-        park_max: Duration::from_micros(500),
-    };
+    // One polling thread per member process, all on this host: when they
+    // outnumber the cores, hand the core off instead of spinning.
+    let idle = IdleStrategy::for_threads_on_host(
+        opts.members as usize,
+        IdleStrategy::BackoffPark {
+            spins: 2_000,
+            yields: 200,
+            park_min: Duration::from_micros(20),
+            park_max: Duration::from_micros(500),
+        },
+    );
     let runner = Runner::start(vec![agent], &RunnerOptions::new(ThreadingMode::Dedicated, idle))
         .map_err(|e| e.to_string())?;
     let start = Instant::now();

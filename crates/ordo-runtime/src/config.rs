@@ -628,17 +628,26 @@ pub enum IdleStrategyKind {
     BusySpin,
     /// [`IdleStrategy::SpinThenYield`]
     SpinThenYield,
-    /// [`IdleStrategy::BackoffPark`] (default)
-    #[default]
+    /// [`IdleStrategy::BackoffPark`]
     BackoffPark,
+    /// [`IdleStrategy::HAND_OFF`] (its fixed spins, yields and parks; the
+    /// numbers of this section are ignored): for hosts whose polling
+    /// threads outnumber their cores.
+    HandOff,
+    /// `hand-off` when this host's online CPUs are fewer than the group's
+    /// members (every member on this host, as `ordo cluster up` and
+    /// `ordo demo` run them), else `backoff-park` with this section's
+    /// numbers (default).
+    #[default]
+    Auto,
 }
 
 /// `[runtime.idle]`
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdleConfig {
-    /// `strategy`: `"busy-spin"`, `"spin-then-yield"` or `"backoff-park"`
-    /// (default).
+    /// `strategy`: `"busy-spin"`, `"spin-then-yield"`, `"backoff-park"`,
+    /// `"hand-off"` or `"auto"` (default).
     pub strategy: IdleStrategyKind,
     /// `spins`: idle duty cycles spent spinning (default 200).
     pub spins: u32,
@@ -658,7 +667,7 @@ impl Default for IdleConfig {
             unreachable!("the default idle strategy is backoff-park")
         };
         IdleConfig {
-            strategy: IdleStrategyKind::BackoffPark,
+            strategy: IdleStrategyKind::Auto,
             spins,
             yields,
             park_min_us: park_min.as_micros() as u64,
@@ -668,9 +677,26 @@ impl Default for IdleConfig {
 }
 
 impl IdleConfig {
-    /// The runtime strategy this section describes.
+    /// The runtime strategy this section describes (`auto` decided for
+    /// `members_on_host` polling members).
+    pub fn strategy_for(&self, members_on_host: usize) -> IdleStrategy {
+        match self.strategy {
+            IdleStrategyKind::Auto => IdleStrategy::for_threads_on_host(
+                members_on_host,
+                IdleConfig { strategy: IdleStrategyKind::BackoffPark, ..self.clone() }.strategy(),
+            ),
+            _ => self.strategy(),
+        }
+    }
+
+    /// The runtime strategy this section describes (`auto`: as if every
+    /// member of a one-member group, i.e. `backoff-park`).
     pub fn strategy(&self) -> IdleStrategy {
         match self.strategy {
+            IdleStrategyKind::HandOff => IdleStrategy::HAND_OFF,
+            IdleStrategyKind::Auto => {
+                IdleConfig { strategy: IdleStrategyKind::BackoffPark, ..self.clone() }.strategy()
+            }
             IdleStrategyKind::BusySpin => IdleStrategy::BusySpin,
             IdleStrategyKind::SpinThenYield => IdleStrategy::SpinThenYield { spins: self.spins },
             IdleStrategyKind::BackoffPark => IdleStrategy::BackoffPark {
@@ -1365,9 +1391,10 @@ impl OrdoConfig {
         Ok(())
     }
 
-    /// `runtime.idle` as the runtime's strategy.
+    /// `runtime.idle` as the runtime's strategy (`auto` decided by the
+    /// group's size against this host's CPUs).
     pub fn idle_strategy(&self) -> IdleStrategy {
-        self.runtime.idle.strategy()
+        self.runtime.idle.strategy_for(self.group.members.len())
     }
 
     /// `runtime.threading`.

@@ -80,8 +80,8 @@ fn an_empty_file_gives_the_defaults() {
     assert_eq!(config.fabric.tcp.max_frame_bytes, 1 << 20);
     assert_eq!(config.runtime.threading, ThreadingMode::Dedicated);
     assert!(!config.runtime.pin_cores);
-    assert_eq!(config.runtime.idle.strategy, IdleStrategyKind::BackoffPark);
-    assert_eq!(config.idle_strategy(), IdleStrategy::DEFAULT);
+    assert_eq!(config.runtime.idle.strategy, IdleStrategyKind::Auto);
+    assert_eq!(config.idle_strategy(), IdleStrategy::DEFAULT, "a one-member group never outnumbers the CPUs");
     assert!(config.peers().is_empty());
 }
 
@@ -353,21 +353,37 @@ fn to_toml_string_round_trips() {
 }
 
 #[test]
+fn auto_idle_hands_the_core_off_only_when_members_outnumber_cpus() {
+    let idle = ordo_runtime::IdleConfig::default();
+    assert_eq!(idle.strategy, IdleStrategyKind::Auto);
+    let cpus = ordo_agent::online_cpus();
+    assert_eq!(idle.strategy_for(cpus), IdleStrategy::DEFAULT);
+    assert_eq!(idle.strategy_for(cpus + 1), IdleStrategy::HAND_OFF);
+    let fixed = ordo_runtime::IdleConfig { strategy: IdleStrategyKind::BackoffPark, ..idle.clone() };
+    assert_eq!(fixed.strategy_for(cpus + 1), IdleStrategy::DEFAULT, "an explicit strategy is kept");
+    let hand_off = ordo_runtime::IdleConfig { strategy: IdleStrategyKind::HandOff, ..idle };
+    assert_eq!(hand_off.strategy_for(1), IdleStrategy::HAND_OFF);
+    let text = "[runtime.idle]\nstrategy = \"hand-off\"\n";
+    assert_eq!(load_text(text, &[]).unwrap().runtime.idle.strategy, IdleStrategyKind::HandOff);
+}
+
+#[test]
 fn the_example_config_loads() {
     let config = load_text(EXAMPLE_CONFIG, &[]).unwrap();
     assert_eq!(config.member.id, 1);
     assert_eq!(config.fabric.backend, Backend::Tcp);
     assert_eq!(config.fabric.tcp.listen_addr(1), Some("127.0.0.1:7001"));
     assert_eq!(config.peers(), [0, 2]);
-    assert_eq!(
-        config.idle_strategy(),
-        IdleStrategy::BackoffPark {
-            spins: 200,
-            yields: 50,
-            park_min: Duration::from_micros(20),
-            park_max: Duration::from_millis(1),
-        }
-    );
+    let backoff = IdleStrategy::BackoffPark {
+        spins: 200,
+        yields: 50,
+        park_min: Duration::from_micros(20),
+        park_max: Duration::from_millis(1),
+    };
+    // `auto`: three members on this host hand the core off where it has
+    // fewer than three CPUs.
+    let expected = if ordo_agent::online_cpus() < 3 { IdleStrategy::HAND_OFF } else { backoff };
+    assert_eq!(config.idle_strategy(), expected);
 }
 
 #[test]
