@@ -11,8 +11,8 @@
 //!   process got and the time its threads waited on the run queue (from
 //!   `/proc/self/task/*/schedstat`). Their ratio is the **core share**:
 //!   the fraction of the CPU the process asked for that it got.
-//! - A sample whose core share is below [`MIN_CORE_SHARE`] (90 %) is
-//!   **contended**: it is measured again (after a pause, so transient load
+//! - A sample whose core share is below [`MIN_CORE_SHARE`] (90 %), having
+//!   waited at least [`MIN_WAIT_CORES`], is **contended**: it is measured again (after a pause, so transient load
 //!   can pass), and if it stays contended it is kept, flagged, and left out
 //!   of every ratio.
 //! - A compared pair is measured **interleaved**, A B A B …, at least
@@ -30,8 +30,12 @@
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// Below this share of the CPU it asked for, a sample is contended.
+/// Below this share of the CPU it asked for, a sample is contended...
 pub const MIN_CORE_SHARE: f64 = 0.9;
+/// ...if it also waited at least this many cores' worth: a mostly idle
+/// process (a point that is blocked by design) waits a little after every
+/// wake-up, which is not other load taking its CPU.
+pub const MIN_WAIT_CORES: f64 = 0.05;
 /// Rounds of an interleaved comparison, at least.
 pub const MIN_ROUNDS: usize = 3;
 
@@ -52,9 +56,10 @@ impl Load {
         if asked <= 1e-9 { 1.0 } else { self.cpu_cores / asked }
     }
 
-    /// Whether the sample got less than [`MIN_CORE_SHARE`] of what it asked.
+    /// Whether the sample got less than [`MIN_CORE_SHARE`] of what it
+    /// asked, having waited at least [`MIN_WAIT_CORES`].
     pub fn contended(&self) -> bool {
-        self.core_share() < MIN_CORE_SHARE
+        self.core_share() < MIN_CORE_SHARE && self.runqueue_wait_cores >= MIN_WAIT_CORES
     }
 }
 
@@ -363,6 +368,8 @@ mod tests {
         assert!(!load(0.95).contended());
         assert!(load(0.87).contended());
         assert_eq!(Load::default().core_share(), 1.0, "an idle window is not contended");
+        let idle = Load { cpu_cores: 0.08, runqueue_wait_cores: 0.012 };
+        assert!(idle.core_share() < MIN_CORE_SHARE && !idle.contended(), "wake-up waits of an idle point");
     }
 
     #[test]
