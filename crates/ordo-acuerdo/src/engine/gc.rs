@@ -25,10 +25,15 @@ impl Engine {
     /// state-transfer diff. A live row not heard from yet reads
     /// `Header::NONE` and drops nothing.
     pub(super) fn collect_garbage(&mut self) {
-        // Collect in batches (this runs on every poll).
-        if !self.cfg.log_gc || !self.synced || self.log.len() < GC_BATCH {
+        // Collect in batches of GC_BATCH entries (this runs on every poll;
+        // collecting whenever the log held GC_BATCH entries dropped one
+        // entry per commit, each time after a scan of every row). A log
+        // shrunk by other means (a snapshot) lowers the mark.
+        self.gc_next_len = self.gc_next_len.min(self.log.len() + GC_BATCH);
+        if !self.cfg.log_gc || !self.synced || self.log.len() < self.gc_next_len.max(GC_BATCH) {
             return;
         }
+        self.gc_next_len = self.log.len() + GC_BATCH;
         let c = self.layout.columns;
         let mut floor = self.committed;
         for r in 0..self.members.len() {
@@ -54,6 +59,7 @@ impl Engine {
         }
         assert!(floor <= self.committed, "the floor never passes Committed");
         self.log_floor = floor;
+        self.gc_next_len = self.log.len() + GC_BATCH;
         debug_assert!(
             self.log.first_key_value().is_none_or(|(h, _)| *h > floor),
             "nothing at or below the floor"

@@ -370,6 +370,9 @@ pub struct Engine {
     /// The largest header garbage collection dropped from the log (every
     /// member committed it); `Header::NONE` while the log is whole.
     log_floor: Header,
+    /// Log garbage collection runs once the log reaches this length: a
+    /// batch of [`gc::GC_BATCH`] entries past what the last one left.
+    gc_next_len: usize,
     my_vote: Vote,
 
     synced: bool,
@@ -486,6 +489,7 @@ impl Engine {
             count: 0,
             log: BTreeMap::new(),
             log_floor: Header::NONE,
+            gc_next_len: gc::GC_BATCH,
             my_vote: Vote::NONE,
             synced,
             floor_ready: synced,
