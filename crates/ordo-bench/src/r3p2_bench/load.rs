@@ -62,8 +62,10 @@ impl Cluster {
             _ => std::env::current_exe().map_err(|e| format!("cannot find the ordo binary: {e}"))?,
         };
         let servers = free_ports(config.members)?;
-        let idle = if config.busy {
+        let idle = if config.busy && config.busy_spins() {
             (u32::MAX.to_string(), "0".to_string())
+        } else if config.busy {
+            ("10".to_string(), "1000000".to_string())
         } else {
             SERVER_IDLE.get().cloned().unwrap_or_else(|| ("200".into(), "50".into()))
         };

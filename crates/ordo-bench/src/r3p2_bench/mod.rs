@@ -154,9 +154,13 @@ pub struct Config {
     /// default, as in production). False: `--insecure`, the "auth" figure's
     /// baseline.
     pub auth: bool,
-    /// Busy-poll mode: the servers' threads never park (they spin on the
-    /// socket, `--idle-spins` at its maximum) and the client spins; the
-    /// "busy" figure measures it beside the parked default.
+    /// Busy-poll mode: no thread parks. Where the servers' threads and the
+    /// client's fit this host's cores they spin on their sockets
+    /// (`--idle-spins` at its maximum, the client spinning); where they
+    /// outnumber the cores (3 replicas on 2 cores) they yield instead
+    /// (`--idle-spins 10 --idle-yields 1000000`, the client yielding), so
+    /// the thread a request waits on gets a core without a futex wake-up.
+    /// The "busy" figure measures it beside the parked default.
     pub busy: bool,
 }
 
@@ -175,6 +179,13 @@ impl Config {
 
     fn replicated(&self) -> bool {
         self.policy == "REPLICATED_ROUTE"
+    }
+
+    /// Busy mode spins (rather than yields): every server thread and the
+    /// client thread have a core of their own.
+    pub(super) fn busy_spins(&self) -> bool {
+        let per_server = 1 + usize::from(self.mode == "workers");
+        self.members * per_server + 1 <= std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 
     /// Short series name, e.g. `repl3-workers` or `unrepl-network`.
@@ -457,7 +468,7 @@ impl<'a> Live<'a> {
             timing.timeout *= 10;
         }
         if config.busy {
-            timing.idle = ClientIdle::Spin;
+            timing.idle = if config.busy_spins() { ClientIdle::Spin } else { ClientIdle::Yield };
         }
         let sweep = Sweep { timing, ..*sweep };
         let mut clients: Vec<Client> = (0..sweep.args.clients.max(1))
@@ -600,19 +611,20 @@ fn find<'a>(summaries: &'a [ConfigSummary], figure: &str, c: &Config) -> Option<
 fn replication_cost(
     rows: &[Row],
     summaries: &[ConfigSummary],
+    (figure, busy): (&str, bool),
     handler_us: u64,
     workers: bool,
 ) -> ReplicationCost {
-    let unrepl = Config::new(false, 1, handler_us, workers, false);
-    let repl = Config::new(true, 3, handler_us, workers, false);
-    let peak = |c: &Config| find(summaries, "fig5.1", c).and_then(|s| s.peak_rps);
+    let unrepl = Config { busy, ..Config::new(false, 1, handler_us, workers, false) };
+    let repl = Config { busy, ..Config::new(true, 3, handler_us, workers, false) };
+    let peak = |c: &Config| find(summaries, figure, c).and_then(|s| s.peak_rps);
     let (u_peak, r_peak) = (peak(&unrepl), peak(&repl));
-    let sustained = |c: &Config| find(summaries, "fig5.1", c).and_then(|s| s.max_sustained_rps);
+    let sustained = |c: &Config| find(summaries, figure, c).and_then(|s| s.max_sustained_rps);
     let (u_max, r_max) = (sustained(&unrepl), sustained(&repl));
     let grid = |c: &Config| -> Vec<&Row> {
         rows.iter()
             .filter(|r| {
-                r.figure == "fig5.1" && !r.refined && r.series == c.label() && r.handler_us == handler_us
+                r.figure == figure && !r.refined && r.series == c.label() && r.handler_us == handler_us
             })
             .collect()
     };
@@ -635,7 +647,7 @@ fn replication_cost(
         |p: Option<(&Row, &Row)>, f: fn(&Row) -> u64| p.map(|(u, r)| (f(r) as f64 - f(u) as f64) / 1e3);
     ReplicationCost {
         handler_us,
-        mode: unrepl.mode.clone(),
+        mode: if busy { format!("{}-busy", unrepl.mode) } else { unrepl.mode.clone() },
         unreplicated_peak_rps: u_peak,
         replicated_peak_rps: r_peak,
         peak_loss_percent: u_peak.zip(r_peak).map(|(u, r)| (1.0 - r / u) * 100.0),
@@ -750,12 +762,16 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         }
     }
     if want("busy") {
-        // The unreplicated server with handlers on its network thread, parked
-        // when idle (the default) and busy-polling, in lockstep. (Busy
-        // replicated groups would spin 4 threads on this machine's cores.)
-        let parked = Config::new(false, 1, 1, false, false);
-        let busy = Config { busy: true, ..parked.clone() };
-        groups.push(("busy".into(), vec![parked, busy]));
+        // The unreplicated server and the 3-replica group with handlers on
+        // their network threads, parked when idle (the default; the pair in
+        // lockstep), and each in the busy mode on its own: a busy cluster
+        // burns its cores even while idle, which would load whatever else
+        // is measured beside it.
+        let unrepl = Config::new(false, 1, 1, false, false);
+        let repl = Config::new(true, 3, 1, false, false);
+        groups.push(("busy".into(), vec![unrepl.clone(), repl.clone()]));
+        groups.push(("busy".into(), vec![Config { busy: true, ..unrepl }]));
+        groups.push(("busy".into(), vec![Config { busy: true, ..repl }]));
     }
     if want("auth") {
         let with = Config::new(true, 3, 1, true, false);
@@ -803,7 +819,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     if want("fig5.1") {
         for handler_us in [1u64, 10] {
             for workers in [true, false] {
-                replication.push(replication_cost(&rows, &summaries, handler_us, workers));
+                replication.push(replication_cost(&rows, &summaries, ("fig5.1", false), handler_us, workers));
             }
         }
         for slo_index in 0..=args.extra_slo_us.len() {
@@ -812,6 +828,11 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
                     gains.push(worker_gain(&summaries, handler_us, replicated, slo_index));
                 }
             }
+        }
+    }
+    if want("busy") {
+        for busy in [false, true] {
+            replication.push(replication_cost(&rows, &summaries, ("busy", busy), 1, false));
         }
     }
     let mut auth_cost = Vec::new();
