@@ -707,6 +707,20 @@ impl Fabric for ShmFabric {
         result
     }
 
+    /// The peer's file mapping: one physical copy of its region, shared.
+    fn peer_region(&self, peer: MemberId) -> Option<Region> {
+        let link = &self.links[self.link_index(peer)?];
+        if link.suspected {
+            return None;
+        }
+        let mapping = link.mapping.as_ref()?.clone();
+        let base = std::ptr::NonNull::new(mapping.region_ptr())?;
+        // SAFETY: the mapping holds region_len bytes from region_ptr (64-byte
+        // aligned: page base + HEADER_LEN) and lives as long as the Arc the
+        // region keeps; the peer writes it only with word-atomic stores.
+        Some(unsafe { Region::from_raw(base, self.options.region_len, mapping) })
+    }
+
     fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
         // Reading the clock costs as much as a small write; with nothing to
         // complete, look at it only every 64th call (polls are microseconds

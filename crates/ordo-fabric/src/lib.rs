@@ -38,6 +38,15 @@
 //!    and cost the backend one publishing fence and one doorbell ring (shm),
 //!    one send (tcp), one delivery delay (simulator). A batch that fails
 //!    part-way posted exactly its first [`PartialPost::posted`] ranges.
+//! 8. **Zero-copy on one host** (a capability, not a guarantee):
+//!    [`Fabric::peer_region`] gives, where the backend can, a peer's *own*
+//!    region as this member can read it (shm: the peer's file mapping; the
+//!    simulator: the peer's region). What the peer stores there (with
+//!    `Release`) a reader that loads with `Acquire` sees without any write
+//!    being posted — so a ring's slots need not be copied to every
+//!    receiver (Aeron IPC, Cyclone DDS with iceoryx). tcp has no such
+//!    region. The handle stays readable after the peer dies (the mapping
+//!    lives as long as the handle).
 //!
 //! # Memory model
 //! Backends store with `copy_untorn` (atomic 8-byte stores and aligned
@@ -253,6 +262,14 @@ pub trait Fabric {
             self.post_write(Write::new(peer, offset, len)).map_err(|error| PartialPost { posted, error })?;
         }
         Ok(())
+    }
+
+    /// `peer`'s own region, readable here without a write being posted
+    /// (guarantee 8), where the backend has it; `None` otherwise (the
+    /// default), for an unknown peer, or for one whose link is down.
+    fn peer_region(&self, peer: MemberId) -> Option<Region> {
+        let _ = peer;
+        None
     }
 
     /// Appends completions, failures and suspicions that happened since the

@@ -60,6 +60,9 @@ impl Fabric for Loopback {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         Ok(())
     }
+    fn peer_region(&self, peer: MemberId) -> Option<Region> {
+        self.peers.contains(&peer).then(|| self.regions[peer as usize].clone())
+    }
     fn poll_events(&mut self, _: &mut Vec<FabricEvent>) {}
     fn doorbell(&self) -> Option<&Doorbell> {
         None

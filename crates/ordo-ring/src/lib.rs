@@ -417,8 +417,10 @@ impl SendPath {
     }
 }
 
-/// A receiver's view of one sender's ring (its local copy, which the
-/// sender's pushes update).
+/// A receiver's view of one sender's ring: its local copy, which the
+/// sender's pushes update, or — zero-copy on one host — the sender's own
+/// ring in the sender's region (nothing pushed; see `ordo_fabric`'s
+/// guarantee 8).
 pub struct RingReceiver {
     region: Region,
     ring: usize,
@@ -438,6 +440,12 @@ impl RingReceiver {
     /// Messages consumed so far.
     pub fn consumed(&self) -> u64 {
         self.consumed
+    }
+
+    /// The region the ring is read in (payload offsets of its metadata
+    /// are offsets of this region).
+    pub fn region(&self) -> &Region {
+        &self.region
     }
 
     /// The sender's published counter as seen locally (Acquire).

@@ -305,6 +305,18 @@ impl Fabric for SimFabric {
         self.lock().fabric_post_batch(self.member, self.incarnation, self.view, peer, ranges)
     }
 
+    /// The peer's region of this view, while the peer is alive in it: the
+    /// simulated host shares memory (zero-copy reads see stores at once).
+    fn peer_region(&self, peer: MemberId) -> Option<Region> {
+        let w = self.lock();
+        (peer != self.member
+            && peer < w.members()
+            && w.is_alive(peer)
+            && w.view_of(peer) == self.view
+            && w.view_of(self.member) == self.view)
+            .then(|| w.region(peer))
+    }
+
     fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
         self.lock().fabric_poll(self.member, self.incarnation, self.view, events)
     }

@@ -236,7 +236,8 @@ impl Params {
         // for every sender's next round (spindle §III-B), and senders whose
         // counts differ — as they do after a view change moves the rounds —
         // stall it legitimately.
-        let switches = Switches { null_sends: true, ..crate::vsync::draw_switches(&mut rng, 3) };
+        // Views copy (zero-copy is for a fixed group).
+        let switches = Switches { null_sends: true, zero_copy: false, ..crate::vsync::draw_switches(&mut rng, 3) };
         let mut sends: Vec<Vec<SendPlan>> = vec![Vec::new(); n as usize];
         let mut subgroups = Vec::new();
         for g in 0..rng.range(1, 2) as usize {

@@ -63,6 +63,14 @@ pub struct Switches {
     /// §III-D: one upcall per delivered batch; off: one per message.
     /// (Executed by the runtime.)
     pub batched_upcall: bool,
+    /// Not in the paper (what Aeron IPC and Cyclone DDS with iceoryx give
+    /// their users): when the fabric gives this member every other member's
+    /// own region (shm: all on one host), receivers read a sender's ring —
+    /// counter and slots — in the sender's region, and the send predicate
+    /// posts nothing: a multicast to N members costs no copy per receiver.
+    /// Slot reuse already waits for delivery at every member. Off by
+    /// default; a fixed group only (`VsyncMember`): views copy.
+    pub zero_copy: bool,
 }
 
 impl Switches {
@@ -75,6 +83,7 @@ impl Switches {
         post_after_unlock: true,
         lock_free_send: true,
         batched_upcall: true,
+        zero_copy: false,
     };
 
     /// Every optimization off: the baseline of spindle §IV.
@@ -86,6 +95,7 @@ impl Switches {
         post_after_unlock: false,
         lock_free_send: false,
         batched_upcall: false,
+        zero_copy: false,
     };
 }
 

@@ -205,6 +205,10 @@ struct SubgroupState {
     own_last_seq: i64,
     /// A sender whose ring held bad data: not consumed any more.
     poisoned: Vec<bool>,
+    /// Zero-copy ([`Switches::zero_copy`]): every receiver reads this
+    /// subgroup's rings in their senders' own regions, so the send
+    /// predicate posts nothing.
+    zero_copy: bool,
     delivered_num: i64,
     stats: SubgroupStats,
 }
@@ -251,6 +255,22 @@ impl Engine {
         me: MemberId,
         region: Region,
     ) -> Result<(Engine, Vec<Option<Sender>>), ConfigError> {
+        Engine::with_peer_regions(cfg, me, region, |_| None)
+    }
+
+    /// As [`new`](Self::new), with `peer_region(m)`: member `m`'s own region
+    /// as this member can read it, where the fabric has it. With
+    /// [`Switches::zero_copy`] on, a subgroup whose every other member's
+    /// region is there runs zero-copy: its receivers read each sender's
+    /// ring in that sender's region, and its senders post no ring writes.
+    /// Every member decides alike when its fabric answers alike for every
+    /// member (shm: all members share the host and map each other).
+    pub fn with_peer_regions(
+        cfg: GroupConfig,
+        me: MemberId,
+        region: Region,
+        peer_region: impl Fn(MemberId) -> Option<Region>,
+    ) -> Result<(Engine, Vec<Option<Sender>>), ConfigError> {
         cfg.validate_view()?;
         if !cfg.members.contains(&me) {
             return Err(ConfigError::Group(format!("member {me} is not in {:?}", cfg.members)));
@@ -296,6 +316,32 @@ impl Engine {
             let mut rows: Vec<usize> = s.members.iter().map(|m| sst.row_of(*m).expect("validated")).collect();
             rows.sort_unstable();
             let n = s.senders.len();
+            // Zero-copy: every other member's region, or copy mode.
+            let peers: Option<Vec<(MemberId, Region)>> = if cfg.switches.zero_copy && member {
+                s.members.iter().filter(|m| **m != me).map(|&m| Some((m, peer_region(m)?))).collect()
+            } else {
+                None
+            };
+            let ring_region = |sender: MemberId| -> Region {
+                match &peers {
+                    Some(p) if sender != me => {
+                        let r = &p.iter().find(|(m, _)| *m == sender).expect("every member's region").1;
+                        r.clone()
+                    }
+                    _ => region.clone(),
+                }
+            };
+            if let Some(p) = &peers {
+                for (m, r) in p {
+                    if r.len() < layout.region_len {
+                        return Err(ConfigError::Group(format!(
+                            "member {m}'s region of {} bytes is smaller than the {} bytes this group needs",
+                            r.len(),
+                            layout.region_len
+                        )));
+                    }
+                }
+            }
             subgroups.push(SubgroupState {
                 senders: s.senders.clone(),
                 n_senders: n as u64,
@@ -308,13 +354,14 @@ impl Engine {
                 extra_rounds: 0,
                 null_target: 0,
                 receivers: (0..n)
-                    .map(|r| RingReceiver::new(region.clone(), layout.ring(g, r), layout.rings[g]))
+                    .map(|r| RingReceiver::new(ring_region(s.senders[r]), layout.ring(g, r), layout.rings[g]))
                     .collect(),
                 rounds: vec![0; n],
                 pending: (0..n).map(|_| VecDeque::with_capacity(s.window)).collect(),
                 own_slots: VecDeque::with_capacity(s.window),
                 own_last_seq: -1,
                 poisoned: vec![false; n],
+                zero_copy: peers.is_some(),
                 delivered_num: -1,
                 stats: SubgroupStats::default(),
             });
@@ -460,7 +507,6 @@ impl Engine {
         let mut total = 0;
         for i in 0..self.mine.len() {
             let g = self.mine[i];
-            let region = &self.region;
             let s = &mut self.subgroups[g];
             if !s.ordered {
                 continue;
@@ -499,7 +545,7 @@ impl Engine {
                         // SAFETY: as in `deliver`: the slot is not reused
                         // (wedged: nothing is reclaimed past delivered_num
                         // everywhere), and the region outlives the call.
-                        let bytes: &'static [u8] = unsafe { &*(region.slice(offset, len) as *const [u8]) };
+                        let bytes: &'static [u8] = unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
                         batch.push(Delivered {
                             subgroup: g,
                             sender: s.senders[j],
@@ -642,7 +688,10 @@ impl Engine {
         );
         let ring = self.layout.ring(g, s.my_rank.unwrap_or_default());
         let ring_end = ring + self.layout.rings[g].ring_len();
-        for (offset, len) in plan.writes() {
+        // Zero-copy: the plan published the batch in this member's own
+        // ring (its counter, Release), where every receiver reads it.
+        let writes = if s.zero_copy { None } else { Some(plan.writes()) };
+        for (offset, len) in writes.into_iter().flatten() {
             assert!(
                 len > 0 && ring <= offset && offset + len <= ring_end,
                 "a send push lies in this sender's ring"
@@ -671,7 +720,6 @@ impl Engine {
         let limit = if one { 1 } else { u64::MAX };
         let cols = self.layout.subgroups[g];
         let window = self.layout.rings[g].window;
-        let region = &self.region;
         let mut got = 0u64;
         let mut batch = std::mem::take(&mut self.scratch);
         debug_assert!(batch.is_empty());
@@ -743,7 +791,7 @@ impl Engine {
                     // (this one included) consumed it: `received_from`
                     // is pushed only after this upcall returns. The region
                     // outlives the call (see `scratch`).
-                    let bytes: &'static [u8] = unsafe { &*(region.slice(offset, len) as *const [u8]) };
+                    let bytes: &'static [u8] = unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
                     batch.push(Delivered {
                         subgroup: g,
                         sender: s.senders[j],
@@ -864,7 +912,6 @@ impl Engine {
             let s = &self.subgroups[g];
             s.member_rows.iter().map(|r| self.sst.counter(*r, cols.received_num)).min().expect("members")
         };
-        let region = &self.region;
         let s = &mut self.subgroups[g];
         assert!(s.ordered, "only ordered subgroups run the delivery predicate");
         if stable <= s.delivered_num {
@@ -892,7 +939,7 @@ impl Engine {
                 // SAFETY: the sender reuses this slot only after every
                 // member's delivered_num covers it; ours is set after the
                 // upcall below returns. The region outlives the call.
-                let bytes: &'static [u8] = unsafe { &*(region.slice(offset, len) as *const [u8]) };
+                let bytes: &'static [u8] = unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
                 batch.push(Delivered { subgroup: g, sender: s.senders[j], seq, round, payload: bytes });
             }
             if round + 1 == entry.round_start + entry.rounds {

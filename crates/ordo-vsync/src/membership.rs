@@ -253,7 +253,12 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
         let group = vc.group();
         let len = GroupLayout::new(&group.config).region_len;
         let fabric = open(group, len).map_err(|why| ConfigError::Group(format!("{}: {why}", group.view)))?;
-        let (driver, handles) = VsyncDriver::new(fabric, group.config.clone())?;
+        // Views copy: a view's members install it at different times, and a
+        // sender may only skip its data writes if every receiver reads in
+        // place (zero-copy is for a fixed group, `Switches::zero_copy`).
+        let mut config = group.config.clone();
+        config.switches.zero_copy = false;
+        let (driver, handles) = VsyncDriver::new(fabric, config)?;
         let senders = group.index.iter().map(|i| i.and_then(|i| handles[i].clone())).collect();
         Ok((driver, senders))
     }

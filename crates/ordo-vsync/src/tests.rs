@@ -29,8 +29,13 @@ fn group(cfg: GroupConfig) -> Vec<Node> {
     fabrics
         .into_iter()
         .map(|fabric| {
-            let (engine, senders) =
-                Engine::new(cfg.clone(), fabric.member(), fabric.region().clone()).unwrap();
+            let (engine, senders) = Engine::with_peer_regions(
+                cfg.clone(),
+                fabric.member(),
+                fabric.region().clone(),
+                |p| fabric.peer_region(p),
+            )
+            .unwrap();
             Node { engine, fabric, senders, effects: Effects::default(), got: Vec::new(), upcalls: 0 }
         })
         .collect()
@@ -153,6 +158,74 @@ fn all_senders_deliver_the_same_round_robin_sequence() {
         for n in &nodes {
             assert!(n.engine.is_idle(), "every slot reclaimed");
             assert_eq!(n.engine.stats(0).nulls_sent, 0, "equal senders need no nulls");
+        }
+    }
+}
+
+/// Zero-copy: the same total order and payloads, every slot reclaimed,
+/// and not one byte of any ring posted (only SST columns travel); a
+/// receiver's own region never holds another sender's ring data.
+#[test]
+fn zero_copy_delivers_the_same_sequence_without_posting_ring_data() {
+    for base in [Switches::SPINDLE, Switches::BASELINE] {
+        let switches = Switches { zero_copy: true, ..base };
+        let c = cfg(3, &[0, 1, 2], 4, switches);
+        let layout = GroupLayout::new(&c);
+        let mut nodes = group(c);
+        // Count the bytes posted into ring space by wrapping `step`.
+        let rings = layout.sst_len..layout.region_len;
+        let mut ring_bytes = 0usize;
+        let mut sent = [0u64; 3];
+        for _ in 0..20_000 {
+            for (i, count) in sent.iter_mut().enumerate() {
+                let sender = nodes[i].senders[0].clone().expect("a sender");
+                let me = nodes[i].engine.member();
+                if *count < 60 {
+                    let p = payload(me, *count);
+                    if sender.try_send_with(p.len(), |buf| buf.copy_from_slice(&p)).is_ok() {
+                        *count += 1;
+                    }
+                }
+            }
+            for n in nodes.iter_mut() {
+                n.effects.clear();
+                let got = &mut n.got;
+                n.engine.poll(&mut n.effects, &mut |batch: &[Delivered<'_>]| {
+                    for d in batch {
+                        got.push(Got {
+                            subgroup: d.subgroup,
+                            sender: d.sender,
+                            seq: d.seq,
+                            round: d.round,
+                            payload: d.payload.to_vec(),
+                        });
+                    }
+                });
+                for p in &n.effects.pushes {
+                    if rings.contains(&p.offset) {
+                        ring_bytes += p.len;
+                    }
+                    for peer in n.engine.peers(p.subgroup) {
+                        n.fabric.post_write(Write::new(peer, p.offset, p.len)).unwrap();
+                    }
+                }
+            }
+            if nodes.iter().all(|n| n.got.len() == 180) {
+                break;
+            }
+        }
+        check_total_order(&nodes, &[0, 1, 2], &[60, 60, 60]);
+        assert_eq!(ring_bytes, 0, "zero-copy posts no ring bytes ({base:?})");
+        for _ in 0..10 {
+            step(&mut nodes);
+        }
+        for n in &nodes {
+            assert!(n.engine.is_idle(), "every slot reclaimed");
+            // Member 0's copy of member 1's ring was never written.
+            let ring1 = layout.ring(0, 1);
+            if n.engine.member() != 1 {
+                assert_eq!(n.fabric.region().load_acquire(ring1), 0, "no copy of a peer's ring counter");
+            }
         }
     }
 }

@@ -351,6 +351,7 @@ pub fn draw_switches(rng: &mut SimRng, choices: u64) -> Switches {
                 post_after_unlock: b(),
                 lock_free_send: b(),
                 batched_upcall: b(),
+                zero_copy: b(),
             }
         }
     }
