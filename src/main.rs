@@ -108,6 +108,11 @@ struct DemoArgs {
     /// Turn every Spindle optimization off (the paper's baseline).
     #[arg(long)]
     baseline: bool,
+    /// Zero-copy: members read each sender's ring in the sender's own shm
+    /// mapping; nothing but SST columns is written to peers
+    /// (`vsync.switches.zero_copy`).
+    #[arg(long)]
+    zero_copy: bool,
     /// The fabric. `tcp` runs the group as `ordo node` daemons (one
     /// process per member, authenticated links), like `--kill`.
     #[arg(long, value_enum, default_value = "shm")]
@@ -520,7 +525,10 @@ fn demo_options(args: &DemoArgs, cluster: String) -> ordo_bench::demo::DemoOptio
         duration: Duration::from_secs(args.seconds.max(1)),
         cluster,
         window: args.window,
-        switches: if args.baseline { ordo_vsync::Switches::BASELINE } else { ordo_vsync::Switches::SPINDLE },
+        switches: ordo_vsync::Switches {
+            zero_copy: args.zero_copy,
+            ..if args.baseline { ordo_vsync::Switches::BASELINE } else { ordo_vsync::Switches::SPINDLE }
+        },
     }
 }
 
@@ -545,7 +553,12 @@ fn demo(args: DemoArgs) -> Result<(), String> {
         args.members,
         opts.size,
         args.seconds,
-        if args.baseline { "baseline: Spindle off" } else { "Spindle optimizations on" }
+        match (args.baseline, args.zero_copy) {
+            (true, false) => "baseline: Spindle off",
+            (true, true) => "baseline: Spindle off, zero-copy",
+            (false, false) => "Spindle optimizations on",
+            (false, true) => "Spindle optimizations on, zero-copy",
+        }
     );
     // The cross-core limit of this size, measured now (two processes, one
     // copying into a shared ring, the other reading every byte).
@@ -563,6 +576,9 @@ fn demo(args: DemoArgs) -> Result<(), String> {
             .args(["--members", &args.members.to_string(), "--window", &args.window.to_string()]);
         if args.baseline {
             cmd.arg("--baseline");
+        }
+        if args.zero_copy {
+            cmd.arg("--zero-copy");
         }
         cmd.stdout(std::process::Stdio::piped());
         children.push(cmd.spawn().map_err(|e| format!("spawning member {id}: {e}"))?);
@@ -650,6 +666,11 @@ fn demo(args: DemoArgs) -> Result<(), String> {
         args.members,
         100.0 * mean / shared.throughput_bytes_per_s.max(1.0),
         shared.load().core_share()
+    );
+    let zero_copy = reports.iter().filter(|r| r.zero_copy).count();
+    println!(
+        "rings read in place (zero-copy) at {zero_copy} of {} members; copied to every receiver at the others",
+        reports.len()
     );
     println!(
         "messages sent {}, delivered at every member: {}",

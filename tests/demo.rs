@@ -41,6 +41,17 @@ fn demo_baseline_delivers_every_message_at_every_member() {
     check(&run_demo(&["--baseline"]));
 }
 
+/// Zero-copy across processes: each member reads the others' rings in
+/// their shm mappings; every member still delivers every message (the demo
+/// checks counts; the in-process tests check order and payloads).
+#[test]
+fn demo_zero_copy_delivers_every_message_at_every_member() {
+    let out = run_demo(&["--zero-copy"]);
+    check(&out);
+    assert!(out.contains("zero-copy) at 3 of 3 members"), "{out}");
+    assert!(run_demo(&[]).contains("zero-copy) at 0 of 3 members"), "copy is the default");
+}
+
 /// `ordo demo --kill` (and on tcp): the view leader is SIGKILLed halfway;
 /// the survivors install view 1 and the demo checks (exiting non-zero
 /// otherwise) that they delivered the same messages, and that what the

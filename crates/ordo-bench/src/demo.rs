@@ -83,6 +83,9 @@ pub struct MemberReport {
     pub nulls_sent: u64,
     /// Messages delivered in total (window and drain).
     pub delivered_total: u64,
+    /// Whether its subgroup ran zero-copy (read the others' rings in place).
+    #[serde(default)]
+    pub zero_copy: bool,
 }
 
 impl MemberReport {
@@ -260,5 +263,6 @@ pub fn run_member(
         delivery_batch_mean: stats.delivery_batches.mean(),
         nulls_sent: stats.nulls_sent.saturating_sub(FINAL_DECLARATION),
         delivered_total: stats.messages_delivered,
+        zero_copy: agent.member.engine().zero_copy(0),
     })
 }

@@ -237,7 +237,8 @@ impl Params {
         // counts differ — as they do after a view change moves the rounds —
         // stall it legitimately.
         // Views copy (zero-copy is for a fixed group).
-        let switches = Switches { null_sends: true, zero_copy: false, ..crate::vsync::draw_switches(&mut rng, 3) };
+        let switches =
+            Switches { null_sends: true, zero_copy: false, ..crate::vsync::draw_switches(&mut rng, 3) };
         let mut sends: Vec<Vec<SendPlan>> = vec![Vec::new(); n as usize];
         let mut subgroups = Vec::new();
         for g in 0..rng.range(1, 2) as usize {

@@ -66,7 +66,9 @@ impl<F: Fabric> VsyncDriver<F> {
     pub fn new(fabric: F, group: GroupConfig) -> Result<(Self, Vec<Option<Sender>>), ConfigError> {
         let batched_upcall = group.switches.batched_upcall;
         let (engine, senders) =
-            Engine::with_peer_regions(group, fabric.member(), fabric.region().clone(), |p| fabric.peer_region(p))?;
+            Engine::with_peer_regions(group, fabric.member(), fabric.region().clone(), |p| {
+                fabric.peer_region(p)
+            })?;
         assert_eq!(engine.member(), fabric.member());
         let driver = VsyncDriver {
             engine,

@@ -442,6 +442,12 @@ impl Engine {
         &self.peer_lists[subgroup.unwrap_or(self.cfg.subgroups.len())]
     }
 
+    /// Whether subgroup `g` runs zero-copy here ([`Switches::zero_copy`]
+    /// on and every other member's region available).
+    pub fn zero_copy(&self, g: usize) -> bool {
+        self.subgroups[g].zero_copy
+    }
+
     /// Counters of subgroup `g` at this member.
     pub fn stats(&self, g: usize) -> &SubgroupStats {
         &self.subgroups[g].stats
@@ -545,7 +551,8 @@ impl Engine {
                         // SAFETY: as in `deliver`: the slot is not reused
                         // (wedged: nothing is reclaimed past delivered_num
                         // everywhere), and the region outlives the call.
-                        let bytes: &'static [u8] = unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
+                        let bytes: &'static [u8] =
+                            unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
                         batch.push(Delivered {
                             subgroup: g,
                             sender: s.senders[j],
@@ -791,7 +798,8 @@ impl Engine {
                     // (this one included) consumed it: `received_from`
                     // is pushed only after this upcall returns. The region
                     // outlives the call (see `scratch`).
-                    let bytes: &'static [u8] = unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
+                    let bytes: &'static [u8] =
+                        unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
                     batch.push(Delivered {
                         subgroup: g,
                         sender: s.senders[j],
@@ -939,7 +947,8 @@ impl Engine {
                 // SAFETY: the sender reuses this slot only after every
                 // member's delivered_num covers it; ours is set after the
                 // upcall below returns. The region outlives the call.
-                let bytes: &'static [u8] = unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
+                let bytes: &'static [u8] =
+                    unsafe { &*(s.receivers[j].region().slice(offset, len) as *const [u8]) };
                 batch.push(Delivered { subgroup: g, sender: s.senders[j], seq, round, payload: bytes });
             }
             if round + 1 == entry.round_start + entry.rounds {

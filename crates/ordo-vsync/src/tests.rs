@@ -29,13 +29,11 @@ fn group(cfg: GroupConfig) -> Vec<Node> {
     fabrics
         .into_iter()
         .map(|fabric| {
-            let (engine, senders) = Engine::with_peer_regions(
-                cfg.clone(),
-                fabric.member(),
-                fabric.region().clone(),
-                |p| fabric.peer_region(p),
-            )
-            .unwrap();
+            let (engine, senders) =
+                Engine::with_peer_regions(cfg.clone(), fabric.member(), fabric.region().clone(), |p| {
+                    fabric.peer_region(p)
+                })
+                .unwrap();
             Node { engine, fabric, senders, effects: Effects::default(), got: Vec::new(), upcalls: 0 }
         })
         .collect()

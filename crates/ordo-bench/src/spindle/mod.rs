@@ -681,6 +681,7 @@ fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) ->
     let base = Point::simple(m, Pattern::All, SIZE_10K, Switches::BASELINE);
     let delayed = Point { delayed: 1, delay: Delay::Every(Duration::from_micros(100)), ..opt.clone() };
     let k10 = Point { subgroups: 10, ..opt.clone() };
+    let zero_copy = Point { switches: Switches { zero_copy: true, ..Switches::SPINDLE }, ..opt.clone() };
     let comparisons = [
         ("(a) all senders, optimized / baseline", ("baseline", &base), ("optimized", &opt)),
         (
@@ -689,6 +690,11 @@ fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) ->
             ("delayed", &delayed),
         ),
         ("(c) 1 active subgroup of 10 / a single subgroup", ("1 subgroup", &opt), ("1 active of 10", &k10)),
+        (
+            "(d) zero-copy / copy (rings read in the senders' mappings)",
+            ("copy", &opt),
+            ("zero-copy", &zero_copy),
+        ),
     ];
     let retry = Retry { attempts: MAX_ATTEMPTS, pause: bench.plan.duration };
     let mut out = Vec::new();
@@ -708,6 +714,48 @@ fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) ->
                 });
                 progress(&c.line(|v| format!("{v:.3}")));
                 out.push(c);
+                if s.switches.zero_copy {
+                    // Both sides against the cross-process copy ring of the
+                    // same message size, measured now.
+                    match copy_limit(bench.plan.duration) {
+                        Ok(limit) => {
+                            for (side, samples) in
+                                [("copy", &rounds.reference), ("zero-copy", &rounds.subject)]
+                            {
+                                let vs = crate::noise::Rounds {
+                                    reference: samples
+                                        .iter()
+                                        .map(|x| crate::noise::Sample {
+                                            value: limit,
+                                            load: x.load,
+                                            attempts: 1,
+                                        })
+                                        .collect(),
+                                    subject: samples
+                                        .iter()
+                                        .map(|x| crate::noise::Sample {
+                                            value: x.value.throughput_bytes_per_s / 1e9,
+                                            load: x.load,
+                                            attempts: x.attempts,
+                                        })
+                                        .collect(),
+                                };
+                                let c = Comparison::of(
+                                    &format!(
+                                        "(d) {side} / the cross-process copy ring (10 KiB, read every byte)"
+                                    ),
+                                    "GB/s",
+                                    ("copy ring", side),
+                                    &vs,
+                                    |v: &f64| Some(*v),
+                                );
+                                progress(&c.line(|v| format!("{v:.3}")));
+                                out.push(c);
+                            }
+                        }
+                        Err(e) => progress(&format!("copy ring limit not measured: {e}")),
+                    }
+                }
             }
             Err(e) => {
                 progress(&format!("summary {name} FAILED: {e}"));
@@ -721,6 +769,15 @@ fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) ->
         }
     }
     out
+}
+
+/// The cross-process copy ring at 10 KiB (median of 3, GB/s).
+fn copy_limit(time: Duration) -> Result<f64, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let samples = (0..3)
+        .map(|_| crate::limits::copy_ring_pinned(&exe, SIZE_10K, WINDOW, time).map(|b| b / 1e9))
+        .collect::<Result<Vec<f64>, String>>()?;
+    crate::noise::Spread::of(&samples).map(|s| s.median).ok_or_else(|| "no sample".into())
 }
 
 // ---------------------------------------------------------------------------
