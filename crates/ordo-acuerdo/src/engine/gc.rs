@@ -30,10 +30,13 @@ impl Engine {
         // entry per commit, each time after a scan of every row). A log
         // shrunk by other means (a snapshot) lowers the mark.
         self.gc_next_len = self.gc_next_len.min(self.log.len() + GC_BATCH);
+        // The mark moves only when a collection dropped entries: a floor
+        // pinned by a member not yet suspected is tried again every poll,
+        // so the log shrinks as soon as the suspicion lets it (the log may
+        // not grow again).
         if !self.cfg.log_gc || !self.synced || self.log.len() < self.gc_next_len.max(GC_BATCH) {
             return;
         }
-        self.gc_next_len = self.log.len() + GC_BATCH;
         let c = self.layout.columns;
         let mut floor = self.committed;
         for r in 0..self.members.len() {
