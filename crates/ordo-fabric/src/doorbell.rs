@@ -272,6 +272,16 @@ mod tests {
         });
         let start = Instant::now();
         for i in 1..=ROUNDS {
+            // Every other round lets the parker announce itself (up to 2 ms)
+            // and go to sleep (50 µs more), so parks happen however the
+            // threads are scheduled; the other rounds race its announcement.
+            if i % 2 == 0 {
+                let t = Instant::now();
+                while bell.words().waiters.load(Ordering::SeqCst) == 0 && t.elapsed() < Duration::from_millis(2) {
+                    std::hint::spin_loop();
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
             data.store(i, Ordering::Release);
             bell.ring();
             while seen.load(Ordering::Acquire) < i {
