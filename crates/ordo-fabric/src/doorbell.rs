@@ -242,13 +242,13 @@ mod tests {
 
     /// The handshake under stress: a thread parks with a 30 s timeout
     /// whenever it has seen every write so far; the other writes a counter
-    /// then rings, 8,000 times, waiting each time until it is seen. A lost
+    /// then rings, 5,000 times, waiting each time until it is seen. A lost
     /// wake-up would leave the parker asleep for 30 s (the test's limit is
     /// far below). With the asymmetric barrier the ringer has no fence at
     /// all, so this is what checks the membarrier side.
     #[test]
     fn no_ring_is_lost_under_a_race_with_parking() {
-        const ROUNDS: u64 = 8_000;
+        const ROUNDS: u64 = 5_000;
         let bell = Doorbell::new_local();
         let data = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -271,16 +271,16 @@ mod tests {
             }
         });
         let start = Instant::now();
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
         for i in 1..=ROUNDS {
-            // Every 8th round lets the parker announce itself (up to 2 ms)
-            // and go to sleep (50 µs more), so parks happen however the
-            // threads are scheduled; the other rounds race its announcement.
-            if i % 8 == 0 {
-                let t = Instant::now();
-                while bell.words().waiters.load(Ordering::SeqCst) == 0 && t.elapsed() < Duration::from_millis(2) {
-                    std::hint::spin_loop();
-                }
-                std::thread::sleep(Duration::from_micros(50));
+            // A random pause of 0 to ~10 µs before each write lands it in
+            // every phase of the parker's path (announce, barrier, re-check,
+            // futex wait), whatever the scheduling.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            for _ in 0..rng % 4096 {
+                std::hint::spin_loop();
             }
             data.store(i, Ordering::Release);
             bell.ring();
