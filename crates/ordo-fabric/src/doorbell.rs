@@ -273,13 +273,13 @@ mod tests {
         let start = Instant::now();
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
         for i in 1..=ROUNDS {
-            // A random pause of 0 to ~10 µs before each write lands it in
+            // A random pause of 0 to ~0.5 µs before each write lands it in
             // every phase of the parker's path (announce, barrier, re-check,
             // futex wait), whatever the scheduling.
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            for _ in 0..rng % 4096 {
+            for _ in 0..rng % 256 {
                 std::hint::spin_loop();
             }
             data.store(i, Ordering::Release);
