@@ -242,59 +242,59 @@ mod tests {
 
     /// The handshake under stress: a thread parks with a 30 s timeout
     /// whenever it has seen every write so far; the other writes a counter
-    /// then rings, 5,000 times, waiting each time until it is seen. A lost
-    /// wake-up would leave the parker asleep for 30 s (the test's limit is
-    /// far below). With the asymmetric barrier the ringer has no fence at
-    /// all, so this is what checks the membarrier side.
+    /// then rings the moment the previous write was seen, 3,000 times, so
+    /// each write races the parker's announcement. A lost wake-up would
+    /// leave the parker asleep for 30 s (the test's limit is far below).
+    /// With the asymmetric barrier the ringer has no fence at all, so this
+    /// is what checks the membarrier side (removing it fails this test).
+    /// A loaded machine can keep the parker from ever parking in a batch;
+    /// the test then runs another, up to 10, and needs 100 parks in one.
     #[test]
     fn no_ring_is_lost_under_a_race_with_parking() {
-        const ROUNDS: u64 = 5_000;
-        let bell = Doorbell::new_local();
-        let data = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (b2, d2, s2) = (bell.clone(), data.clone(), seen.clone());
-        let parker = std::thread::spawn(move || {
-            let mut parks = 0u64;
-            loop {
-                let v = d2.load(Ordering::Acquire);
-                s2.store(v, Ordering::Release);
-                if v == ROUNDS {
-                    return parks;
+        const ROUNDS: u64 = 3_000;
+        let mut best = 0;
+        for _attempt in 0..10 {
+            let bell = Doorbell::new_local();
+            let data = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let (b2, d2, s2) = (bell.clone(), data.clone(), seen.clone());
+            let parker = std::thread::spawn(move || {
+                let mut parks = 0u64;
+                loop {
+                    let v = d2.load(Ordering::Acquire);
+                    s2.store(v, Ordering::Release);
+                    if v == ROUNDS {
+                        return parks;
+                    }
+                    let t = b2.prepare_park();
+                    if d2.load(Ordering::Acquire) != v {
+                        b2.cancel(t);
+                        continue;
+                    }
+                    parks += 1;
+                    b2.park(t, Duration::from_secs(30));
                 }
-                let t = b2.prepare_park();
-                if d2.load(Ordering::Acquire) != v {
-                    b2.cancel(t);
-                    continue;
+            });
+            let start = Instant::now();
+            for i in 1..=ROUNDS {
+                data.store(i, Ordering::Release);
+                bell.ring();
+                while seen.load(Ordering::Acquire) < i {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "round {i}: the parker slept through a ring"
+                    );
+                    std::hint::spin_loop();
                 }
-                parks += 1;
-                b2.park(t, Duration::from_secs(30));
             }
-        });
-        let start = Instant::now();
-        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        for i in 1..=ROUNDS {
-            // A random pause of 0 to ~0.5 µs before each write lands it in
-            // every phase of the parker's path (announce, barrier, re-check,
-            // futex wait), whatever the scheduling.
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            for _ in 0..rng % 256 {
-                std::hint::spin_loop();
-            }
-            data.store(i, Ordering::Release);
-            bell.ring();
-            while seen.load(Ordering::Acquire) < i {
-                assert!(
-                    start.elapsed() < Duration::from_secs(20),
-                    "round {i}: the parker slept through a ring"
-                );
-                std::hint::spin_loop();
+            let parks = parker.join().unwrap();
+            best = best.max(parks);
+            eprintln!("{ROUNDS} rounds, {parks} parks, asymmetric barrier: {}", asymmetric_barrier());
+            if parks >= 100 {
+                return;
             }
         }
-        let parks = parker.join().unwrap();
-        assert!(parks > 0, "the parker never parked: the race was not exercised");
-        eprintln!("{ROUNDS} rounds, {parks} parks, asymmetric barrier: {}", asymmetric_barrier());
+        panic!("the parker parked at most {best} times in a batch: the race was not exercised");
     }
 
     #[test]
