@@ -185,7 +185,8 @@ impl Config {
     /// client thread have a core of their own.
     pub(super) fn busy_spins(&self) -> bool {
         let per_server = 1 + usize::from(self.mode == "workers");
-        self.members * per_server + 1 <= std::thread::available_parallelism().map_or(1, |n| n.get())
+        // The servers' threads plus the client's, against the cores.
+        self.members * per_server < std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 
     /// Short series name, e.g. `repl3-workers` or `unrepl-network`.
