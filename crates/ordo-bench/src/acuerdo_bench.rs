@@ -536,20 +536,10 @@ fn window1_headline(
     // The cache-line round trip, measured as `bench fabric` does (two
     // processes, pinned where there are two cores).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let pinned = core_affinity::get_core_ids().unwrap_or_default().len() >= 2;
     let mut rtts = Vec::new();
     for _ in 0..3 {
-        // On a thread of its own pinned to core 0 (the peer takes core 1),
-        // so this thread's affinity stays as it was.
-        let exe = exe.clone();
-        let (one_way_p50, _, _) = std::thread::spawn(move || {
-            if pinned {
-                core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
-            }
-            crate::fabric::cacheline_pingpong(&exe, 30_000, pinned)
-        })
-        .join()
-        .map_err(|_| "cache-line ping-pong thread panicked".to_string())??;
+        let (one_way_p50, _, _) =
+            crate::limits::on_core_zero(|pinned| crate::fabric::cacheline_pingpong(&exe, 30_000, pinned))?;
         rtts.push(2.0 * one_way_p50);
     }
     let rtt = crate::noise::Spread::of(&rtts).map(|s| s.median);

@@ -155,16 +155,23 @@ pub fn copy_ring(exe: &Path, size: usize, slots: usize, time: Duration, pinned: 
 /// reader on core 1 where there are two cores (the caller's affinity stays
 /// as it was).
 pub fn copy_ring_pinned(exe: &Path, size: usize, slots: usize, time: Duration) -> Result<f64, String> {
+    on_core_zero(|pinned| copy_ring(exe, size, slots, time, pinned))
+}
+
+/// Runs `measure(pinned)` on a thread of its own, pinned to core 0 where
+/// this host has two cores or more (`pinned`: so the peer process it
+/// starts takes core 1); the caller's affinity stays as it was.
+pub fn on_core_zero<T: Send>(measure: impl FnOnce(bool) -> Result<T, String> + Send) -> Result<T, String> {
     let pinned = core_affinity::get_core_ids().unwrap_or_default().len() >= 2;
     std::thread::scope(|s| {
         s.spawn(|| {
             if pinned {
                 core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
             }
-            copy_ring(exe, size, slots, time, pinned)
+            measure(pinned)
         })
         .join()
-        .map_err(|_| "copy ring thread panicked".to_string())?
+        .map_err(|_| "measuring thread panicked".to_string())?
     })
 }
 

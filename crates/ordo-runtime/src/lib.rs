@@ -35,7 +35,7 @@ pub use node::{DeliverFn, Node, NodeApp, NodeError, NodeExit, NodeStatus, ViewFn
 pub use ordo_agent::{
     Agent, AgentLoop, AgentPanic, Clock, CorePinning, IdleAction, IdleStrategy, Idler, Joined,
     MonotonicClock, ParkBell, Runner, RunnerError, RunnerHandle, RunnerOptions, RunnerStats, Step,
-    ThreadingMode,
+    ThreadingMode, online_cpus,
 };
 pub use ordo_auth::{Secret, SecretError, SecretSource};
 pub use status::StatusServer;

@@ -186,7 +186,7 @@ impl Config {
     pub(super) fn busy_spins(&self) -> bool {
         let per_server = 1 + usize::from(self.mode == "workers");
         // The servers' threads plus the client's, against the cores.
-        self.members * per_server < std::thread::available_parallelism().map_or(1, |n| n.get())
+        self.members * per_server < ordo_runtime::online_cpus()
     }
 
     /// Short series name, e.g. `repl3-workers` or `unrepl-network`.
