@@ -41,6 +41,11 @@ fn group(cfg: GroupConfig) -> Vec<Node> {
 
 /// Polls every node once and posts its pushes; returns total work.
 fn step(nodes: &mut [Node]) -> usize {
+    step_with(nodes, |_| {})
+}
+
+/// [`step`], showing every push to `on_push` before it is posted.
+fn step_with(nodes: &mut [Node], mut on_push: impl FnMut(&Push)) -> usize {
     let mut work = 0;
     for n in nodes.iter_mut() {
         n.effects.clear();
@@ -59,6 +64,7 @@ fn step(nodes: &mut [Node]) -> usize {
             }
         });
         for p in &n.effects.pushes {
+            on_push(p);
             for peer in n.engine.peers(p.subgroup) {
                 n.fabric.post_write(Write::new(peer, p.offset, p.len)).unwrap();
             }
@@ -170,7 +176,7 @@ fn zero_copy_delivers_the_same_sequence_without_posting_ring_data() {
         let c = cfg(3, &[0, 1, 2], 4, switches);
         let layout = GroupLayout::new(&c);
         let mut nodes = group(c);
-        // Count the bytes posted into ring space by wrapping `step`.
+        // Count the bytes posted into ring space.
         let rings = layout.sst_len..layout.region_len;
         let mut ring_bytes = 0usize;
         let mut sent = [0u64; 3];
@@ -185,29 +191,11 @@ fn zero_copy_delivers_the_same_sequence_without_posting_ring_data() {
                     }
                 }
             }
-            for n in nodes.iter_mut() {
-                n.effects.clear();
-                let got = &mut n.got;
-                n.engine.poll(&mut n.effects, &mut |batch: &[Delivered<'_>]| {
-                    for d in batch {
-                        got.push(Got {
-                            subgroup: d.subgroup,
-                            sender: d.sender,
-                            seq: d.seq,
-                            round: d.round,
-                            payload: d.payload.to_vec(),
-                        });
-                    }
-                });
-                for p in &n.effects.pushes {
-                    if rings.contains(&p.offset) {
-                        ring_bytes += p.len;
-                    }
-                    for peer in n.engine.peers(p.subgroup) {
-                        n.fabric.post_write(Write::new(peer, p.offset, p.len)).unwrap();
-                    }
+            step_with(&mut nodes, |p| {
+                if rings.contains(&p.offset) {
+                    ring_bytes += p.len;
                 }
-            }
+            });
             if nodes.iter().all(|n| n.got.len() == 180) {
                 break;
             }
