@@ -28,6 +28,12 @@
 //!   the own application messages at or past the own trim (published or
 //!   only committed), in send order: what the sender resends in the next
 //!   view.
+//! - **Zero-copy** ([`Switches::zero_copy`]): a subgroup reads its rings
+//!   in place only if every other member's region is available here, and
+//!   then posts no ring write at all; receivers of one subgroup read either
+//!   all in place or all from their own copies, never a mix within a
+//!   member. Payload slices handed to the sink point into the region the
+//!   sender's ring was read in (the reuse rule above covers both).
 
 use crate::config::{ConfigError, DeliveryMode, GroupConfig, Switches};
 use crate::layout::GroupLayout;
@@ -238,7 +244,8 @@ pub struct Engine {
     wedge_pushed: bool,
     metas: Vec<MessageMeta>,
     /// Reused delivery batch (no allocation per poll). Its slices point into
-    /// `region` and it is cleared before every return, so the `'static` is
+    /// `region` (or, zero-copy, a sender's region held by its receiver) and
+    /// it is cleared before every return, so the `'static` is
     /// never observable: sinks get it for the duration of one call only.
     scratch: Vec<Delivered<'static>>,
     faults: Vec<PeerFault>,
