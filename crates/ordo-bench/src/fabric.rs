@@ -131,6 +131,10 @@ pub struct FabricReport {
     pub pinned: bool,
     /// The physical limits' rows, then one row per backend and size.
     pub rows: Vec<Row>,
+    /// With shm measured: 10 KiB streaming with the peer reading every
+    /// byte against the cross-process copy ring, interleaved (a fresh shm
+    /// peer per sample; [`crate::noise`]).
+    pub shm_vs_copy_ring: Option<crate::noise::Comparison>,
 }
 
 /// Samples of the copy ring per size.
@@ -274,7 +278,68 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
         status.map_err(|e| format!("{} peer: {e}", backend.name()))?;
         rows.append(&mut backend_rows);
     }
-    Ok(FabricReport { benchmark: "fabric", machine, quick: opts.quick, pinned, rows })
+    let shm_vs_copy_ring = if opts.backends.contains(&Backend::Shm) {
+        Some(shm_vs_copy_ring(opts, &plan, pinned, &mut progress)?)
+    } else {
+        None
+    };
+    Ok(FabricReport { benchmark: "fabric", machine, quick: opts.quick, pinned, rows, shm_vs_copy_ring })
+}
+
+/// shm streaming at 10 KiB, the peer reading every byte, against the copy
+/// ring of the same geometry: interleaved, 3 rounds (the spinning shm peer
+/// lives only for its own sample, so the copy ring has the core).
+fn shm_vs_copy_ring(
+    opts: &FabricBenchOptions,
+    plan: &Plan,
+    pinned: bool,
+    progress: &mut impl FnMut(&str),
+) -> Result<crate::noise::Comparison, String> {
+    use crate::noise::{Comparison, Probe, Retry, interleave};
+    let size = 10 * 1024;
+    let mut seq = 0;
+    let rounds = interleave(
+        3,
+        Retry::default(),
+        || {
+            let probe = Probe::start();
+            let bw = crate::limits::copy_ring(&opts.exe, size, slots_for(size), plan.stream_time, pinned)?;
+            Ok((bw, probe.stop()))
+        },
+        || {
+            seq += 1;
+            let cluster = format!("bench-{}-shm-vs-ring-{seq}", std::process::id());
+            let child =
+                spawn_peer(&opts.exe, Backend::Shm, &cluster, true, pinned, None, Default::default())?;
+            let result = ShmFabric::create(ShmOptions::new(cluster.clone(), 0, vec![0, 1], REGION_LEN))
+                .map_err(|e| e.to_string())
+                .and_then(|mut f| {
+                    let waiter =
+                        Waiter { park: None, spins_before_park: 2000, deadline: Duration::from_secs(30) };
+                    let mut c = Coordinator { cmd: 0, ping: 0, stream: 0 };
+                    let probe = Probe::start();
+                    let (bw, _) =
+                        c.stream(&mut f, &waiter, size, slots_for(size), plan.stream_time, Op::SinkRead)?;
+                    let load = probe.stop();
+                    c.command(&mut f, Op::Exit, 8, 0, 0)?;
+                    c.wait_done(&mut f, &waiter)?;
+                    Ok((bw, load))
+                });
+            let status = child.wait(Duration::from_secs(10));
+            let sample = result?;
+            status.map_err(|e| format!("shm peer: {e}"))?;
+            Ok(sample)
+        },
+    )?;
+    let c = Comparison::of(
+        "10 KiB streaming, the peer reading every byte: shm / the cross-process copy ring",
+        "GB/s",
+        ("copy ring", "shm"),
+        &rounds,
+        |bw| Some(bw / 1e9),
+    );
+    progress(&c.line(|v| format!("{v:.2}")));
+    Ok(c)
 }
 
 fn measure_backend<F: Fabric>(
@@ -677,6 +742,10 @@ pub fn print_table(report: &FabricReport) {
         if let Some(s) = r.copy_ring_spread {
             println!("  copy ring {} B: {} GB/s", r.size_bytes, s.show(|v| format!("{:.2}", v / 1e9)));
         }
+    }
+    if let Some(c) = &report.shm_vs_copy_ring {
+        println!("interleaved, {} rounds, median [min–max]:", c.rounds);
+        println!("  {}", c.line(|v| format!("{v:.2} GB/s")));
     }
 }
 
