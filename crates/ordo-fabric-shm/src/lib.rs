@@ -707,6 +707,11 @@ impl Fabric for ShmFabric {
         result
     }
 
+    /// `copy_untorn` stores ascending; x86-64 keeps stores in order.
+    fn address_ordered(&self) -> bool {
+        cfg!(target_arch = "x86_64")
+    }
+
     /// The peer's file mapping: one physical copy of its region, shared.
     fn peer_region(&self, peer: MemberId) -> Option<Region> {
         let link = &self.links[self.link_index(peer)?];

@@ -494,6 +494,12 @@ impl Fabric for TcpFabric {
         self.post_batch(peer, ranges, None)
     }
 
+    /// The I/O thread applies a frame with `copy_untorn`, ascending;
+    /// x86-64 keeps stores in order.
+    fn address_ordered(&self) -> bool {
+        cfg!(target_arch = "x86_64")
+    }
+
     fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
         let mut now = None;
         let mut failed_any = false;

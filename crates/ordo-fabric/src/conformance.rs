@@ -15,6 +15,7 @@
 //! | [`rejects_bad_posts`] | out-of-range and unknown-peer posts fail and change nothing |
 //! | [`batched_publish`] | 7: data and guard posted as one batch publish like two posts, concurrently |
 //! | [`batch_stops_at_a_bad_range`] | 7: a batch posts exactly the ranges before a bad one |
+//! | [`address_order_within_a_write`] | 8 (where claimed): a reader that sees a write's last word sees every word below it |
 //!
 //! Multi-process checks (SIGKILL of a peer process) need a binary to spawn and
 //! live in the `ordo` package's integration tests; the tcp backend's
@@ -79,6 +80,7 @@ pub fn run_all<H: Harness>(h: &mut H) {
     batched_publish(h, 64, 3000);
     batched_publish(h, 10 * 1024, 300);
     batch_stops_at_a_bad_range(h);
+    address_order_within_a_write(h);
     no_torn_words(h);
     signaled_completion(h);
     if h.has_doorbell() {
@@ -346,6 +348,55 @@ fn publish<H: Harness>(h: &mut H, size: usize, count: u64, batched: bool) {
             f.region().store_release(ACK, seen);
             post_retrying(f, Write::new(0, ACK, 8), &mut events).unwrap();
             seen == count
+        })
+    };
+    h.run(g, vec![writer, reader], Duration::from_secs(60));
+}
+
+/// Capability 8, checked only where the backend claims it: the writer
+/// writes a 1 KiB block whose every word holds `v` (v = 1, 2, …), one write
+/// each; the reader loads the block's *last* word with `Acquire`, then every
+/// word below it, last to first: none may be older than the last word it
+/// saw. (Without address order a reader can see the end of a write before
+/// its start — the reason a guard must otherwise be a separate write.)
+pub fn address_order_within_a_write<H: Harness>(h: &mut H) {
+    const WORDS: usize = 128;
+    const ROUNDS: u64 = 4000;
+    let g = h.group(2, 4096);
+    if !g[0].address_ordered() {
+        return;
+    }
+    let writer: Part<H::Fabric> = {
+        let mut v = 1u64;
+        let mut events = Vec::new();
+        let block = vec![0u8; WORDS * 8];
+        Box::new(move |f| {
+            if v > ROUNDS {
+                return true;
+            }
+            let mut b = block.clone();
+            for w in b.chunks_mut(8) {
+                w.copy_from_slice(&v.to_le_bytes());
+            }
+            f.region().write_bytes(0, &b);
+            post_retrying(f, Write::new(1, 0, WORDS * 8), &mut events).unwrap();
+            v += 1;
+            f.poll_events(&mut events);
+            v > ROUNDS
+        })
+    };
+    let reader: Part<H::Fabric> = {
+        let mut last_seen = 0u64;
+        Box::new(move |f| {
+            let r = f.region();
+            let top = r.load_acquire((WORDS - 1) * 8);
+            assert!(top >= last_seen, "the last word went back from {last_seen} to {top}");
+            last_seen = top;
+            for k in (0..WORDS - 1).rev() {
+                let w = r.load_acquire(k * 8);
+                assert!(w >= top, "word {k} holds {w} below the write's last word {top}: not address-ordered");
+            }
+            top == ROUNDS
         })
     };
     h.run(g, vec![writer, reader], Duration::from_secs(60));

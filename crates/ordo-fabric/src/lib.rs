@@ -38,7 +38,17 @@
 //!    and cost the backend one publishing fence and one doorbell ring (shm),
 //!    one send (tcp), one delivery delay (simulator). A batch that fails
 //!    part-way posted exactly its first [`PartialPost::posted`] ranges.
-//! 8. **Zero-copy on one host** (a capability, not a guarantee):
+//! 8. **Address order within a write** (a capability, not a guarantee):
+//!    where [`Fabric::address_ordered`] says so, the bytes of one write
+//!    become visible at the peer in ascending address order: a reader that
+//!    loads a word of a write with `Acquire` and sees its new value also
+//!    sees the new value of every word *below* it in that write. shm, tcp
+//!    and loopback store with [`copy_untorn`], ascending, so on x86-64
+//!    (TSO) they say yes; the simulator lands a write at once. RDMA does not
+//!    promise it (Derecho issue #47), so a guard in the same write is only
+//!    safe where this holds — what one write per batch (a slot carrying its
+//!    own stamp) would rest on.
+//! 9. **Zero-copy on one host** (a capability, not a guarantee):
 //!    [`Fabric::peer_region`] gives, where the backend can, a peer's *own*
 //!    region as this member can read it (shm: the peer's file mapping; the
 //!    simulator: the peer's region). What the peer stores there (with
@@ -264,8 +274,15 @@ pub trait Fabric {
         Ok(())
     }
 
+    /// Whether the bytes of one write become visible at a peer in
+    /// ascending address order (capability 8; default `false`: not
+    /// promised).
+    fn address_ordered(&self) -> bool {
+        false
+    }
+
     /// `peer`'s own region, readable here without a write being posted
-    /// (guarantee 8), where the backend has it; `None` otherwise (the
+    /// (capability 9), where the backend has it; `None` otherwise (the
     /// default), for an unknown peer, or for one whose link is down.
     fn peer_region(&self, peer: MemberId) -> Option<Region> {
         let _ = peer;

@@ -60,6 +60,9 @@ impl Fabric for Loopback {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         Ok(())
     }
+    fn address_ordered(&self) -> bool {
+        cfg!(target_arch = "x86_64")
+    }
     fn peer_region(&self, peer: MemberId) -> Option<Region> {
         self.peers.contains(&peer).then(|| self.regions[peer as usize].clone())
     }

@@ -52,6 +52,9 @@ impl Fabric for MemberFabric {
     fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
         dispatch!(self, f => f.post_writes(peer, ranges))
     }
+    fn address_ordered(&self) -> bool {
+        dispatch!(self, f => f.address_ordered())
+    }
     fn peer_region(&self, peer: MemberId) -> Option<Region> {
         dispatch!(self, f => f.peer_region(peer))
     }

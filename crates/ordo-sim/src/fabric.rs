@@ -305,6 +305,11 @@ impl Fabric for SimFabric {
         self.lock().fabric_post_batch(self.member, self.incarnation, self.view, peer, ranges)
     }
 
+    /// A simulated write lands all at once.
+    fn address_ordered(&self) -> bool {
+        true
+    }
+
     /// The peer's region of this view, while the peer is alive in it: the
     /// simulated host shares memory (zero-copy reads see stores at once).
     fn peer_region(&self, peer: MemberId) -> Option<Region> {
