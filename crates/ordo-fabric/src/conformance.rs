@@ -355,9 +355,9 @@ fn publish<H: Harness>(h: &mut H, size: usize, count: u64, batched: bool) {
 
 /// Capability 8, checked only where the backend claims it: the writer
 /// writes a 1 KiB block whose every word holds `v` (v = 1, 2, …), one write
-/// each; the reader loads the block's *last* word with `Acquire`, then every
-/// word below it, last to first: none may be older than the last word it
-/// saw. (Without address order a reader can see the end of a write before
+/// each; the reader loads the block's *last* word with `Acquire`, then the
+/// first word, then every other word: none may be older than the last word
+/// it saw. (Without address order a reader can see the end of a write before
 /// its start — the reason a guard must otherwise be a separate write.)
 pub fn address_order_within_a_write<H: Harness>(h: &mut H) {
     const WORDS: usize = 128;
@@ -392,7 +392,10 @@ pub fn address_order_within_a_write<H: Harness>(h: &mut H) {
             let top = r.load_acquire((WORDS - 1) * 8);
             assert!(top >= last_seen, "the last word went back from {last_seen} to {top}");
             last_seen = top;
-            for k in (0..WORDS - 1).rev() {
+            // The first word right away (the widest window), then the rest.
+            let first = r.load_acquire(0);
+            assert!(first >= top, "word 0 holds {first} below the write's last word {top}: not address-ordered");
+            for k in (1..WORDS - 1).rev() {
                 let w = r.load_acquire(k * 8);
                 assert!(w >= top, "word {k} holds {w} below the write's last word {top}: not address-ordered");
             }
