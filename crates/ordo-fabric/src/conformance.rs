@@ -361,7 +361,7 @@ fn publish<H: Harness>(h: &mut H, size: usize, count: u64, batched: bool) {
 /// its start — the reason a guard must otherwise be a separate write.)
 pub fn address_order_within_a_write<H: Harness>(h: &mut H) {
     const WORDS: usize = 128;
-    const ROUNDS: u64 = 4000;
+    const ROUNDS: u64 = 20_000;
     let g = h.group(2, 4096);
     if !g[0].address_ordered() {
         return;
@@ -394,10 +394,16 @@ pub fn address_order_within_a_write<H: Harness>(h: &mut H) {
             last_seen = top;
             // The first word right away (the widest window), then the rest.
             let first = r.load_acquire(0);
-            assert!(first >= top, "word 0 holds {first} below the write's last word {top}: not address-ordered");
+            assert!(
+                first >= top,
+                "word 0 holds {first} below the write's last word {top}: not address-ordered"
+            );
             for k in (1..WORDS - 1).rev() {
                 let w = r.load_acquire(k * 8);
-                assert!(w >= top, "word {k} holds {w} below the write's last word {top}: not address-ordered");
+                assert!(
+                    w >= top,
+                    "word {k} holds {w} below the write's last word {top}: not address-ordered"
+                );
             }
             top == ROUNDS
         })
