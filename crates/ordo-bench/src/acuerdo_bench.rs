@@ -544,19 +544,12 @@ fn window1_headline(
     }
     let rtt = crate::noise::Spread::of(&rtts).map(|s| s.median);
     let over = rtt.map(|rtt| {
-        let as_rounds = crate::noise::Rounds {
-            reference: rounds
-                .subject
-                .iter()
-                .map(|s| crate::noise::Sample { value: Some(rtt), load: s.load, attempts: 1 })
-                .collect(),
-            subject: rounds.subject.clone(),
-        };
-        Comparison::of(
+        Comparison::against_limit(
             "window 1: Acuerdo commit p50 / cross-process cache-line round trip p50",
             "p50 latency, ns",
             ("cache-line round trip", "acuerdo"),
-            &as_rounds,
+            rtt,
+            &rounds.subject,
             |v| *v,
         )
     });

@@ -237,9 +237,7 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
         let cluster = format!("bench-{}-{}", std::process::id(), backend.name());
         let result = match backend {
             Backend::Shm => {
-                let child = spawn_peer(&opts.exe, backend, &cluster, spin, pinned, None, Default::default())?;
-                let f = ShmFabric::create(ShmOptions::new(cluster.clone(), 0, vec![0, 1], REGION_LEN))
-                    .map_err(|e| e.to_string());
+                let (f, child) = shm_peer(opts, &cluster, pinned)?;
                 (
                     f.and_then(|f| {
                         measure_backend(f, backend, &plan, spin, (&memcpy, &copy_ring), &mut progress)
@@ -286,6 +284,19 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
     Ok(FabricReport { benchmark: "fabric", machine, quick: opts.quick, pinned, rows, shm_vs_copy_ring })
 }
 
+/// Spawns the shm peer (spinning; on core 1 where `pinned`) and opens
+/// member 0's endpoint of `cluster`; the child is returned either way, to
+/// be waited for.
+fn shm_peer(
+    opts: &FabricBenchOptions,
+    cluster: &str,
+    pinned: bool,
+) -> Result<(Result<ShmFabric, String>, PeerChild), String> {
+    let child = spawn_peer(&opts.exe, Backend::Shm, cluster, true, pinned, None, Default::default())?;
+    let f = ShmFabric::create(ShmOptions::new(cluster, 0, vec![0, 1], REGION_LEN)).map_err(|e| e.to_string());
+    Ok((f, child))
+}
+
 /// shm streaming at 10 KiB, the peer reading every byte, against the copy
 /// ring of the same geometry: interleaved, 3 rounds (the spinning shm peer
 /// lives only for its own sample, so the copy ring has the core).
@@ -321,8 +332,7 @@ fn shm_vs_copy_ring(
                     let (bw, _) =
                         c.stream(&mut f, &waiter, size, slots_for(size), plan.stream_time, Op::SinkRead)?;
                     let load = probe.stop();
-                    c.command(&mut f, Op::Exit, 8, 0, 0)?;
-                    c.wait_done(&mut f, &waiter)?;
+                    c.exit(&mut f, &waiter)?;
                     Ok((bw, load))
                 });
             let status = child.wait(Duration::from_secs(10));
@@ -396,8 +406,7 @@ fn measure_backend<F: Fabric>(
             messages_streamed: streamed,
         });
     }
-    c.command(&mut f, Op::Exit, 8, 0, 0)?;
-    c.wait_done(&mut f, &waiter)?;
+    c.exit(&mut f, &waiter)?;
     Ok(rows)
 }
 
@@ -419,8 +428,7 @@ pub fn exercise<F: Fabric>(f: &mut F, spin: bool) -> Result<(), String> {
     for size in [1024, 10 * 1024] {
         c.stream_n(f, &waiter, size, slots_for(size).min(8), 3000, Op::Sink)?;
     }
-    c.command(f, Op::Exit, 8, 0, 0)?;
-    c.wait_done(f, &waiter)
+    c.exit(f, &waiter)
 }
 
 struct Coordinator {
@@ -448,6 +456,12 @@ impl Coordinator {
         f.region().store_release(CMD_SEQ, self.cmd);
         post(f, 1, CMD_SEQ, 8)?;
         Ok(self.cmd)
+    }
+
+    /// Tells the peer to exit and waits until it acknowledged.
+    fn exit<F: Fabric>(&mut self, f: &mut F, w: &Waiter) -> Result<(), String> {
+        self.command(f, Op::Exit, 8, 0, 0)?;
+        self.wait_done(f, w)
     }
 
     fn wait_done<F: Fabric>(&self, f: &mut F, w: &Waiter) -> Result<(), String> {

@@ -281,6 +281,31 @@ impl Comparison {
         }
     }
 
+    /// `samples` against a `limit` measured once in the same run (a limit
+    /// has no rounds of its own): each clean sample's ratio to it. The
+    /// limit side counts as contended wherever its sample is, so it takes
+    /// the same rounds.
+    pub fn against_limit<T>(
+        name: &str,
+        metric: &str,
+        (limit_name, subject): (&str, &str),
+        limit: f64,
+        samples: &[Sample<T>],
+        value: impl Fn(&T) -> Option<f64>,
+    ) -> Comparison {
+        let rounds = Rounds {
+            reference: samples
+                .iter()
+                .map(|s| Sample { value: Some(limit), load: s.load, attempts: 1 })
+                .collect(),
+            subject: samples
+                .iter()
+                .map(|s| Sample { value: value(&s.value), load: s.load, attempts: s.attempts })
+                .collect(),
+        };
+        Comparison::of(name, metric, (limit_name, subject), &rounds, |v| *v)
+    }
+
     /// One line: `name: subject / reference = ratio median [min–max] (…)`.
     pub fn line(&self, f: impl Fn(f64) -> String) -> String {
         let side = |s: &Option<Spread>| s.map_or("all contended".to_string(), |s| s.show(&f));
@@ -405,6 +430,20 @@ mod tests {
         assert_eq!((ratio.median, ratio.min, ratio.max, ratio.n), (2.0, 2.0, 2.0, 2), "1000 left out");
         assert_eq!(c.subject_spread.unwrap().max, 20.0);
         assert!(c.line(|v| format!("{v}")).contains("1 contended sample(s) left out"));
+    }
+
+    #[test]
+    fn a_limit_comparison_divides_each_clean_sample_by_the_limit() {
+        let samples = vec![
+            Sample { value: 30.0, load: load(1.0), attempts: 1 },
+            Sample { value: 10.0, load: load(0.5), attempts: 3 },
+            Sample { value: 20.0, load: load(1.0), attempts: 1 },
+        ];
+        let c = Comparison::against_limit("t", "GB/s", ("ring", "x"), 10.0, &samples, |v| Some(*v));
+        let r = c.ratio.unwrap();
+        assert_eq!((r.median, r.min, r.max, r.n), (2.5, 2.0, 3.0, 2), "the contended sample left out");
+        assert_eq!(c.reference_spread.unwrap().median, 10.0);
+        assert_eq!(c.contended_samples, 2, "the limit side follows its sample's load");
     }
 
     #[test]

@@ -680,32 +680,25 @@ impl IdleConfig {
     /// The runtime strategy this section describes (`auto` decided for
     /// `members_on_host` polling members).
     pub fn strategy_for(&self, members_on_host: usize) -> IdleStrategy {
+        let backoff = IdleStrategy::BackoffPark {
+            spins: self.spins,
+            yields: self.yields,
+            park_min: Duration::from_micros(self.park_min_us),
+            park_max: Duration::from_micros(self.park_max_us),
+        };
         match self.strategy {
-            IdleStrategyKind::Auto => IdleStrategy::for_threads_on_host(
-                members_on_host,
-                IdleConfig { strategy: IdleStrategyKind::BackoffPark, ..self.clone() }.strategy(),
-            ),
-            _ => self.strategy(),
+            IdleStrategyKind::Auto => IdleStrategy::for_threads_on_host(members_on_host, backoff),
+            IdleStrategyKind::HandOff => IdleStrategy::HAND_OFF,
+            IdleStrategyKind::BusySpin => IdleStrategy::BusySpin,
+            IdleStrategyKind::SpinThenYield => IdleStrategy::SpinThenYield { spins: self.spins },
+            IdleStrategyKind::BackoffPark => backoff,
         }
     }
 
-    /// The runtime strategy this section describes (`auto`: as if every
-    /// member of a one-member group, i.e. `backoff-park`).
+    /// The runtime strategy this section describes (`auto`: as for a
+    /// one-member group, which never outnumbers the CPUs: `backoff-park`).
     pub fn strategy(&self) -> IdleStrategy {
-        match self.strategy {
-            IdleStrategyKind::HandOff => IdleStrategy::HAND_OFF,
-            IdleStrategyKind::Auto => {
-                IdleConfig { strategy: IdleStrategyKind::BackoffPark, ..self.clone() }.strategy()
-            }
-            IdleStrategyKind::BusySpin => IdleStrategy::BusySpin,
-            IdleStrategyKind::SpinThenYield => IdleStrategy::SpinThenYield { spins: self.spins },
-            IdleStrategyKind::BackoffPark => IdleStrategy::BackoffPark {
-                spins: self.spins,
-                yields: self.yields,
-                park_min: Duration::from_micros(self.park_min_us),
-                park_max: Duration::from_micros(self.park_max_us),
-            },
-        }
+        self.strategy_for(1)
     }
 }
 

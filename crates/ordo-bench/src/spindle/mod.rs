@@ -722,32 +722,15 @@ fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) ->
                             for (side, samples) in
                                 [("copy", &rounds.reference), ("zero-copy", &rounds.subject)]
                             {
-                                let vs = crate::noise::Rounds {
-                                    reference: samples
-                                        .iter()
-                                        .map(|x| crate::noise::Sample {
-                                            value: limit,
-                                            load: x.load,
-                                            attempts: 1,
-                                        })
-                                        .collect(),
-                                    subject: samples
-                                        .iter()
-                                        .map(|x| crate::noise::Sample {
-                                            value: x.value.throughput_bytes_per_s / 1e9,
-                                            load: x.load,
-                                            attempts: x.attempts,
-                                        })
-                                        .collect(),
-                                };
-                                let c = Comparison::of(
+                                let c = Comparison::against_limit(
                                     &format!(
                                         "(d) {side} / the cross-process copy ring (10 KiB, read every byte)"
                                     ),
                                     "GB/s",
                                     ("copy ring", side),
-                                    &vs,
-                                    |v: &f64| Some(*v),
+                                    limit,
+                                    samples,
+                                    |m| Some(m.throughput_bytes_per_s / 1e9),
                                 );
                                 progress(&c.line(|v| format!("{v:.3}")));
                                 out.push(c);
