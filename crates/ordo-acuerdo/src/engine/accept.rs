@@ -170,7 +170,7 @@ impl Engine {
         }
         // Drop the uncommitted suffix, then apply the diff (line 62-63).
         let keep = keep.max(self.committed);
-        let _ = self.log.split_off(&keep.succ());
+        self.log.truncate_from(keep.succ());
         self.log_dirty(keep.succ());
         for (h, body) in staged {
             if h > keep {

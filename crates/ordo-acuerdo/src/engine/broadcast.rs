@@ -30,7 +30,6 @@ use super::wire::{KIND_DIFF_END, KIND_DIFF_ENTRY, KIND_NORMAL, KIND_SNAP_CHUNK};
 use super::{BroadcastError, DeliverySink, Effects, Engine, OutLink, Push, Role, Snap, Stream, Target};
 use crate::config::WIRE_HEADER_LEN;
 use crate::header::{Epoch, Header};
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -116,7 +115,7 @@ impl Engine {
 /// Fills free slots of `link`'s ring from its stream (the leader's `log`,
 /// epoch `e_cur`, whose last broadcast header is `accepted`).
 pub(super) fn pump(
-    log: &BTreeMap<Header, Vec<u8>>,
+    log: &super::log::Log,
     e_cur: Epoch,
     accepted: Header,
     chunk: usize,
@@ -176,7 +175,7 @@ pub(super) fn pump(
             // Nothing broadcast after `after` (the common case).
             Stream::Normal { after } if after >= accepted => return work,
             Stream::Normal { after } => {
-                let next = log.range((Bound::Excluded(after), Bound::Unbounded)).next();
+                let next = log.first_after(after);
                 match next {
                     Some((h, _)) if h.epoch == e_cur => {
                         ([KIND_NORMAL, h.encode(), 0, 0], Body::Log(*h), Stream::Normal { after: *h })

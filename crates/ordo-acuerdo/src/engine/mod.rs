@@ -39,6 +39,7 @@ mod diffs;
 mod durable;
 mod election;
 mod gc;
+mod log;
 mod reads;
 pub use reads::MAX_PENDING_READS;
 mod rows;
@@ -51,7 +52,6 @@ use crate::header::{Epoch, Header, Vote};
 use ordo_fabric::{MemberId, Region};
 use ordo_ring::{MessageMeta, RingReceiver, SendPath, SlotProducer};
 use ordo_sst::Sst;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use wire::Wire;
 
@@ -366,7 +366,7 @@ pub struct Engine {
     committed: Header,
     next: Header,
     count: u32,
-    log: BTreeMap<Header, Vec<u8>>,
+    log: log::Log,
     /// The largest header garbage collection dropped from the log (every
     /// member committed it); `Header::NONE` while the log is whole.
     log_floor: Header,
@@ -487,7 +487,7 @@ impl Engine {
             committed: Header::NONE,
             next: Header::NONE.succ(),
             count: 0,
-            log: BTreeMap::new(),
+            log: log::Log::default(),
             log_floor: Header::NONE,
             gc_next_len: gc::GC_BATCH,
             my_vote: Vote::NONE,
