@@ -24,7 +24,26 @@
 //! ```
 //! Message `k` (counting from 0) lives in slot `k % window`; its header
 //! carries `k + 1` so a receiver can verify it (and a zeroed slot is never
-//! mistaken for message 0).
+//! mistaken for message 0). The word right after the payload (at
+//! `payload + len` rounded up to 8) is the message's **trailer stamp**,
+//! `k + 1` again; every slot has room for it.
+//!
+//! # Stamped rings: one write per batch
+//! A [stamped](RingLayout::stamped) ring pushes no counter: where the
+//! fabric makes the bytes of one write visible in ascending address order
+//! (`ordo_fabric`'s capability 8, [`Fabric::address_ordered`]), a receiver
+//! that loads message `k`'s trailer and finds `k + 1` sees the header and
+//! payload below it, so the trailer *is* the guard and a batch is one data
+//! write (two when it wraps) instead of data plus counter. The receiver
+//! scans slots instead of reading a counter. This rests on two more rules:
+//! - indices never restart in a ring whose slots hold older stamps: a ring
+//!   starts zeroed, and an engine that restarts a ring's indices (Acuerdo's
+//!   ring sessions) zeroes the receiver's copy first (FIFO puts that write
+//!   before the new session's data), so a stale trailer never equals the
+//!   stamp a receiver waits for;
+//! - a receiver that reads the sender's own mapping (zero-copy) reads the
+//!   counter, which the sender still stores locally
+//!   ([`RingReceiver::reading_counter`]).
 //!
 //! # Invariants
 //! - **Publish rule.** Slot bytes are pushed before the counter that covers
@@ -55,6 +74,9 @@ pub const RING_HEADER_LEN: usize = 64;
 
 const _: () = assert!(MESSAGE_HEADER_LEN.is_multiple_of(64) && RING_HEADER_LEN.is_multiple_of(64));
 
+/// Bytes of the trailer stamp after a message's payload.
+pub const TRAILER_LEN: usize = 8;
+
 /// Geometry of one ring; identical for every sender of a ring set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingLayout {
@@ -62,18 +84,33 @@ pub struct RingLayout {
     pub window: usize,
     /// Largest payload a slot holds.
     pub max_payload: usize,
+    /// No counter write: slots' trailer stamps are the guard (see the
+    /// crate docs, "Stamped rings"). Only where the fabric is
+    /// address-ordered; every member of a ring set must agree.
+    pub stamped: bool,
 }
 
 impl RingLayout {
-    /// A layout; `window ≥ 1`, `max_payload ≥ 1`.
+    /// A counter-guarded layout; `window ≥ 1`, `max_payload ≥ 1`.
     pub fn new(window: usize, max_payload: usize) -> RingLayout {
         assert!(window >= 1 && max_payload >= 1, "a ring needs slots and payload space");
-        RingLayout { window, max_payload }
+        RingLayout { window, max_payload, stamped: false }
     }
 
-    /// Bytes per slot (header + payload, a multiple of 64).
+    /// The same geometry, stamped or counter-guarded (the slot size does not
+    /// change: every slot has room for its trailer).
+    pub fn with_stamps(self, stamped: bool) -> RingLayout {
+        RingLayout { stamped, ..self }
+    }
+
+    /// Bytes per slot (header + payload + trailer, a multiple of 64).
     pub fn slot_size(&self) -> usize {
-        MESSAGE_HEADER_LEN + self.max_payload.next_multiple_of(64)
+        MESSAGE_HEADER_LEN + (self.max_payload + TRAILER_LEN).next_multiple_of(64)
+    }
+
+    /// Offset of the trailer of a message of `len` bytes, from its payload.
+    fn trailer(len: usize) -> usize {
+        len.next_multiple_of(8)
     }
 
     /// Bytes per ring.
@@ -268,6 +305,9 @@ impl SlotGuard<'_> {
         s.region.atomic_u64(hdr).store(len as u64 | (u64::from(flags) << 32), Ordering::Relaxed);
         // index + 1, so a zeroed (never written) slot never passes as a message.
         s.region.atomic_u64(hdr + 8).store(self.index + 1, Ordering::Relaxed);
+        // The trailer stamp: last word of the message, above its payload.
+        let trailer = hdr + MESSAGE_HEADER_LEN + RingLayout::trailer(len);
+        s.region.atomic_u64(trailer).store(self.index + 1, Ordering::Relaxed);
         s.ready[(self.index % s.layout.window as u64) as usize].store(self.index + 1, Ordering::Release);
         self.committed = true;
         if let Some(bell) = s.bell.get() {
@@ -289,8 +329,9 @@ impl Drop for SlotGuard<'_> {
 pub struct PushPlan {
     /// Slot ranges (offset, len): one, or two when the batch wraps.
     pub data: [Option<(usize, usize)>; 2],
-    /// The counter write (offset, len), posted after the data.
-    pub guard: (usize, usize),
+    /// The counter write (offset, len), posted after the data; none in a
+    /// stamped ring (the slots' trailers are the guard).
+    pub guard: Option<(usize, usize)>,
     /// Messages covered: `first..end`.
     pub first: u64,
     /// One past the last message covered.
@@ -300,7 +341,7 @@ pub struct PushPlan {
 impl PushPlan {
     /// The writes in posting order.
     pub fn writes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.data.iter().flatten().copied().chain(std::iter::once(self.guard))
+        self.data.iter().flatten().copied().chain(self.guard)
     }
 
     /// Number of messages in the batch.
@@ -371,10 +412,17 @@ impl SendPath {
         let slot = s.layout.slot_size();
         let start_slot = (first % w) as usize;
         let first_run = n.min(w - first % w) as usize;
+        // The last message of a run ends at its payload, or, stamped, at
+        // its trailer.
         let last_len = |k: u64| {
             let hdr = s.layout.slot_offset(s.ring, k);
             let len = (s.region.atomic_u64(hdr).load(Ordering::Relaxed) & 0xFFFF_FFFF) as usize;
-            MESSAGE_HEADER_LEN + len.min(s.layout.max_payload)
+            let len = len.min(s.layout.max_payload);
+            if s.layout.stamped {
+                MESSAGE_HEADER_LEN + RingLayout::trailer(len) + TRAILER_LEN
+            } else {
+                MESSAGE_HEADER_LEN + len
+            }
         };
         let base = s.ring + RING_HEADER_LEN;
         let mut data = [None, None];
@@ -384,10 +432,12 @@ impl SendPath {
             data[1] = Some((base, run_len((n as usize) - first_run, end - 1)));
         }
         self.published = end;
+        // Stored even in a stamped ring: zero-copy receivers read it here.
         s.region.store_release(s.ring, end);
         self.pushes += 1;
         self.pushed_bytes += data.iter().flatten().map(|d| d.1 as u64).sum::<u64>();
-        Some(PushPlan { data, guard: (s.ring, 8), first, end })
+        let guard = (!s.layout.stamped).then_some((s.ring, 8));
+        Some(PushPlan { data, guard, first, end })
     }
 
     /// Posts a plan's writes to each of `peers` (data first, then counter).
@@ -428,13 +478,24 @@ pub struct RingReceiver {
     consumed: u64,
     /// End of the last validated scan: what `consume` may reach.
     scanned: u64,
+    /// Scan slot stamps rather than read the counter.
+    by_stamps: bool,
 }
 
 impl RingReceiver {
     /// The receiver for the ring at `ring_offset`.
     pub fn new(region: Region, ring_offset: usize, layout: RingLayout) -> RingReceiver {
         assert!(ring_offset + layout.ring_len() <= region.len(), "ring does not fit in the region");
-        RingReceiver { region, ring: ring_offset, layout, consumed: 0, scanned: 0 }
+        RingReceiver { region, ring: ring_offset, layout, consumed: 0, scanned: 0, by_stamps: layout.stamped }
+    }
+
+    /// Reads the counter even in a stamped ring: for a receiver reading the
+    /// sender's own mapping (zero-copy), where the sender stores its
+    /// counter after the slots it covers and the trailers are not guards
+    /// (they are plain stores of the producing thread).
+    pub fn reading_counter(mut self) -> RingReceiver {
+        self.by_stamps = false;
+        self
     }
 
     /// Messages consumed so far.
@@ -448,9 +509,10 @@ impl RingReceiver {
         &self.region
     }
 
-    /// The sender's published counter as seen locally (Acquire).
+    /// The sender's published counter as seen locally (Acquire); in a
+    /// stamped ring read by stamps, the end of the last scan.
     pub fn published(&self) -> u64 {
-        self.region.load_acquire(self.ring)
+        if self.by_stamps { self.scanned.max(self.consumed) } else { self.region.load_acquire(self.ring) }
     }
 
     /// Every new message, in one scan (the receive predicate): validates and
@@ -458,6 +520,9 @@ impl RingReceiver {
     /// `limit`) without consuming them. On a bad header nothing is appended
     /// beyond the last good message and the error is returned.
     pub fn scan(&mut self, limit: u64, out: &mut Vec<MessageMeta>) -> Result<u64, RingError> {
+        if self.by_stamps {
+            return self.scan_stamps(limit, out);
+        }
         let published = self.published();
         if published < self.consumed {
             return Err(RingError::CounterWentBack { published, consumed: self.consumed });
@@ -473,6 +538,38 @@ impl RingReceiver {
         let mut n = 0;
         for k in self.consumed..end {
             out.push(self.meta(k)?);
+            n += 1;
+            self.scanned = self.scanned.max(k + 1);
+        }
+        Ok(n)
+    }
+
+    /// [`scan`](Self::scan) of a stamped ring: message `k` has arrived when
+    /// its header and its trailer both carry `k + 1` (the trailer last: by
+    /// address order, header and payload are then visible). At most a
+    /// window of messages past `consumed` (the slots beyond hold older
+    /// ones). A header claiming an impossible length is an error; any other
+    /// mismatch is a message not (yet) there.
+    fn scan_stamps(&mut self, limit: u64, out: &mut Vec<MessageMeta>) -> Result<u64, RingError> {
+        let end = self.consumed.saturating_add(limit.min(self.layout.window as u64));
+        let mut n = 0;
+        for k in self.consumed..end {
+            let hdr = self.layout.slot_offset(self.ring, k);
+            // The stamp first, then the length word below it: seeing the
+            // new stamp, the load of the length sees the new length.
+            if self.region.load_acquire(hdr + 8) != k.wrapping_add(1) {
+                break;
+            }
+            let word = self.region.load_acquire(hdr);
+            let len = (word & 0xFFFF_FFFF) as usize;
+            if len > self.layout.max_payload {
+                return Err(RingError::BadLength { index: k, len, max: self.layout.max_payload });
+            }
+            let payload_offset = hdr + MESSAGE_HEADER_LEN;
+            if self.region.load_acquire(payload_offset + RingLayout::trailer(len)) != k.wrapping_add(1) {
+                break; // the header is here, the rest of the write is not
+            }
+            out.push(MessageMeta { index: k, flags: (word >> 32) as u32, len, payload_offset });
             n += 1;
             self.scanned = self.scanned.max(k + 1);
         }

@@ -227,3 +227,166 @@ fn a_commit_rings_the_send_path_doorbell() {
     assert_eq!(bell.seq(), before + 1, "a parked send path is woken by the commit");
     bell.cancel(token);
 }
+
+fn setup_stamped(window: usize, max_payload: usize) -> (Vec<Loopback>, RingLayout) {
+    let layout = RingLayout::new(window, max_payload).with_stamps(true);
+    (loopback_group(2, BASE + layout.set_len(2)), layout)
+}
+
+/// A stamped ring's batch is its data writes alone (the trailer of its
+/// last message included), and the receiver finds the messages by their
+/// stamps with the counter never written; a wrapping batch is two writes.
+#[test]
+fn a_stamped_batch_is_one_write_without_a_counter() {
+    let (mut f, l) = setup_stamped(4, 100);
+    assert_eq!(l.slot_size(), RingLayout::new(4, 100).slot_size(), "stamps cost no slot space");
+    let ring0 = l.ring_offset(BASE, 0);
+    let (p, mut sp) = sender(f[0].region().clone(), ring0, l);
+    let mut rx = RingReceiver::new(f[1].region().clone(), ring0, l);
+    for i in 0..3u8 {
+        assert!(send(&p, &[i; 10]));
+    }
+    let plan = sp.plan(u64::MAX).unwrap();
+    assert_eq!(plan.guard, None);
+    assert_eq!(plan.data[0].unwrap(), (ring0 + 64, 2 * l.slot_size() + 64 + 16 + 8), "ends at the trailer");
+    assert_eq!(SendPath::post(&plan, &mut f[0], &[1]).unwrap(), 1, "one write");
+    assert_eq!(f[1].region().load_acquire(ring0), 0, "no counter reached the receiver");
+    let mut metas = Vec::new();
+    assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 3);
+    assert_eq!(rx.published(), 3);
+    for (i, m) in metas.iter().enumerate() {
+        assert_eq!((m.index, m.len), (i as u64, 10));
+        assert_eq!(rx.payload(m), &[i as u8; 10]);
+    }
+    rx.consume(3);
+    sp.set_reclaimable(3);
+    for i in 3..7u8 {
+        assert!(send(&p, &[i; 10]));
+    }
+    let plan = sp.plan(u64::MAX).unwrap();
+    assert_eq!(plan.writes().count(), 2, "wrapped: two data writes, no counter");
+    SendPath::post(&plan, &mut f[0], &[1]).unwrap();
+    metas.clear();
+    assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 4);
+    assert_eq!(metas.iter().map(|m| rx.payload(m)[0]).collect::<Vec<_>>(), vec![3, 4, 5, 6]);
+    // Nothing more: the next slot holds message 3's stamp, not message 7's.
+    rx.consume(4);
+    metas.clear();
+    assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 0);
+}
+
+/// A message whose header arrived but whose trailer did not (a write
+/// landing in address order, seen half-way) is not there yet; once the
+/// trailer lands, it is. A header claiming an impossible length is an
+/// error that consumes nothing.
+#[test]
+fn a_stamped_message_counts_only_once_its_trailer_landed() {
+    let (f, l) = setup_stamped(4, 64);
+    let ring0 = l.ring_offset(BASE, 0);
+    let (p, mut sp) = sender(f[0].region().clone(), ring0, l);
+    let mut rx = RingReceiver::new(f[1].region().clone(), ring0, l);
+    assert!(send(&p, &[7; 40]));
+    let plan = sp.plan(u64::MAX).unwrap();
+    let (off, len) = plan.data[0].unwrap();
+    let (src, dst) = (f[0].region(), f[1].region());
+    let copy = |from: usize, to: usize| {
+        // SAFETY: in-bounds ranges of two distinct heap regions.
+        unsafe { ordo_fabric::copy_untorn(dst.as_ptr().add(from), src.as_ptr().add(from), to - from) }
+    };
+    let mut metas = Vec::new();
+    // Header and half the payload.
+    copy(off, off + 64 + 24);
+    assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 0, "no trailer yet");
+    // Everything but the trailer.
+    copy(off, off + len - 8);
+    assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 0, "no trailer yet");
+    copy(off, off + len);
+    assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 1);
+    assert_eq!(rx.payload(&metas[0]), &[7; 40]);
+    rx.consume(1);
+    // A lying header: stamp right, length impossible.
+    let hdr = ring0 + 64 + l.slot_size();
+    dst.atomic_u64(hdr).store(1000, std::sync::atomic::Ordering::Relaxed);
+    dst.atomic_u64(hdr + 8).store(2, std::sync::atomic::Ordering::Relaxed);
+    metas.clear();
+    assert_eq!(rx.scan(u64::MAX, &mut metas), Err(RingError::BadLength { index: 1, len: 1000, max: 64 }));
+    assert!(metas.is_empty());
+    assert_eq!(rx.consumed(), 1);
+}
+
+/// Under a concurrent copier that lands each batch ascending, word by
+/// word (what shm and tcp do), a stamped receiver never returns a message
+/// whose payload is not complete: every payload is its index repeated.
+/// (On a fabric without address order this could fail; the engines use
+/// stamps only where `Fabric::address_ordered` says so.)
+#[test]
+fn a_stamped_receiver_never_sees_a_torn_message_under_a_concurrent_copier() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, mpsc};
+    let l = RingLayout::new(8, 512).with_stamps(true);
+    let (src, dst) = (Region::new_heap(BASE + l.set_len(1)), Region::new_heap(BASE + l.set_len(1)));
+    let ring0 = l.ring_offset(BASE, 0);
+    let (p, mut sp) = sender(src.clone(), ring0, l);
+    let consumed = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    const N: u64 = 20_000;
+    let (tx, rx_plans) = mpsc::channel::<Vec<(usize, usize)>>();
+    // The "fabric": copies each write ascending, in posting order.
+    let copier = {
+        let (src, dst) = (src.clone(), dst.clone());
+        std::thread::spawn(move || {
+            for writes in rx_plans {
+                for (off, len) in writes {
+                    // SAFETY: in-bounds ranges of two distinct regions.
+                    unsafe { ordo_fabric::copy_untorn(dst.as_ptr().add(off), src.as_ptr().add(off), len) };
+                }
+            }
+        })
+    };
+    let reader = {
+        let (dst, consumed, done) = (dst.clone(), consumed.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut rx = RingReceiver::new(dst, ring0, l);
+            let mut metas = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while rx.consumed() < N {
+                assert!(std::time::Instant::now() < deadline, "reader stuck at {}", rx.consumed());
+                metas.clear();
+                let n = rx.scan(u64::MAX, &mut metas).expect("well-formed");
+                for m in &metas {
+                    let want = (m.index % 251) as u8;
+                    let len = 8 + (m.index as usize * 37) % 500;
+                    assert_eq!(m.len, len, "message {}: length", m.index);
+                    assert!(rx.payload(m).iter().all(|b| *b == want), "message {} torn", m.index);
+                }
+                rx.consume(n);
+                consumed.store(rx.consumed(), Ordering::Release);
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut sent = 0u64;
+    while !done.load(Ordering::Acquire) {
+        assert!(std::time::Instant::now() < deadline, "writer stuck at {sent}");
+        sp.set_reclaimable(consumed.load(Ordering::Acquire).min(sp.published()));
+        while sent < N {
+            let Some(mut g) = p.try_acquire() else { break };
+            let len = 8 + (sent as usize * 37) % 500;
+            g.payload()[..len].fill((sent % 251) as u8);
+            g.commit(len, 0);
+            sent += 1;
+        }
+        if let Some(plan) = sp.plan(u64::MAX) {
+            assert_eq!(plan.guard, None);
+            tx.send(plan.writes().collect()).expect("copier alive");
+        }
+        std::thread::yield_now();
+    }
+    drop(tx);
+    reader.join().expect("reader");
+    copier.join().expect("copier");
+}
