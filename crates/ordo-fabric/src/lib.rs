@@ -46,8 +46,12 @@
 //!    and loopback store with [`copy_untorn`], ascending, so on x86-64
 //!    (TSO) they say yes; the simulator lands a write at once. RDMA does not
 //!    promise it (Derecho issue #47), so a guard in the same write is only
-//!    safe where this holds — what one write per batch (a slot carrying its
-//!    own stamp) would rest on.
+//!    safe where this holds — what `ordo-ring`'s stamped rings (one write
+//!    per batch, each slot carrying its own stamp) rest on. A backend that
+//!    says yes also takes a write's bytes from the source region before the
+//!    post returns (shm copies them, tcp into its send buffer, the
+//!    simulator snapshots them): a stamp the source stores later can never
+//!    land ahead of the write that carries the stamp's message.
 //! 9. **Zero-copy on one host** (a capability, not a guarantee):
 //!    [`Fabric::peer_region`] gives, where the backend can, a peer's *own*
 //!    region as this member can read it (shm: the peer's file mapping; the
@@ -275,8 +279,8 @@ pub trait Fabric {
     }
 
     /// Whether the bytes of one write become visible at a peer in
-    /// ascending address order (capability 8; default `false`: not
-    /// promised).
+    /// ascending address order, and are taken from the source region before
+    /// the post returns (capability 8; default `false`: not promised).
     fn address_ordered(&self) -> bool {
         false
     }
