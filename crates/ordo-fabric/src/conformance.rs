@@ -15,7 +15,7 @@
 //! | [`rejects_bad_posts`] | out-of-range and unknown-peer posts fail and change nothing |
 //! | [`batched_publish`] | 7: data and guard posted as one batch publish like two posts, concurrently |
 //! | [`batch_stops_at_a_bad_range`] | 7: a batch posts exactly the ranges before a bad one |
-//! | [`address_order_within_a_write`] | 8 (where claimed): a reader that sees a write's last word sees every word below it |
+//! | [`address_order_within_a_write`] | 8 (where claimed): a reader that sees a write's last word sees every word below it; bytes stored after the post never land |
 //!
 //! Multi-process checks (SIGKILL of a peer process) need a binary to spawn and
 //! live in the `ordo` package's integration tests; the tcp backend's
@@ -380,6 +380,9 @@ pub fn address_order_within_a_write<H: Harness>(h: &mut H) {
             }
             f.region().write_bytes(0, &b);
             post_retrying(f, Write::new(1, 0, WORDS * 8), &mut events).unwrap();
+            // The bytes were taken at post time: what the source holds
+            // from now on must never land.
+            f.region().write_bytes(0, &vec![0xFF; WORDS * 8]);
             v += 1;
             f.poll_events(&mut events);
             v > ROUNDS
@@ -390,16 +393,19 @@ pub fn address_order_within_a_write<H: Harness>(h: &mut H) {
         Box::new(move |f| {
             let r = f.region();
             let top = r.load_acquire((WORDS - 1) * 8);
+            assert_ne!(top, u64::MAX, "bytes stored after the post landed: not taken at post time");
             assert!(top >= last_seen, "the last word went back from {last_seen} to {top}");
             last_seen = top;
             // The first word right away (the widest window), then the rest.
             let first = r.load_acquire(0);
+            assert_ne!(first, u64::MAX, "bytes stored after the post landed: not taken at post time");
             assert!(
                 first >= top,
                 "word 0 holds {first} below the write's last word {top}: not address-ordered"
             );
             for k in (1..WORDS - 1).rev() {
                 let w = r.load_acquire(k * 8);
+                assert_ne!(w, u64::MAX, "bytes stored after the post landed: not taken at post time");
                 assert!(
                     w >= top,
                     "word {k} holds {w} below the write's last word {top}: not address-ordered"
