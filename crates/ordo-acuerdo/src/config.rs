@@ -98,6 +98,13 @@ pub struct Config {
     /// been slow, not forgetful. Off (default): state is in memory only, as
     /// in the paper.
     pub durable: bool,
+    /// Stamped rings (on by default): where the fabric is address-ordered
+    /// ([`ordo_fabric::Fabric::address_ordered`]; the driver turns this off
+    /// where it is not), a ring batch is one write — each slot's trailer
+    /// stamp is its guard — instead of data plus a counter write (see
+    /// `ordo_ring`, "Stamped rings"). Every member must agree (a group on
+    /// one backend and one architecture does).
+    pub ring_stamps: bool,
 }
 
 impl Config {
@@ -116,6 +123,7 @@ impl Config {
             commit_push_interval_ns: 10_000,
             log_gc: true,
             durable: false,
+            ring_stamps: true,
         }
     }
 
@@ -269,7 +277,8 @@ impl Layout {
         let row_used = last.offset + last.len;
         let sst = b.build();
         let sst_len = sst.table_len(n);
-        let ring = RingLayout::new(cfg.window, cfg.max_payload + WIRE_HEADER_LEN);
+        let ring =
+            RingLayout::new(cfg.window, cfg.max_payload + WIRE_HEADER_LEN).with_stamps(cfg.ring_stamps);
         let rings_base = sst_len.next_multiple_of(64);
         let region_len = rings_base + ring.set_len(n * n);
         Layout { sst, columns, row_used, ack_push, sst_len, ring, rings_base, region_len, n }

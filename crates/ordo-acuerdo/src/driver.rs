@@ -92,8 +92,16 @@ impl<F: Fabric> AcuerdoDriver<F> {
     /// The driver of `cfg.me` over `fabric` (whose region must be zeroed and
     /// at least [`crate::Layout::region_len`] bytes). A suspected peer is
     /// retried every `reconnect_interval_ns` (0: on every event poll).
-    pub fn new(fabric: F, cfg: Config, now_ns: u64, reconnect_interval_ns: u64) -> Result<Self, ConfigError> {
+    /// Stamped rings ([`Config::ring_stamps`]) only where the fabric is
+    /// address-ordered.
+    pub fn new(
+        fabric: F,
+        mut cfg: Config,
+        now_ns: u64,
+        reconnect_interval_ns: u64,
+    ) -> Result<Self, ConfigError> {
         assert_eq!(fabric.member(), cfg.me, "the fabric endpoint is not cfg.me's");
+        cfg.ring_stamps &= fabric.address_ordered();
         let engine = Engine::new(cfg, fabric.region().clone(), now_ns)?;
         Ok(AcuerdoDriver {
             peers: engine.peers(),
@@ -121,6 +129,8 @@ impl<F: Fabric> AcuerdoDriver<F> {
         recovered: crate::Recovered,
     ) -> Result<Self, ConfigError> {
         assert_eq!(fabric.member(), cfg.me, "the fabric endpoint is not cfg.me's");
+        let mut cfg = cfg;
+        cfg.ring_stamps &= fabric.address_ordered();
         let engine = Engine::recover(cfg, fabric.region().clone(), now_ns, recovered)?;
         let mut d = Self::new(fabric, engine.config().clone(), now_ns, reconnect_interval_ns)?;
         d.peers = engine.peers();

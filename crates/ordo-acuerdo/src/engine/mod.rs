@@ -791,24 +791,36 @@ mod tests {
     }
 
     /// The first poll starts a ring session per peer (zero the receiver's
-    /// counter, then the row carrying the new session number), votes, and
-    /// pushes the row (vote, heartbeat) to everyone; no ring data yet.
+    /// counter — and, stamped, its slots — then the row carrying the new
+    /// session number), votes, and pushes the row (vote, heartbeat) to
+    /// everyone; no ring data yet.
     #[test]
     fn first_poll_effects() {
+        for stamped in [false, true] {
+            let cfg = Config { ring_stamps: stamped, ..Config::new(vec![0, 1, 2], 1) };
+            let region = Region::new_heap(Layout::new(&cfg).region_len);
+            let mut e = Engine::new(cfg, region, 0).expect("valid");
+            let mut fx = Effects::default();
+            let work = e.poll(0, &mut fx, &mut |_: Header, _: &[u8]| panic!("nothing to deliver"));
+            assert!(work > 0);
+            let l = e.layout().clone();
+            let row = Push { to: Target::All, offset: l.sst.row_stride(), len: l.row_used };
+            let slots = l.ring.window * l.ring.slot_size();
+            let mut expected = Vec::new();
+            for peer in [0, 2] {
+                let ring = l.ring_offset(1, peer as usize);
+                expected.push(Push { to: Target::Peer(peer), offset: ring, len: 8 });
+                if stamped {
+                    expected.push(Push { to: Target::Peer(peer), offset: ring + 64, len: slots });
+                }
+                expected.push(Push { to: Target::Peer(peer), ..row });
+            }
+            expected.push(row);
+            assert_eq!(fx.pushes, expected, "stamped: {stamped}");
+        }
         let mut e = engine(1);
         let mut fx = Effects::default();
-        let work = e.poll(0, &mut fx, &mut |_: Header, _: &[u8]| panic!("nothing to deliver"));
-        assert!(work > 0);
-        let l = e.layout().clone();
-        let row = Push { to: Target::All, offset: l.sst.row_stride(), len: l.row_used };
-        let expected = vec![
-            Push { to: Target::Peer(0), offset: l.ring_offset(1, 0), len: 8 },
-            Push { to: Target::Peer(0), ..row },
-            Push { to: Target::Peer(2), offset: l.ring_offset(1, 2), len: 8 },
-            Push { to: Target::Peer(2), ..row },
-            row,
-        ];
-        assert_eq!(fx.pushes, expected);
+        e.poll(0, &mut fx, &mut |_: Header, _: &[u8]| panic!("nothing to deliver"));
         assert_eq!(fx.notes, vec![Note::Voted(Vote { e_new: Epoch::new(0, 1), acpt: Header::NONE })]);
         assert_eq!(fx.wake_at_ns, Some(e.config().heartbeat_interval_ns));
         assert_eq!(e.broadcast(b"x"), Err(BroadcastError::NotLeader { leader: None }));
@@ -884,6 +896,98 @@ mod tests {
             assert!(d.windows(2).all(|w| w[0].0 < w[1].0), "headers not increasing");
         }
         assert!(engines.iter().all(|e| e.log_floor() > Header::NONE));
+    }
+
+    /// Stamped rings restart their indices with every ring session, so a
+    /// reset zeroes the receiver's copy of the ring (slots included) in the
+    /// poll that starts the session, ahead of the row announcing it; the
+    /// group then goes on delivering in order over the new session.
+    #[test]
+    fn a_stamped_ring_reset_zeroes_the_receivers_copy() {
+        let members: Vec<MemberId> = vec![0, 1, 2];
+        let mut engines: Vec<Engine> = members
+            .iter()
+            .map(|&me| {
+                let cfg = Config::new(members.clone(), me);
+                assert!(cfg.ring_stamps, "stamped by default");
+                let region = Region::new_heap(Layout::new(&cfg).region_len);
+                Engine::new(cfg, region, 0).expect("valid")
+            })
+            .collect();
+        let mut delivered: Vec<Vec<u64>> = vec![Vec::new(); 3];
+        let (mut sent, mut now) = (0u64, 0u64);
+        // One lockstep round: every engine polls, its pushes land at once.
+        let round = |engines: &mut Vec<Engine>,
+                     delivered: &mut Vec<Vec<u64>>,
+                     sent: &mut u64,
+                     now: &mut u64,
+                     limit: u64| {
+            *now += 1_000;
+            let mut fx = Effects::default();
+            let mut buf = Vec::new();
+            for i in 0..engines.len() {
+                while engines[i].role() == Role::Leader
+                    && *sent < limit
+                    && engines[i].broadcast(&sent.to_le_bytes()).is_ok()
+                {
+                    *sent += 1;
+                }
+                fx.clear();
+                let sink = &mut delivered[i];
+                engines[i].poll(*now, &mut fx, &mut |_: Header, p: &[u8]| {
+                    sink.push(u64::from_le_bytes(p.try_into().expect("8 bytes")))
+                });
+                for push in &fx.pushes {
+                    buf.resize(push.len, 0);
+                    engines[i].region.read_bytes(push.offset, &mut buf);
+                    for (j, e) in engines.iter().enumerate() {
+                        if match push.to {
+                            Target::All => j != i,
+                            Target::Peer(m) => e.member() == m,
+                        } {
+                            e.region.write_bytes(push.offset, &buf);
+                        }
+                    }
+                }
+            }
+        };
+        while delivered.iter().any(|d| d.len() < 40) {
+            round(&mut engines, &mut delivered, &mut sent, &mut now, 40);
+            assert!(now < 1_000_000_000, "no progress");
+        }
+        let leader = engines.iter().position(|e| e.role() == Role::Leader).expect("a leader");
+        let follower = (leader + 1) % 3;
+        let l = engines[leader].layout().clone();
+        let ring = l.ring_offset(leader, follower);
+        let slots = |e: &Engine| {
+            let mut b = vec![0u8; l.ring.window * l.ring.slot_size()];
+            e.region.read_bytes(ring + 64, &mut b);
+            b
+        };
+        assert!(slots(&engines[follower]).iter().any(|b| *b != 0), "the ring carried messages");
+        engines[leader].on_link_reset(follower as MemberId);
+        let mut fx = Effects::default();
+        engines[leader].poll(now + 1, &mut fx, &mut |_: Header, _: &[u8]| {});
+        let to_follower: Vec<&Push> =
+            fx.pushes.iter().filter(|p| p.to == Target::Peer(follower as MemberId)).collect();
+        let zeroing = to_follower.iter().position(|p| p.offset == ring + 64).expect("the slots are zeroed");
+        let row = to_follower.iter().position(|p| p.offset == l.sst.row_stride() * leader).expect("the row");
+        assert!(zeroing < row, "zeroed before the session is announced");
+        for p in &fx.pushes {
+            let mut buf = vec![0u8; p.len];
+            engines[leader].region.read_bytes(p.offset, &mut buf);
+            if p.to != Target::Peer(((leader + 2) % 3) as MemberId) {
+                engines[follower].region.write_bytes(p.offset, &buf);
+            }
+        }
+        assert!(slots(&engines[follower]).iter().all(|b| *b == 0), "no stamp of the old session is left");
+        while delivered.iter().any(|d| d.len() < 80) {
+            round(&mut engines, &mut delivered, &mut sent, &mut now, 80);
+            assert!(now < 2_000_000_000, "no progress after the reset");
+        }
+        for d in &delivered {
+            assert!(d.iter().copied().eq(0..d.len() as u64), "delivered in order, once");
+        }
     }
 
     #[test]

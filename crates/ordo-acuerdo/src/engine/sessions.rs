@@ -8,7 +8,9 @@
 //! # Invariants
 //! - A new session zeroes the ring's counter at the receiver *before* its
 //!   number reaches it (the counter write is pushed first), so a receiver
-//!   that sees the new session sees no old counter.
+//!   that sees the new session sees no old counter; a stamped ring's slots
+//!   are zeroed the same way, so no older session's stamp is left to pass
+//!   for a new message (indices restart at 0).
 //! - A receiver consumes only slots of the session it follows, and follows
 //!   a new session from an empty ring, dropping anything half-staged.
 //! - Nothing is planned on a ring in the poll that reset it (`quiet`).
@@ -18,10 +20,15 @@ use super::wire::{Wire, parse};
 use super::{Effects, Push, Role, Stream, Target};
 use ordo_ring::RingReceiver;
 
+/// Largest write zeroing a stamped ring at a session reset (whole slots).
+const ZERO_WRITE_MAX: usize = 64 << 10;
+
 impl Engine {
     /// Starts the ring sessions asked for: a fresh ring whose counter is
     /// zeroed at the receiver *before* the new session number reaches it
     /// (so a receiver that sees the new session sees no old counter).
+    /// A stamped ring (`Layout::ring.stamped`) is also zeroed at the
+    /// receiver, in the same way.
     pub(super) fn reset_links(&mut self, fx: &mut Effects) -> usize {
         let mut work = 0;
         for row in 0..self.out.len() {
@@ -43,6 +50,27 @@ impl Engine {
             let (session, peer) = (link.session, link.peer);
             self.store(self.layout.columns.ring_session, row, u64::from(session));
             fx.pushes.push(Push { to: Target::Peer(peer), offset: ring, len: 8 });
+            if self.layout.ring.stamped {
+                // Indices restart at 0: the receiver's copy must hold no
+                // stamp of an older session (a stale trailer could pass for
+                // a new message's), so the whole ring goes out zeroed, ahead
+                // of the row that announces the session (`ordo_ring`,
+                // "Stamped rings"). In writes of whole slots, at most
+                // 64 KiB each (or one slot): within any fabric's write
+                // limit that carries the ring's messages.
+                let slot = self.layout.ring.slot_size();
+                let per_write = (ZERO_WRITE_MAX / slot).max(1);
+                let slots = ring + ordo_ring::RING_HEADER_LEN;
+                self.region.write_bytes(slots, &vec![0; self.layout.ring.window * slot]);
+                for first in (0..self.layout.ring.window).step_by(per_write) {
+                    let n = per_write.min(self.layout.ring.window - first);
+                    fx.pushes.push(Push {
+                        to: Target::Peer(peer),
+                        offset: slots + first * slot,
+                        len: n * slot,
+                    });
+                }
+            }
             fx.pushes.push(self.row_push(Target::Peer(peer)));
             let stream = if self.role == Role::Leader { self.diff_stream(row, false) } else { Stream::Idle };
             let request = self.load(row, self.layout.columns.diff_request, 0);
