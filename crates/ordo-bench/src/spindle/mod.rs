@@ -170,6 +170,11 @@ pub struct Point {
     /// The application copies into the slot on send and out of the ring on
     /// delivery (Fig. 15) instead of working in place.
     pub memcpy: bool,
+    /// Latency counts only each sender's delivery of its own messages (the
+    /// moment its message is ordered and stable: what a sender, or a
+    /// client at an Acuerdo leader, waits for), not every member's
+    /// delivery. The Acuerdo comparison measures this way.
+    pub latency_at_sender: bool,
 }
 
 impl Point {
@@ -186,6 +191,7 @@ impl Point {
             delayed: 0,
             delay: Delay::None,
             memcpy: false,
+            latency_at_sender: false,
         }
     }
 
@@ -201,8 +207,9 @@ pub struct Measurement {
     pub throughput_bytes_per_s: f64,
     /// Delivered messages per member per second inside the window.
     pub messages_per_s: f64,
-    /// Send-to-delivery p50, ns (None below 8-byte messages or with no
-    /// delivery in the window).
+    /// Send-to-delivery p50, ns, over every member's deliveries (or, with
+    /// [`Point::latency_at_sender`], each sender's own); None below 8-byte
+    /// messages or with no delivery in the window.
     pub latency_ns_p50: Option<u64>,
     /// p99, ns.
     pub latency_ns_p99: Option<u64>,

@@ -204,7 +204,8 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
             messages: AtomicU64::new(0),
             latency: Mutex::new(Histogram::new(3).expect("histogram")),
         });
-        let delivery = delivery(live.clone(), p.size, p.memcpy);
+        let own = p.latency_at_sender.then_some(i as MemberId);
+        let delivery = delivery(live.clone(), p.size, p.memcpy, own);
         let (member, handles, _) =
             VsyncMember::new(fabric, group.clone(), delivery).map_err(|e| e.to_string())?;
         counters.push(member.counters());
@@ -326,7 +327,10 @@ pub(super) fn histogram_diff(later: &BatchHistogram, earlier: &BatchHistogram) -
     d
 }
 
-pub(super) fn delivery(live: Arc<Live>, size: usize, memcpy: bool) -> Delivery {
+/// The delivery handler of one member: counts bytes and messages, and
+/// records send-to-delivery latency — of every message, or, with `own`
+/// set, only of the messages that member sent.
+pub(super) fn delivery(live: Arc<Live>, size: usize, memcpy: bool, own: Option<MemberId>) -> Delivery {
     let mut copy = vec![0u8; if memcpy { size } else { 0 }];
     Delivery::Inline(Box::new(move |batch| {
         let now = monotonic_ns();
@@ -343,8 +347,10 @@ pub(super) fn delivery(live: Arc<Live>, size: usize, memcpy: bool) -> Delivery {
         if size >= 8 {
             let mut h = live.latency.lock().unwrap_or_else(|p| p.into_inner());
             for d in batch {
-                let sent = u64::from_le_bytes(d.payload[..8].try_into().expect("8-byte stamp"));
-                let _ = h.record(now.saturating_sub(sent).max(1));
+                if own.is_none_or(|me| d.sender == me) {
+                    let sent = u64::from_le_bytes(d.payload[..8].try_into().expect("8-byte stamp"));
+                    let _ = h.record(now.saturating_sub(sent).max(1));
+                }
                 bytes += d.payload.len() as u64;
             }
         } else {
