@@ -71,6 +71,14 @@ pub struct Switches {
     /// Slot reuse already waits for delivery at every member. Off by
     /// default; a fixed group only (`VsyncMember`): views copy.
     pub zero_copy: bool,
+    /// Not in the paper (its §III-A sends data, then the counter): where the
+    /// fabric is address-ordered (`Fabric::address_ordered`; the driver
+    /// turns this off where it is not), each ring slot carries a trailer
+    /// stamp that is its own guard and a send push is one write — no
+    /// counter write (`ordo_ring`, "Stamped rings"). On in Spindle, off in
+    /// the baseline. Every member must agree (one backend, one
+    /// architecture).
+    pub stamped_slots: bool,
 }
 
 impl Switches {
@@ -84,6 +92,7 @@ impl Switches {
         lock_free_send: true,
         batched_upcall: true,
         zero_copy: false,
+        stamped_slots: true,
     };
 
     /// Every optimization off: the baseline of spindle §IV.
@@ -96,6 +105,7 @@ impl Switches {
         lock_free_send: false,
         batched_upcall: false,
         zero_copy: false,
+        stamped_slots: false,
     };
 }
 

@@ -63,7 +63,9 @@ impl<S: DeliverySink + ?Sized> DeliverySink for OneByOne<'_, S> {
 impl<F: Fabric> VsyncDriver<F> {
     /// The driver of `fabric.member()` in `group`, and a send handle for
     /// every subgroup the member sends in (`None` elsewhere).
-    pub fn new(fabric: F, group: GroupConfig) -> Result<(Self, Vec<Option<Sender>>), ConfigError> {
+    pub fn new(fabric: F, mut group: GroupConfig) -> Result<(Self, Vec<Option<Sender>>), ConfigError> {
+        // Stamped slots only where the fabric is address-ordered.
+        group.switches.stamped_slots &= fabric.address_ordered();
         let batched_upcall = group.switches.batched_upcall;
         let (engine, senders) =
             Engine::with_peer_regions(group, fabric.member(), fabric.region().clone(), |p| {

@@ -360,8 +360,15 @@ impl Engine {
                 declared_inactive,
                 extra_rounds: 0,
                 null_target: 0,
+                // A stamped ring's copy is read by its stamps; a ring read
+                // in its sender's own mapping (the own ring; zero-copy) by
+                // its counter, which covers only what the send predicate
+                // published.
                 receivers: (0..n)
-                    .map(|r| RingReceiver::new(ring_region(s.senders[r]), layout.ring(g, r), layout.rings[g]))
+                    .map(|r| {
+                        let rx = RingReceiver::new(ring_region(s.senders[r]), layout.ring(g, r), layout.rings[g]);
+                        if Some(r) == my_rank || peers.is_some() { rx.reading_counter() } else { rx }
+                    })
                     .collect(),
                 rounds: vec![0; n],
                 pending: (0..n).map(|_| VecDeque::with_capacity(s.window)).collect(),

@@ -78,7 +78,7 @@ impl GroupLayout {
         let mut rings = Vec::new();
         let mut ring_bases = Vec::new();
         for s in &cfg.subgroups {
-            let ring = RingLayout::new(s.window, s.max_payload);
+            let ring = RingLayout::new(s.window, s.max_payload).with_stamps(cfg.switches.stamped_slots);
             rings.push(ring);
             ring_bases.push(offset);
             offset += ring.set_len(s.senders.len());

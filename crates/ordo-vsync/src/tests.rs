@@ -355,17 +355,22 @@ fn a_wedged_member_stops_sending_and_delivering() {
 
 #[test]
 fn a_peer_writing_garbage_into_its_ring_is_a_fault_not_a_panic() {
-    let mut nodes = group(cfg(2, &[0, 1], 4, Switches::SPINDLE));
-    let ring = nodes[0].engine.layout().ring(0, 1);
-    let r = nodes[0].fabric.region().clone();
-    // "Member 1" claims a message whose header says 1 MB.
-    r.atomic_u64(ring + 64).store(1 << 20, std::sync::atomic::Ordering::Relaxed);
-    r.store_release(ring, 1);
-    step(&mut nodes);
-    assert_eq!(nodes[0].engine.faults().len(), 1);
-    assert_eq!(nodes[0].engine.faults()[0].sender, 1);
-    step(&mut nodes);
-    assert_eq!(nodes[0].engine.faults().len(), 1, "reported once");
+    for stamped_slots in [false, true] {
+        let mut nodes = group(cfg(2, &[0, 1], 4, Switches { stamped_slots, ..Switches::SPINDLE }));
+        assert_eq!(nodes[0].engine.layout().rings[0].stamped, stamped_slots);
+        let ring = nodes[0].engine.layout().ring(0, 1);
+        let r = nodes[0].fabric.region().clone();
+        // "Member 1" claims message 0 (its stamp; and, counter-guarded, the
+        // counter) with a header that says 1 MB.
+        r.atomic_u64(ring + 64).store(1 << 20, std::sync::atomic::Ordering::Relaxed);
+        r.atomic_u64(ring + 72).store(1, std::sync::atomic::Ordering::Relaxed);
+        r.store_release(ring, 1);
+        step(&mut nodes);
+        assert_eq!(nodes[0].engine.faults().len(), 1, "stamped: {stamped_slots}");
+        assert_eq!(nodes[0].engine.faults()[0].sender, 1);
+        step(&mut nodes);
+        assert_eq!(nodes[0].engine.faults().len(), 1, "reported once");
+    }
 }
 
 #[test]
