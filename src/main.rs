@@ -221,7 +221,7 @@ struct SpindleArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Figures to run, e.g. fig3,fig5 (default: all).
+    /// Figures to run, e.g. fig3,fig5 (default: all; `summary`: only the headline comparisons).
     #[arg(long, value_delimiter = ',')]
     figures: Vec<String>,
     /// Largest group (default: 4 with --quick, 8 otherwise).

@@ -366,7 +366,8 @@ impl Engine {
                 // published.
                 receivers: (0..n)
                     .map(|r| {
-                        let rx = RingReceiver::new(ring_region(s.senders[r]), layout.ring(g, r), layout.rings[g]);
+                        let rx =
+                            RingReceiver::new(ring_region(s.senders[r]), layout.ring(g, r), layout.rings[g]);
                         if Some(r) == my_rank || peers.is_some() { rx.reading_counter() } else { rx }
                     })
                     .collect(),

@@ -67,6 +67,8 @@ pub const FIGURES: [&str; 14] = [
 pub const SIZES: [usize; 4] = [1, 128, 1024, 10 * 1024];
 /// The paper's message size for every other figure.
 pub const SIZE_10K: usize = 10 * 1024;
+/// The small message of the stamped-slot comparison.
+pub const SIZE_SMALL: usize = 100;
 /// The paper's window (slots per sender) for 10 KiB messages.
 pub const WINDOW: usize = 100;
 /// Window sizes of Fig. 6.
@@ -85,7 +87,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct SpindleOptions {
     /// Reduced run (under two minutes): shorter points, at most 4 members.
     pub quick: bool,
-    /// Figures to run (names from [`FIGURES`]); empty: all.
+    /// Figures to run (names from [`FIGURES`]; `summary` alone: none, only
+    /// the headline comparisons); empty: all.
     pub figures: Vec<String>,
     /// Largest group (default 4 with `quick`, 8 otherwise).
     pub max_members: Option<u32>,
@@ -510,8 +513,9 @@ fn jobs(figure: &'static str, members: &[u32], max: u32) -> Vec<Job> {
 pub fn run(opts: &SpindleOptions, mut progress: impl FnMut(&str)) -> Result<SpindleReport, String> {
     let started = Instant::now();
     for f in &opts.figures {
-        if !FIGURES.contains(&f.as_str()) {
-            return Err(format!("unknown figure `{f}`; known: {}", FIGURES.join(",")));
+        // `summary` alone: only the headline comparisons (always run).
+        if !FIGURES.contains(&f.as_str()) && f != "summary" {
+            return Err(format!("unknown figure `{f}`; known: {},summary", FIGURES.join(",")));
         }
     }
     let selected: Vec<&'static str> = FIGURES
@@ -680,8 +684,9 @@ fn row(job: &Job, m: &Measurement) -> Row {
 
 /// The headline comparisons (3 members, 10 KiB): (a) optimized vs baseline;
 /// (b) one of 3 senders delayed 100 µs, optimized with nulls, vs undelayed;
-/// (c) one active subgroup among 10 vs a single subgroup. Each is measured
-/// interleaved, `rounds` rounds ([`crate::noise`]).
+/// (c) one active subgroup among 10 vs a single subgroup; (d) zero-copy vs
+/// copy; (e, f) stamped slots vs a counter write per push, at 10 KiB and
+/// 100 B. Each is measured interleaved, `rounds` rounds ([`crate::noise`]).
 fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) -> Vec<Comparison> {
     let m = 3;
     let opt = Point::simple(m, Pattern::All, SIZE_10K, Switches::SPINDLE);
@@ -689,6 +694,10 @@ fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) ->
     let delayed = Point { delayed: 1, delay: Delay::Every(Duration::from_micros(100)), ..opt.clone() };
     let k10 = Point { subgroups: 10, ..opt.clone() };
     let zero_copy = Point { switches: Switches { zero_copy: true, ..Switches::SPINDLE }, ..opt.clone() };
+    let counter = Switches { stamped_slots: false, ..Switches::SPINDLE };
+    let unstamped = Point { switches: counter, ..opt.clone() };
+    let small = Point::simple(m, Pattern::All, SIZE_SMALL, Switches::SPINDLE);
+    let small_unstamped = Point { switches: counter, ..small.clone() };
     let comparisons = [
         ("(a) all senders, optimized / baseline", ("baseline", &base), ("optimized", &opt)),
         (
@@ -701,6 +710,12 @@ fn summary(bench: &mut Bench, rounds: usize, progress: &mut impl FnMut(&str)) ->
             "(d) zero-copy / copy (rings read in the senders' mappings)",
             ("copy", &opt),
             ("zero-copy", &zero_copy),
+        ),
+        ("(e) stamped slots / a counter write per push (10 KiB)", ("counter", &unstamped), ("stamped", &opt)),
+        (
+            "(f) stamped slots / a counter write per push (100 B)",
+            ("counter", &small_unstamped),
+            ("stamped", &small),
         ),
     ];
     let retry = Retry { attempts: MAX_ATTEMPTS, pause: bench.plan.duration };
