@@ -63,6 +63,7 @@ pub mod disk;
 mod handler;
 pub mod header;
 pub mod kv;
+mod mmsg;
 pub mod node;
 pub mod raft;
 pub mod reassembly;

@@ -37,6 +37,7 @@ pub use crate::handler::{
 use crate::core::{CoreConfig, DEFAULT_REMOTE_QUEUE_DEPTH, Executor, InlineExecutor, ServerCore, Transport};
 use crate::handler::Sink;
 use crate::header::{HEADER_SIZE, MAX_DATAGRAM};
+use crate::mmsg::{Flushed, RecvBatch, SendQueue};
 use crate::reassembly::ReassemblyConfig;
 use crate::replication::Replication;
 use crate::stats::{Counters, Stats};
@@ -269,10 +270,10 @@ impl Server {
             recv_batch: config.recv_batch,
             core,
             executor,
-            net: UdpTransport { socket },
+            net: UdpTransport { socket, queue: SendQueue::new(SEND_BATCH), counters: counters.clone() },
             poll,
             events: Events::with_capacity(8),
-            recv_buf: vec![0u8; MAX_DATAGRAM + 1],
+            batch: RecvBatch::new(config.recv_batch.min(RECV_BATCH_BUFFERS), MAX_DATAGRAM + 1),
             stop: stop.clone(),
             wake: wake.clone(),
             now_ns: 0,
@@ -355,6 +356,10 @@ struct Worker {
 
 /// Jobs a worker runs per duty cycle before its runner looks around.
 const WORKER_BATCH: usize = 64;
+/// Receive buffers of the network thread (each holds a whole datagram).
+const RECV_BATCH_BUFFERS: usize = 16;
+/// Datagrams a turn queues before its `sendmmsg` goes out early.
+const SEND_BATCH: usize = 64;
 
 impl Agent for Worker {
     fn name(&self) -> &str {
@@ -468,14 +473,32 @@ impl Executor for Handlers {
     }
 }
 
-/// The UDP socket as the core's [`Transport`].
+/// The UDP socket as the core's [`Transport`]: datagrams are queued and
+/// leave in one `sendmmsg` per loop turn ([`crate::mmsg`]).
 struct UdpTransport {
     socket: UdpSocket,
+    queue: SendQueue,
+    counters: Arc<Counters>,
+}
+
+impl UdpTransport {
+    /// Sends what the turn queued; datagrams the kernel refused are counted.
+    fn flush(&mut self) -> usize {
+        let f = self.queue.flush(&self.socket);
+        self.count(f);
+        f.sent + f.dropped
+    }
+
+    fn count(&self, f: Flushed) {
+        self.counters.drop_send_failed.fetch_add(f.dropped as u64, Ordering::Relaxed);
+    }
 }
 
 impl Transport for UdpTransport {
     fn send_datagram(&mut self, to: SocketAddr, datagram: &[u8]) -> io::Result<()> {
-        send_datagram(&self.socket, datagram, to)
+        let f = self.queue.push(&self.socket, to, datagram);
+        self.count(f);
+        Ok(())
     }
 }
 
@@ -487,7 +510,7 @@ struct NetworkLoop {
     net: UdpTransport,
     poll: Poll,
     events: Events,
-    recv_buf: Vec<u8>,
+    batch: RecvBatch,
     stop: Arc<AtomicBool>,
     wake: Arc<NetWake>,
     /// The time of the last duty cycle (for the park's tick deadline).
@@ -495,23 +518,35 @@ struct NetworkLoop {
 }
 
 impl NetworkLoop {
-    /// Reads up to `recv_batch` datagrams and hands each to the core.
+    /// Reads up to `recv_batch` datagrams (`recvmmsg`, a batch per call)
+    /// and hands each to the core.
     fn receive(&mut self, now_ns: u64) -> usize {
-        let mut work = 0;
-        for _ in 0..self.recv_batch {
-            let (len, from) = match self.net.socket.recv_from(&mut self.recv_buf) {
-                Ok(x) => x,
+        let (mut work, mut read) = (0, 0);
+        while read < self.recv_batch {
+            let n = match self.batch.recv(&self.net.socket) {
+                Ok(0) => break,
+                Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // E.g. ICMP port unreachable surfacing as ECONNREFUSED.
                     tracing::debug!(error = %e, "r2p2 recv error");
                     work += 1;
+                    read += 1;
                     continue;
                 }
             };
-            work +=
-                self.core.on_datagram(now_ns, from, &self.recv_buf[..len], &mut self.executor, &mut self.net);
+            read += n;
+            for i in 0..n {
+                match self.batch.get(i) {
+                    Some((from, bytes)) => {
+                        work += self.core.on_datagram(now_ns, from, bytes, &mut self.executor, &mut self.net)
+                    }
+                    None => {
+                        Counters::bump(&self.core.counters().drop_truncated);
+                        work += 1;
+                    }
+                }
+            }
         }
         work
     }
@@ -527,7 +562,13 @@ impl Agent for NetworkLoop {
         self.now_ns = now_ns;
         let mut work = self.receive(now_ns);
         work += self.core.on_timers(now_ns, &mut self.executor, &mut self.net);
-        work + self.core.end_turn(now_ns, &mut self.executor, &mut self.net)
+        work += self.core.end_turn(now_ns, &mut self.executor, &mut self.net);
+        // Everything the turn sent leaves now, in one system call.
+        work + self.net.flush()
+    }
+
+    fn on_close(&mut self) {
+        self.net.flush();
     }
 
     /// Parks in a blocking `mio` poll on the socket, at most until the next

@@ -50,7 +50,9 @@ counters! {
     peer_messages_received,
     /// RAFT messages handed to the socket for peers.
     peer_messages_sent,
-    /// Datagrams sent (all types).
+    /// Datagrams handed to the socket (all types; queued for the turn's
+    /// `sendmmsg`: one the kernel then refuses is also counted in
+    /// `drop_send_failed`).
     datagrams_sent,
     /// Drop: datagram shorter than its header or declared payload.
     drop_truncated,
