@@ -82,6 +82,14 @@ pub struct ServeArgs {
     /// Print a status line this often (seconds; 0: never).
     #[arg(long, default_value_t = 0)]
     status_every: u64,
+    /// SO_BUSY_POLL on the server socket, µs (NAPI devices; no effect on
+    /// loopback; refused without CAP_NET_ADMIN past net.core.busy_read:
+    /// logged, and the server runs without it).
+    #[arg(long)]
+    busy_poll_us: Option<u32>,
+    /// Pin the network thread to this CPU (logged and ignored where refused).
+    #[arg(long)]
+    pin_cpu: Option<usize>,
     #[command(flatten)]
     secrets: ServerSecrets,
 }
@@ -221,6 +229,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         if args.workers == 0 { HandlerMode::NetworkThread } else { HandlerMode::Workers(args.workers) };
     opts.snapshot_interval = args.snapshot_interval;
     opts.initial_voters = args.voters;
+    opts.busy_poll_us = args.busy_poll_us;
+    opts.pin_cpu = args.pin_cpu;
     opts.auth = args.secrets.auth(if args.unreplicated { 1 } else { args.peers.len() })?;
     if let ordo_runtime::IdleStrategy::BackoffPark { park_min, park_max, .. } =
         ordo_runtime::IdleStrategy::DEFAULT

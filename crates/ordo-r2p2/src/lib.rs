@@ -82,6 +82,6 @@ pub use reassembly::{Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use replication::{ClientRef, ReplicatedRequest, Replication, ReplicationAction, ReplicationOutput};
 pub use server::{
     FnHandler, Handler, HandlerMode, Job, Outgoing, RemoteResponder, Responder, ResponseHandle, Server,
-    ServerConfig, SimpleHandler, handler_fn, simple,
+    ServerConfig, SimpleHandler, handler_fn, pin_current_thread, simple,
 };
 pub use stats::Stats;

@@ -120,6 +120,10 @@ pub struct NodeOptions {
     /// default has none: replica traffic is trusted by address and admin
     /// commands are refused.
     pub auth: crate::auth::AuthConfig,
+    /// `SO_BUSY_POLL` on the server socket, µs ([`ServerConfig::busy_poll_us`]).
+    pub busy_poll_us: Option<u32>,
+    /// Pin the network thread to this CPU ([`ServerConfig::pin_cpu`]).
+    pub pin_cpu: Option<usize>,
 }
 
 impl NodeOptions {
@@ -137,6 +141,8 @@ impl NodeOptions {
             idle: IdleStrategy::DEFAULT,
             initial_voters: None,
             auth: crate::auth::AuthConfig::default(),
+            busy_poll_us: None,
+            pin_cpu: None,
         }
     }
 }
@@ -181,6 +187,8 @@ pub fn start_node(opts: &NodeOptions) -> io::Result<RunningNode> {
         peers: if opts.replicated { opts.peers.clone() } else { Vec::new() },
         node_id: opts.id as u64,
         auth: opts.auth.clone(),
+        busy_poll_us: opts.busy_poll_us,
+        pin_cpu: opts.pin_cpu,
         ..ServerConfig::default()
     };
     if opts.replicated && opts.peers.len() > 1 && opts.auth.cluster.is_none() {

@@ -99,6 +99,15 @@ pub struct ServerConfig {
     pub socket_buffer_bytes: Option<usize>,
     /// Secrets and what must be authenticated ([`crate::auth`]).
     pub auth: crate::auth::AuthConfig,
+    /// `SO_BUSY_POLL` on the socket, µs: a receive with nothing queued
+    /// polls the device queue this long before sleeping (NAPI devices only:
+    /// no effect on loopback; raising it past `net.core.busy_read` needs
+    /// `CAP_NET_ADMIN`, and where it is refused the server logs that and
+    /// runs without it). `None`: not set.
+    pub busy_poll_us: Option<u32>,
+    /// Pin the network thread to this CPU (`sched_setaffinity`; where it is
+    /// refused the server logs that and runs unpinned). `None`: not pinned.
+    pub pin_cpu: Option<usize>,
 }
 
 impl ServerConfig {
@@ -133,6 +142,8 @@ impl Default for ServerConfig {
             recv_batch: 64,
             socket_buffer_bytes: Some(4 << 20),
             auth: crate::auth::AuthConfig::default(),
+            busy_poll_us: None,
+            pin_cpu: None,
         }
     }
 }
@@ -219,6 +230,12 @@ impl Server {
         if let Some(bytes) = config.socket_buffer_bytes {
             set_socket_buffers(&socket, bytes)?;
         }
+        if let Some(us) = config.busy_poll_us {
+            match set_busy_poll(&socket, us) {
+                Ok(()) => tracing::info!(us, "r2p2 socket busy-polls (SO_BUSY_POLL)"),
+                Err(e) => tracing::warn!(us, error = %e, "SO_BUSY_POLL refused; running without it"),
+            }
+        }
         let local_addr = socket.local_addr()?;
         let poll = Poll::new()?;
         poll.registry().register(&mut socket, SOCKET, Interest::READABLE)?;
@@ -274,6 +291,7 @@ impl Server {
             poll,
             events: Events::with_capacity(8),
             batch: RecvBatch::new(config.recv_batch.min(RECV_BATCH_BUFFERS), MAX_DATAGRAM + 1),
+            pin_cpu: config.pin_cpu,
             stop: stop.clone(),
             wake: wake.clone(),
             now_ns: 0,
@@ -515,6 +533,8 @@ struct NetworkLoop {
     wake: Arc<NetWake>,
     /// The time of the last duty cycle (for the park's tick deadline).
     now_ns: u64,
+    /// Pin the thread to this CPU when it starts.
+    pin_cpu: Option<usize>,
 }
 
 impl NetworkLoop {
@@ -567,6 +587,17 @@ impl Agent for NetworkLoop {
         work + self.net.flush()
     }
 
+    fn on_start(&mut self) {
+        if let Some(cpu) = self.pin_cpu {
+            match pin_current_thread(cpu) {
+                Ok(()) => tracing::info!(cpu, "r2p2 network thread pinned"),
+                Err(e) => {
+                    tracing::warn!(cpu, error = %e, "cannot pin the r2p2 network thread; running unpinned")
+                }
+            }
+        }
+    }
+
     fn on_close(&mut self) {
         self.net.flush();
     }
@@ -613,6 +644,37 @@ pub(crate) fn send_datagram(socket: &UdpSocket, datagram: &[u8], to: SocketAddr)
             Err(e) => return Err(e),
         }
     }
+}
+
+/// `SO_BUSY_POLL` of `us` microseconds on `socket`.
+pub(crate) fn set_busy_poll(socket: &impl std::os::fd::AsRawFd, us: u32) -> io::Result<()> {
+    let value = libc::c_int::try_from(us).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a valid socket fd, and a pointer/length to a live c_int.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("cpu {cpu} out of range")));
+    }
+    // SAFETY: cpu_set_t is plain old data (all-zero is the empty set); the
+    // index is in range; sched_setaffinity reads the set we pass.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// Asks for `bytes` of kernel receive and send buffer on `socket`.

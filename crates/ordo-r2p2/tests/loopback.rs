@@ -38,6 +38,78 @@ fn echo_with_workers() {
     server.shutdown();
 }
 
+/// The busy-polling server: a network thread that never parks, pinned to
+/// the last CPU, with SO_BUSY_POLL asked for (refused or not, it serves);
+/// a burst of requests in flight comes back whole through its batched
+/// receives and sends.
+#[test]
+fn a_busy_polling_pinned_server_serves_bursts() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let config = ServerConfig {
+        handler_mode: HandlerMode::NetworkThread,
+        idle: ordo_agent::IdleStrategy::BackoffPark {
+            spins: 10,
+            yields: 1_000_000,
+            park_min: Duration::from_micros(50),
+            park_max: Duration::from_millis(1),
+        },
+        busy_poll_us: Some(50),
+        pin_cpu: Some(cpus - 1),
+        ..ServerConfig::default()
+    };
+    let server = Server::bind(config, simple(|request: &[u8]| request.to_vec())).expect("bind");
+    // The network thread is pinned: one r2p2 thread allows only that CPU.
+    let pinned = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(5));
+        std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten().any(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            comm.starts_with("r2p2")
+                && status.lines().any(|l| {
+                    l.split_whitespace().collect::<Vec<_>>()
+                        == ["Cpus_allowed_list:", &(cpus - 1).to_string()]
+                })
+        })
+    });
+    assert!(pinned || cpus == 1, "no r2p2 thread is pinned to cpu {}", cpus - 1);
+    let mut client = client_for(vec![server.local_addr()]);
+    for round in 0..20u32 {
+        let ids: Vec<_> = (0..40u32)
+            .map(|i| client.send(Policy::FixedRoute, &(round * 100 + i).to_le_bytes()).expect("send"))
+            .collect();
+        let mut got = HashMap::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < ids.len() {
+            assert!(Instant::now() < deadline, "answers missing");
+            client.wait(Duration::from_millis(10));
+            while let Some((id, result)) = client.try_recv() {
+                got.insert(id, result.expect("answered"));
+            }
+        }
+        for (k, id) in ids.iter().enumerate() {
+            assert_eq!(got[id], (round * 100 + k as u32).to_le_bytes());
+        }
+    }
+    let stats = server.stats();
+    assert_eq!((stats.requests, stats.responses_sent, stats.drop_send_failed), (800, 800, 0));
+    server.shutdown();
+}
+
+/// Pinning reports a CPU it cannot use, and pins to one it can.
+#[test]
+fn pinning_a_thread() {
+    assert!(ordo_r2p2::pin_current_thread(1 << 20).is_err());
+    std::thread::spawn(|| {
+        ordo_r2p2::pin_current_thread(0).expect("cpu 0 exists");
+        let status = std::fs::read_to_string("/proc/thread-self/status").expect("status");
+        assert!(
+            status.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Cpus_allowed_list:", "0"])
+        );
+    })
+    .join()
+    .expect("pinned thread");
+}
+
 #[test]
 fn echo_on_network_thread() {
     let server = echo_server(HandlerMode::NetworkThread);

@@ -45,6 +45,23 @@ impl Drop for Cluster {
     }
 }
 
+/// The busy mode's server flags.
+struct BusyServer {
+    poll_us: u32,
+    /// Server `id` is pinned to CPU `first_cpu + id` (none: unpinned).
+    first_cpu: Option<usize>,
+}
+
+impl BusyServer {
+    fn args(&self, id: usize) -> Vec<String> {
+        let mut a = vec!["--busy-poll-us".to_string(), self.poll_us.to_string()];
+        if let Some(first) = self.first_cpu {
+            a.extend(["--pin-cpu".to_string(), (first + id).to_string()]);
+        }
+        a
+    }
+}
+
 pub(super) fn free_ports(n: usize) -> Result<Vec<SocketAddr>, String> {
     let sockets: Vec<UdpSocket> = (0..n)
         .map(|_| UdpSocket::bind("127.0.0.1:0"))
@@ -54,7 +71,9 @@ pub(super) fn free_ports(n: usize) -> Result<Vec<SocketAddr>, String> {
 }
 
 impl Cluster {
-    pub(super) fn start(config: &Config, tag: &str) -> Result<Cluster, String> {
+    /// Starts `config`'s servers; `clients` load generator threads will
+    /// run beside them (busy mode pins the servers after them).
+    pub(super) fn start(config: &Config, tag: &str, clients: usize) -> Result<Cluster, String> {
         // This very binary: /proc/self/exe still names it when a rebuild
         // replaces the file on disk during a long run.
         let exe = match Path::new("/proc/self/exe") {
@@ -62,6 +81,14 @@ impl Cluster {
             _ => std::env::current_exe().map_err(|e| format!("cannot find the ordo binary: {e}"))?,
         };
         let servers = free_ports(config.members)?;
+        // Busy mode: SO_BUSY_POLL asked for (it acts on NAPI devices, not
+        // on loopback, and is logged where refused), and, where every
+        // thread has a core, each server pinned to a CPU of its own after
+        // the load generators' (`clients`).
+        let busy = config.busy.then(|| BusyServer {
+            poll_us: 50,
+            first_cpu: config.busy_spins().then_some(clients),
+        });
         let idle = if config.busy && config.busy_spins() {
             (u32::MAX.to_string(), "0".to_string())
         } else if config.busy {
@@ -99,6 +126,7 @@ impl Cluster {
                 .args(["--service", &format!("spin:{}", config.handler_us)])
                 .args(["--workers", if config.mode == "workers" { "1" } else { "0" }])
                 .args(["--idle-spins", &idle.0, "--idle-yields", &idle.1])
+                .args(busy.iter().flat_map(|b| b.args(id)))
                 .env("ORDO_LOG", "error")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());
@@ -195,6 +223,9 @@ pub(super) struct Timing {
     pub(super) window: Duration,
     pub(super) timeout: Duration,
     pub(super) idle: ClientIdle,
+    /// Pin generator thread `i` to CPU `i` (busy mode, where every thread
+    /// has a core; the servers take the CPUs after the clients').
+    pub(super) pin: bool,
 }
 
 /// splitmix64: the arrival process' randomness (no I/O, seeded per thread).
@@ -380,7 +411,14 @@ pub(super) fn point(
             .enumerate()
             .map(|(i, c)| {
                 let (timing, arrivals) = (sweep.timing, sweep.arrivals);
-                s.spawn(move || generate(c, policy, offered / k as f64, arrivals, timing, seed + i as u64))
+                s.spawn(move || {
+                    if timing.pin
+                        && let Err(e) = ordo_r2p2::pin_current_thread(i)
+                    {
+                        tracing::warn!(cpu = i, error = %e, "cannot pin the load generator");
+                    }
+                    generate(c, policy, offered / k as f64, arrivals, timing, seed + i as u64)
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("generator thread")).collect()

@@ -452,7 +452,7 @@ impl<'a> Live<'a> {
         // server binds it: try again on fresh ports.
         let mut attempt = 0;
         let cluster = loop {
-            match Cluster::start(config, &format!("{tag}-{attempt}")) {
+            match Cluster::start(config, &format!("{tag}-{attempt}"), sweep.args.clients.max(1)) {
                 Ok(c) => break c,
                 Err(e) if attempt < 2 => {
                     progress(&format!("  retrying on other ports: {e}"));
@@ -470,6 +470,7 @@ impl<'a> Live<'a> {
         }
         if config.busy {
             timing.idle = if config.busy_spins() { ClientIdle::Spin } else { ClientIdle::Yield };
+            timing.pin = config.busy_spins();
         }
         let sweep = Sweep { timing, ..*sweep };
         let mut clients: Vec<Client> = (0..sweep.args.clients.max(1))
@@ -727,6 +728,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             window: Duration::from_millis(args.point_ms.unwrap_or(if q { 400 } else { 1500 })),
             timeout: Duration::from_millis(args.timeout_ms.max(1)),
             idle: args.client_idle.parse()?,
+            pin: false,
         },
         arrivals,
         start_rps: args.start_rps.unwrap_or(if q { 500.0 } else { 250.0 }),
