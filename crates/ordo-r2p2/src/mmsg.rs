@@ -63,16 +63,8 @@ impl RecvBatch {
         for b in &mut self.bufs {
             self.iovs.push(libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() });
         }
-        self.hdrs.clear();
-        for i in 0..n {
-            // SAFETY: mmsghdr is plain old data; all-zero is valid.
-            let mut h: libc::mmsghdr = unsafe { zeroed() };
-            h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &mut self.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            self.hdrs.push(h);
-        }
+        let room = vec![size_of::<libc::sockaddr_storage>() as libc::socklen_t; n];
+        build_headers(&mut self.hdrs, &mut self.addrs, &mut self.iovs, &room);
         loop {
             // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers
             // point into live buffers of `self` (rebuilt above).
@@ -193,15 +185,7 @@ impl SendQueue {
                 iov_len: self.bufs[i].len(),
             });
         }
-        for i in 0..n {
-            // SAFETY: mmsghdr is plain old data; all-zero is valid.
-            let mut h: libc::mmsghdr = unsafe { zeroed() };
-            h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = namelens[i];
-            h.msg_hdr.msg_iov = &mut self.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            self.hdrs.push(h);
-        }
+        build_headers(&mut self.hdrs, &mut self.addrs, &mut self.iovs, &namelens);
         let (mut at, mut full_tries) = (0, 0);
         while at < n {
             // SAFETY: headers `at..n` point into live buffers of `self`
@@ -240,6 +224,26 @@ impl SendQueue {
         }
         self.len = 0;
         out
+    }
+}
+
+/// One header per datagram `i`: address `addrs[i]` of `namelens[i]` bytes,
+/// one buffer `iovs[i]`.
+fn build_headers(
+    hdrs: &mut Vec<libc::mmsghdr>,
+    addrs: &mut [libc::sockaddr_storage],
+    iovs: &mut [libc::iovec],
+    namelens: &[libc::socklen_t],
+) {
+    hdrs.clear();
+    for ((addr, iov), &namelen) in addrs.iter_mut().zip(iovs.iter_mut()).zip(namelens) {
+        // SAFETY: mmsghdr is plain old data; all-zero is valid.
+        let mut h: libc::mmsghdr = unsafe { zeroed() };
+        h.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
+        h.msg_hdr.msg_namelen = namelen;
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+        hdrs.push(h);
     }
 }
 

@@ -85,10 +85,9 @@ impl Cluster {
         // on loopback, and is logged where refused), and, where every
         // thread has a core, each server pinned to a CPU of its own after
         // the load generators' (`clients`).
-        let busy = config.busy.then(|| BusyServer {
-            poll_us: 50,
-            first_cpu: config.busy_spins().then_some(clients),
-        });
+        let busy = config
+            .busy
+            .then(|| BusyServer { poll_us: 50, first_cpu: config.busy_spins().then_some(clients) });
         let idle = if config.busy && config.busy_spins() {
             (u32::MAX.to_string(), "0".to_string())
         } else if config.busy {
