@@ -90,6 +90,10 @@ pub struct ServeArgs {
     /// Pin the network thread to this CPU (logged and ignored where refused).
     #[arg(long)]
     pin_cpu: Option<usize>,
+    /// One datagram per socket system call (default: recvmmsg batches in,
+    /// one sendmmsg per loop turn out).
+    #[arg(long)]
+    no_syscall_batching: bool,
     #[command(flatten)]
     secrets: ServerSecrets,
 }
@@ -231,6 +235,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     opts.initial_voters = args.voters;
     opts.busy_poll_us = args.busy_poll_us;
     opts.pin_cpu = args.pin_cpu;
+    opts.syscall_batching = !args.no_syscall_batching;
     opts.auth = args.secrets.auth(if args.unreplicated { 1 } else { args.peers.len() })?;
     if let ordo_runtime::IdleStrategy::BackoffPark { park_min, park_max, .. } =
         ordo_runtime::IdleStrategy::DEFAULT

@@ -124,6 +124,8 @@ pub struct NodeOptions {
     pub busy_poll_us: Option<u32>,
     /// Pin the network thread to this CPU ([`ServerConfig::pin_cpu`]).
     pub pin_cpu: Option<usize>,
+    /// Batched socket system calls ([`ServerConfig::syscall_batching`]).
+    pub syscall_batching: bool,
 }
 
 impl NodeOptions {
@@ -143,6 +145,7 @@ impl NodeOptions {
             auth: crate::auth::AuthConfig::default(),
             busy_poll_us: None,
             pin_cpu: None,
+            syscall_batching: true,
         }
     }
 }
@@ -189,6 +192,7 @@ pub fn start_node(opts: &NodeOptions) -> io::Result<RunningNode> {
         auth: opts.auth.clone(),
         busy_poll_us: opts.busy_poll_us,
         pin_cpu: opts.pin_cpu,
+        syscall_batching: opts.syscall_batching,
         ..ServerConfig::default()
     };
     if opts.replicated && opts.peers.len() > 1 && opts.auth.cluster.is_none() {

@@ -108,6 +108,11 @@ pub struct ServerConfig {
     /// Pin the network thread to this CPU (`sched_setaffinity`; where it is
     /// refused the server logs that and runs unpinned). `None`: not pinned.
     pub pin_cpu: Option<usize>,
+    /// Batched system calls (default): `recvmmsg` reads up to 16 datagrams
+    /// a call, and a loop turn's datagrams leave in one `sendmmsg` at its
+    /// end. Off: one datagram per call, sent at once (the comparison's
+    /// baseline, `bench r3p2 --figures syscalls`).
+    pub syscall_batching: bool,
 }
 
 impl ServerConfig {
@@ -144,6 +149,7 @@ impl Default for ServerConfig {
             auth: crate::auth::AuthConfig::default(),
             busy_poll_us: None,
             pin_cpu: None,
+            syscall_batching: true,
         }
     }
 }
@@ -287,10 +293,18 @@ impl Server {
             recv_batch: config.recv_batch,
             core,
             executor,
-            net: UdpTransport { socket, queue: SendQueue::new(SEND_BATCH), counters: counters.clone() },
+            net: UdpTransport {
+                socket,
+                queue: SendQueue::new(if config.syscall_batching { SEND_BATCH } else { 1 }),
+                counters: counters.clone(),
+                at_once: !config.syscall_batching,
+            },
             poll,
             events: Events::with_capacity(8),
-            batch: RecvBatch::new(config.recv_batch.min(RECV_BATCH_BUFFERS), MAX_DATAGRAM + 1),
+            batch: RecvBatch::new(
+                if config.syscall_batching { config.recv_batch.min(RECV_BATCH_BUFFERS) } else { 1 },
+                MAX_DATAGRAM + 1,
+            ),
             pin_cpu: config.pin_cpu,
             stop: stop.clone(),
             wake: wake.clone(),
@@ -497,6 +511,8 @@ struct UdpTransport {
     socket: UdpSocket,
     queue: SendQueue,
     counters: Arc<Counters>,
+    /// Send each datagram at once (syscall batching off).
+    at_once: bool,
 }
 
 impl UdpTransport {
@@ -516,6 +532,9 @@ impl Transport for UdpTransport {
     fn send_datagram(&mut self, to: SocketAddr, datagram: &[u8]) -> io::Result<()> {
         let f = self.queue.push(&self.socket, to, datagram);
         self.count(f);
+        if self.at_once {
+            self.flush();
+        }
         Ok(())
     }
 }

@@ -126,6 +126,7 @@ impl Cluster {
                 .args(["--workers", if config.mode == "workers" { "1" } else { "0" }])
                 .args(["--idle-spins", &idle.0, "--idle-yields", &idle.1])
                 .args(busy.iter().flat_map(|b| b.args(id)))
+                .args((!config.syscall_batching).then_some("--no-syscall-batching"))
                 .env("ORDO_LOG", "error")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());

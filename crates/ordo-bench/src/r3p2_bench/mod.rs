@@ -81,7 +81,9 @@ pub struct BenchArgs {
     pub json: bool,
     /// Experiments: fig5.1, fig5.2, auth, busy (default: all four); `fsync`
     /// alone runs only the durable series (with `--fsync`). `auth` runs 3
-    /// replicas with and without the cluster secret, in lockstep.
+    /// replicas with and without the cluster secret, in lockstep;
+    /// `syscalls` (only when named) the unreplicated server and 3 replicas
+    /// with batched socket system calls and with one datagram per call.
     #[arg(long, value_delimiter = ',')]
     pub figures: Vec<String>,
     /// Also run the replicated group with a durable, fsynced log (an extra
@@ -162,6 +164,9 @@ pub struct Config {
     /// the thread a request waits on gets a core without a futex wake-up.
     /// The "busy" figure measures it beside the parked default.
     pub busy: bool,
+    /// Batched socket system calls (`recvmmsg`/`sendmmsg`, the default);
+    /// off (`--no-syscall-batching`): the "syscalls" figure's baseline.
+    pub syscall_batching: bool,
 }
 
 impl Config {
@@ -174,6 +179,7 @@ impl Config {
             fsync,
             auth: replicated,
             busy: false,
+            syscall_batching: true,
         }
     }
 
@@ -194,10 +200,11 @@ impl Config {
         let base = if self.replicated() { format!("repl{}", self.members) } else { "unrepl".to_string() };
         let noauth = if self.replicated() && !self.auth { "-noauth" } else { "" };
         format!(
-            "{base}-{}{}{noauth}{}",
+            "{base}-{}{}{noauth}{}{}",
             self.mode,
             if self.fsync { "-fsync" } else { "" },
-            if self.busy { "-busy" } else { "" }
+            if self.busy { "-busy" } else { "" },
+            if self.syscall_batching { "" } else { "-nobatch" }
         )
     }
 }
@@ -775,6 +782,15 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         groups.push(("busy".into(), vec![unrepl.clone(), repl.clone()]));
         groups.push(("busy".into(), vec![Config { busy: true, ..unrepl }]));
         groups.push(("busy".into(), vec![Config { busy: true, ..repl }]));
+    }
+    if args.figures.iter().any(|x| x == "syscalls") {
+        // Batched socket system calls vs one datagram per call, in lockstep
+        // pairs (parked servers, handlers on the network thread).
+        for replicated in [false, true] {
+            let with = Config::new(replicated, if replicated { 3 } else { 1 }, 1, false, false);
+            let without = Config { syscall_batching: false, ..with.clone() };
+            groups.push(("syscalls".into(), vec![with, without]));
+        }
     }
     if want("auth") {
         let with = Config::new(true, 3, 1, true, false);
