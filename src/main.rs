@@ -183,6 +183,11 @@ struct SimArgs {
     /// Probability, in parts per million, that a reached fault point fires.
     #[arg(long, default_value_t = 20_000)]
     fault_point_ppm: u32,
+    /// Probability, in parts per million, that a fabric write lands in two
+    /// steps (lower part first: a reader sees it half-applied); default:
+    /// the workload's own setting (whole writes).
+    #[arg(long)]
+    split_land_ppm: Option<u32>,
     /// Print the report of a single seed as JSON.
     #[arg(long)]
     json: bool,
@@ -482,6 +487,7 @@ fn sim(args: SimArgs) -> Result<(), String> {
     let opts = ordo_sim::RunOptions {
         faults: !args.no_faults,
         fault_point_ppm: args.fault_point_ppm,
+        split_land_ppm: args.split_land_ppm,
         ..ordo_sim::RunOptions::default()
     };
     if let Some(seed) = args.seed {

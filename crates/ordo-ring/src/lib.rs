@@ -26,7 +26,14 @@
 //! carries `k + 1` so a receiver can verify it (and a zeroed slot is never
 //! mistaken for message 0). The word right after the payload (at
 //! `payload + len` rounded up to 8) is the message's **trailer stamp**,
-//! `k + 1` again; every slot has room for it.
+//! `(k + 1) · C` for a fixed odd `C` ([`trailer_stamp`]); every slot has
+//! room for it. Not `k + 1` itself: the trailer's position moves with the
+//! length, so what it finds there before it lands may be an older
+//! message's *payload* — often its last, zero-padded word, a small number
+//! (found by the simulator with writes landing in two steps: a stale
+//! payload word read `4` where message 3's trailer was awaited). `(k + 1)
+//! · C` is a bijection that is never 0 and is small only for astronomically
+//! large `k`; a stale payload word matches it by chance (2^-64).
 //!
 //! # Stamped rings: one write per batch
 //! A [stamped](RingLayout::stamped) ring pushes no counter: where the
@@ -76,6 +83,12 @@ const _: () = assert!(MESSAGE_HEADER_LEN.is_multiple_of(64) && RING_HEADER_LEN.i
 
 /// Bytes of the trailer stamp after a message's payload.
 pub const TRAILER_LEN: usize = 8;
+
+/// The trailer stamp of message `index`: `(index + 1) · C`, `C` odd (a
+/// bijection, never 0; see the crate docs for why not `index + 1`).
+pub fn trailer_stamp(index: u64) -> u64 {
+    index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
 
 /// Geometry of one ring; identical for every sender of a ring set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -307,7 +320,7 @@ impl SlotGuard<'_> {
         s.region.atomic_u64(hdr + 8).store(self.index + 1, Ordering::Relaxed);
         // The trailer stamp: last word of the message, above its payload.
         let trailer = hdr + MESSAGE_HEADER_LEN + RingLayout::trailer(len);
-        s.region.atomic_u64(trailer).store(self.index + 1, Ordering::Relaxed);
+        s.region.atomic_u64(trailer).store(trailer_stamp(self.index), Ordering::Relaxed);
         s.ready[(self.index % s.layout.window as u64) as usize].store(self.index + 1, Ordering::Release);
         self.committed = true;
         if let Some(bell) = s.bell.get() {
@@ -545,7 +558,8 @@ impl RingReceiver {
     }
 
     /// [`scan`](Self::scan) of a stamped ring: message `k` has arrived when
-    /// its header and its trailer both carry `k + 1` (the trailer last: by
+    /// its header carries `k + 1` and its trailer [`trailer_stamp`]`(k)`
+    /// (the trailer last: by
     /// address order, header and payload are then visible). At most a
     /// window of messages past `consumed` (the slots beyond hold older
     /// ones). A header claiming an impossible length is an error; any other
@@ -566,7 +580,7 @@ impl RingReceiver {
                 return Err(RingError::BadLength { index: k, len, max: self.layout.max_payload });
             }
             let payload_offset = hdr + MESSAGE_HEADER_LEN;
-            if self.region.load_acquire(payload_offset + RingLayout::trailer(len)) != k.wrapping_add(1) {
+            if self.region.load_acquire(payload_offset + RingLayout::trailer(len)) != trailer_stamp(k) {
                 break; // the header is here, the rest of the write is not
             }
             out.push(MessageMeta { index: k, flags: (word >> 32) as u32, len, payload_offset });

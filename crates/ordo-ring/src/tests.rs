@@ -411,3 +411,31 @@ fn a_stamped_receiver_never_sees_a_torn_message_under_a_concurrent_copier() {
     reader.join().expect("reader");
     copier.join().expect("copier");
 }
+
+/// What the simulator found: a message whose header landed while the rest
+/// of its write had not, over a trailer position holding an older
+/// message's last payload word — zero-padded, a small number, here exactly
+/// `k + 1`. That is not the trailer stamp; only the real one counts.
+#[test]
+fn a_stale_payload_word_is_not_a_trailer() {
+    let (f, l) = setup_stamped(1, 64);
+    let ring0 = l.ring_offset(BASE, 0);
+    let r = f[1].region();
+    let mut rx = RingReceiver::new(r.clone(), ring0, l);
+    for k in 0..3u64 {
+        let hdr = ring0 + 64;
+        let trailer = hdr + 64 + 40;
+        r.atomic_u64(hdr).store(38, std::sync::atomic::Ordering::Relaxed);
+        r.atomic_u64(hdr + 8).store(k + 1, std::sync::atomic::Ordering::Relaxed);
+        // An older message's last payload byte, zero-padded: `k + 1`.
+        r.atomic_u64(trailer).store(k + 1, std::sync::atomic::Ordering::Relaxed);
+        let mut metas = Vec::new();
+        assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 0, "message {k}: a payload word is no trailer");
+        r.atomic_u64(trailer).store(trailer_stamp(k), std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 1, "message {k}: its trailer landed");
+        rx.consume(1);
+    }
+    // No stamp of the first million messages is a small number (a stale
+    // zero-padded payload word), or 0 (zeroed memory).
+    assert!((0..1_000_000u64).all(|k| trailer_stamp(k) > u64::from(u32::MAX)));
+}

@@ -138,16 +138,38 @@ impl World {
             }
         };
         let land = (self.now_ns() + delay).max(self.flights[k].last_land_ns);
-        self.flights[k].last_land_ns = land;
-        let id = self.fresh_id();
-        self.flights[k].queue.push_back(InFlightWrite {
-            id,
-            view,
-            offset: w.offset,
-            bytes,
-            signal: w.signal,
-        });
-        self.schedule(land, crate::world::Event::Land { src: member, dst: w.peer, id });
+        // Split landing (capability 8 as a reader sees it): the lower part
+        // at `land`, the rest later — in posting order, before any later
+        // write. The cut is at a word boundary of the region, so no word
+        // tears (guarantee 2); a signal goes with the last part.
+        let ppm = self.cfg.fabric.split_land_ppm;
+        let cut = if ppm > 0 && w.len >= 16 && self.rng_fabric.chance(ppm) {
+            let first = (w.offset + 8).next_multiple_of(8) - w.offset;
+            let last = (w.offset + w.len - 1) / 8 * 8 - w.offset;
+            (first <= last)
+                .then(|| first + 8 * self.rng_fabric.range(0, ((last - first) / 8) as u64) as usize)
+        } else {
+            None
+        };
+        let mut parts = Vec::with_capacity(2);
+        match cut {
+            Some(cut) => {
+                let later = land + self.rng_fabric.range(0, delay);
+                let upper = bytes[cut..].to_vec();
+                let mut lower = bytes;
+                lower.truncate(cut);
+                parts.push((land, w.offset, lower, None, false));
+                parts.push((later, w.offset + cut, upper, w.signal, true));
+                self.stats.writes_split += 1;
+            }
+            None => parts.push((land, w.offset, bytes, w.signal, true)),
+        }
+        for (at, offset, bytes, signal, last) in parts {
+            self.flights[k].last_land_ns = at;
+            let id = self.fresh_id();
+            self.flights[k].queue.push_back(InFlightWrite { id, view, offset, bytes, signal, last });
+            self.schedule(at, crate::world::Event::Land { src: member, dst: w.peer, id });
+        }
         Ok(())
     }
 

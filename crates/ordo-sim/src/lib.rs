@@ -73,11 +73,20 @@ pub struct RunOptions {
     pub max_steps: Option<u64>,
     /// Overrides the workload's simulated-time limit.
     pub max_time_ns: Option<u64>,
+    /// Overrides the fabric's split landing (`FabricConfig::split_land_ppm`:
+    /// a write seen half-applied, lower part first), for every workload.
+    pub split_land_ppm: Option<u32>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { faults: true, fault_point_ppm: 20_000, max_steps: None, max_time_ns: None }
+        RunOptions {
+            faults: true,
+            fault_point_ppm: 20_000,
+            max_steps: None,
+            max_time_ns: None,
+            split_land_ppm: None,
+        }
     }
 }
 
@@ -230,7 +239,10 @@ pub fn simulate<E: Hash + 'static>(
     opts: &RunOptions,
     scenario: Scenario<E>,
 ) -> Simulated<E> {
-    let Scenario { config, faults, mut limits, factory, checkers } = scenario;
+    let Scenario { mut config, faults, mut limits, factory, checkers } = scenario;
+    if let Some(ppm) = opts.split_land_ppm {
+        config.fabric.split_land_ppm = ppm;
+    }
     if let Some(steps) = opts.max_steps {
         limits.max_steps = steps;
     }

@@ -57,6 +57,12 @@ pub struct FabricConfig {
     pub max_write_len: usize,
     /// Most writes in flight (and most unresolved signaled writes) per link.
     pub max_inflight_per_link: usize,
+    /// Probability (ppm) that a write lands in two steps, its lower part
+    /// (up to a word boundary) first and the rest up to a delivery delay
+    /// later: what a reader can see of a write on an address-ordered fabric
+    /// (capability 8; this fabric claims it) while it is being applied. 0
+    /// (the default): writes land whole, and no randomness is drawn for it.
+    pub split_land_ppm: u32,
 }
 
 impl Default for FabricConfig {
@@ -71,6 +77,7 @@ impl Default for FabricConfig {
             completion_timeout_ns: 500_000,
             max_write_len: 1 << 20,
             max_inflight_per_link: 4096,
+            split_land_ppm: 0,
         }
     }
 }
@@ -146,8 +153,11 @@ impl Default for SimConfig {
 pub struct WorldStats {
     /// Writes accepted by `post_write`.
     pub writes_posted: u64,
-    /// Writes applied to the destination region.
+    /// Writes applied to the destination region (a split write once, when
+    /// its last part lands).
     pub writes_landed: u64,
+    /// Writes that landed in two steps (`FabricConfig::split_land_ppm`).
+    pub writes_split: u64,
     /// Writes dropped because their link broke (partition, crash, restart).
     pub writes_lost: u64,
     /// Writes dropped because sender and receiver were in different views.
@@ -205,6 +215,8 @@ pub(crate) struct InFlightWrite {
     pub(crate) offset: usize,
     pub(crate) bytes: Vec<u8>,
     pub(crate) signal: Option<WriteTag>,
+    /// The last (or only) part of its write (split landing).
+    pub(crate) last: bool,
 }
 
 #[derive(Debug, Default)]
@@ -635,7 +647,7 @@ impl World {
         );
         if write.view == self.members[dst as usize].view {
             self.members[dst as usize].region.write_bytes(write.offset, &write.bytes);
-            self.stats.writes_landed += 1;
+            self.stats.writes_landed += u64::from(write.last);
             self.wake(dst);
         } else {
             // Posted in a view the destination has left: that region is

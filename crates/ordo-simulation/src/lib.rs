@@ -159,8 +159,23 @@ pub fn lookup(name: &str) -> Result<&'static Workload, String> {
 pub fn run_batch(workload: &Workload, batch: &SeedBatch, threads: usize, opts: &RunOptions) -> Vec<String> {
     batch.run(workload.name, threads, |seed| {
         (workload.run)(seed, opts)
-            .map_err(|e| format!("{e} (replay: ordo sim --workload {} --seed {seed})", workload.name))
+            .map_err(|e| format!("{e} (replay: {})", replay_line(workload.name, seed, opts)))
     })
+}
+
+/// The command that replays `seed` of `name` with `opts`.
+pub fn replay_line(name: &str, seed: u64, opts: &RunOptions) -> String {
+    let mut line = format!("ordo sim --workload {name} --seed {seed}");
+    if !opts.faults {
+        line += " --no-faults";
+    }
+    if opts.fault_point_ppm != RunOptions::default().fault_point_ppm {
+        line += &format!(" --fault-point-ppm {}", opts.fault_point_ppm);
+    }
+    if let Some(ppm) = opts.split_land_ppm {
+        line += &format!(" --split-land-ppm {ppm}");
+    }
+    line
 }
 
 /// The body of every workload's fresh-seed test: a batch from the
@@ -168,9 +183,15 @@ pub fn run_batch(workload: &Workload, batch: &SeedBatch, threads: usize, opts: &
 /// `ORDO_SIM_BASE_SEED`, default fresh) through the registry, with default
 /// options. Panics with the failures, each with its replay line.
 pub fn assert_fresh_seeds(name: &str, default_count: u64) {
+    assert_fresh_seeds_with(name, default_count, &RunOptions::default());
+}
+
+/// [`assert_fresh_seeds`] with other options (e.g. writes landing in two
+/// steps: `RunOptions::split_land_ppm`).
+pub fn assert_fresh_seeds_with(name: &str, default_count: u64, opts: &RunOptions) {
     let workload = lookup(name).unwrap_or_else(|e| panic!("{e}"));
     let batch = SeedBatch::from_env(default_count);
-    let failures = run_batch(workload, &batch, 2, &RunOptions::default());
+    let failures = run_batch(workload, &batch, 2, opts);
     assert!(
         failures.is_empty(),
         "{} of {} seeds failed; first: {}",
@@ -183,10 +204,15 @@ pub fn assert_fresh_seeds(name: &str, default_count: u64) {
 /// The body of every workload's pinned-seed test: each seed that ever
 /// failed, through the registry, with default options.
 pub fn assert_pinned_seeds(name: &str, seeds: &[u64]) {
+    assert_pinned_seeds_with(name, seeds, &RunOptions::default());
+}
+
+/// [`assert_pinned_seeds`] with the options the seeds failed under.
+pub fn assert_pinned_seeds_with(name: &str, seeds: &[u64], opts: &RunOptions) {
     let workload = lookup(name).unwrap_or_else(|e| panic!("{e}"));
     for &seed in seeds {
-        if let Err(e) = (workload.run)(seed, &RunOptions::default()) {
-            panic!("pinned seed failed: {e} (replay: ordo sim --workload {name} --seed {seed})");
+        if let Err(e) = (workload.run)(seed, opts) {
+            panic!("pinned seed failed: {e} (replay: {})", replay_line(name, seed, opts));
         }
     }
 }

@@ -29,6 +29,15 @@ fn fresh_seeds() {
     ordo_simulation::assert_fresh_seeds(common::NAME, 500);
 }
 
+/// Fresh seeds whose fabric writes often land in two steps (lower part
+/// first): a stamped ring never hands on a half-landed message, and a ring
+/// session reset's zeroing lands ahead of the new session's data.
+#[test]
+fn fresh_seeds_with_writes_landing_in_two_steps() {
+    let opts = ordo_sim::RunOptions { split_land_ppm: Some(300_000), ..ordo_sim::RunOptions::default() };
+    ordo_simulation::assert_fresh_seeds_with(common::NAME, 300, &opts);
+}
+
 #[test]
 #[ignore]
 fn failure_census() {

@@ -15,6 +15,30 @@ fn fresh_seeds() {
     ordo_simulation::assert_fresh_seeds(sim::NAME, 2000);
 }
 
+/// Fresh seeds whose fabric writes often land in two steps (lower part
+/// first): stamped rings must never deliver a half-landed message, nor
+/// counters publish one.
+#[test]
+fn fresh_seeds_with_writes_landing_in_two_steps() {
+    ordo_simulation::assert_fresh_seeds_with(sim::NAME, 500, &split_landing());
+}
+
+fn split_landing() -> RunOptions {
+    RunOptions { split_land_ppm: Some(300_000), ..RunOptions::default() }
+}
+
+/// Seeds with writes landing in two steps that once failed:
+/// 1795777381327141288 (a stamped ring took message 3 as landed while only
+/// its header had: the trailer stamp was `k + 1`, and the word at the
+/// trailer's position — an older, longer message's last payload byte,
+/// zero-padded — read 4. Trailer stamps are now `(k + 1) · C`).
+const PINNED_SPLIT: &[u64] = &[1_795_777_381_327_141_288];
+
+#[test]
+fn pinned_seeds_with_writes_landing_in_two_steps() {
+    ordo_simulation::assert_pinned_seeds_with(sim::NAME, PINNED_SPLIT, &split_landing());
+}
+
 /// Seeds that must keep passing (add every seed that ever failed, with a
 /// note).
 const PINNED: &[u64] = &[0, 1, 2, 3, 42, 12345, 0xDEAD_BEEF];
