@@ -667,13 +667,37 @@ pub(crate) fn send_datagram(socket: &UdpSocket, datagram: &[u8], to: SocketAddr)
 
 /// `SO_BUSY_POLL` of `us` microseconds on `socket`.
 pub(crate) fn set_busy_poll(socket: &impl std::os::fd::AsRawFd, us: u32) -> io::Result<()> {
-    let value = libc::c_int::try_from(us).unwrap_or(libc::c_int::MAX);
+    set_socket_option(socket, libc::SO_BUSY_POLL, us as usize)
+}
+
+/// Pins the calling thread to `cpu` (one of the CPUs this process may run
+/// on).
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    let allowed = core_affinity::get_core_ids().unwrap_or_default();
+    let Some(&core) = allowed.iter().find(|c| c.id == cpu) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("cpu {cpu} is not available here")));
+    };
+    if core_affinity::set_for_current(core) {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("cannot pin to cpu {cpu}")))
+    }
+}
+
+/// Sets the `SOL_SOCKET` integer option `option` to `value` (capped at
+/// `c_int::MAX`).
+fn set_socket_option(
+    socket: &impl std::os::fd::AsRawFd,
+    option: libc::c_int,
+    value: usize,
+) -> io::Result<()> {
+    let value = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
     // SAFETY: a valid socket fd, and a pointer/length to a live c_int.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_BUSY_POLL,
+            option,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -681,39 +705,10 @@ pub(crate) fn set_busy_poll(socket: &impl std::os::fd::AsRawFd, us: u32) -> io::
     if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// Pins the calling thread to `cpu`.
-pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("cpu {cpu} out of range")));
-    }
-    // SAFETY: cpu_set_t is plain old data (all-zero is the empty set); the
-    // index is in range; sched_setaffinity reads the set we pass.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
 /// Asks for `bytes` of kernel receive and send buffer on `socket`.
 pub(crate) fn set_socket_buffers(socket: &UdpSocket, bytes: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     for option in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        // SAFETY: a valid socket fd, and a pointer/length to a live c_int.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                option,
-                (&value as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        set_socket_option(socket, option, bytes)?;
     }
     Ok(())
 }
