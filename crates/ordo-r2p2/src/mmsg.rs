@@ -32,6 +32,8 @@ pub(crate) struct RecvBatch {
     addrs: Vec<libc::sockaddr_storage>,
     lens: Vec<usize>,
     truncated: Vec<bool>,
+    /// Room for a source address in each header (fixed).
+    namelens: Vec<libc::socklen_t>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
 }
@@ -50,6 +52,7 @@ impl RecvBatch {
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
             lens: vec![0; n],
             truncated: vec![false; n],
+            namelens: vec![size_of::<libc::sockaddr_storage>() as libc::socklen_t; n],
             iovs: Vec::with_capacity(n),
             hdrs: Vec::with_capacity(n),
         }
@@ -63,8 +66,7 @@ impl RecvBatch {
         for b in &mut self.bufs {
             self.iovs.push(libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() });
         }
-        let room = vec![size_of::<libc::sockaddr_storage>() as libc::socklen_t; n];
-        build_headers(&mut self.hdrs, &mut self.addrs, &mut self.iovs, &room);
+        build_headers(&mut self.hdrs, &mut self.addrs, &mut self.iovs, &self.namelens);
         loop {
             // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers
             // point into live buffers of `self` (rebuilt above).
@@ -111,6 +113,7 @@ pub(crate) struct SendQueue {
     len: usize,
     max_queued: usize,
     addrs: Vec<libc::sockaddr_storage>,
+    namelens: Vec<libc::socklen_t>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
 }
@@ -137,6 +140,7 @@ impl SendQueue {
             len: 0,
             max_queued: max_queued.clamp(1, MAX_BATCH),
             addrs: Vec::new(),
+            namelens: Vec::new(),
             iovs: Vec::new(),
             hdrs: Vec::new(),
         }
@@ -172,20 +176,20 @@ impl SendQueue {
         if n == 0 {
             return out;
         }
+        // Reused arrays: no allocation per turn once warm.
         self.addrs.clear();
+        self.namelens.clear();
         self.iovs.clear();
-        self.hdrs.clear();
-        let mut namelens = Vec::with_capacity(n);
         for i in 0..n {
             let (storage, len) = to_storage(self.to[i]);
             self.addrs.push(storage);
-            namelens.push(len);
+            self.namelens.push(len);
             self.iovs.push(libc::iovec {
                 iov_base: self.bufs[i].as_mut_ptr().cast(),
                 iov_len: self.bufs[i].len(),
             });
         }
-        build_headers(&mut self.hdrs, &mut self.addrs, &mut self.iovs, &namelens);
+        build_headers(&mut self.hdrs, &mut self.addrs, &mut self.iovs, &self.namelens);
         let (mut at, mut full_tries) = (0, 0);
         while at < n {
             // SAFETY: headers `at..n` point into live buffers of `self`
