@@ -1,0 +1,252 @@
+/* The C side of ordo's libfabric backend: every libfabric call ordo makes,
+ * as plain functions over one opaque handle, so the Rust side declares a
+ * dozen functions and no libfabric struct. libfabric's own API is mostly
+ * `static inline` wrappers around provider ops tables, which Rust cannot
+ * call; compiling them here against the system's headers (found by
+ * pkg-config) keeps the bindings correct for the installed version.
+ *
+ * One handle = one RDM endpoint: fabric, domain, address vector, one
+ * completion queue (context format, transmit side, selective completion),
+ * and the member's whole region registered for remote writes. Callers
+ * serialise every call on one handle (the Rust side holds a mutex), so the
+ * domain is opened with FI_THREAD_DOMAIN.
+ */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ordo_ofi {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	struct fid_ep *ep;
+	struct fid_mr *mr;
+	void *base;
+	size_t len;
+	void *desc;
+	uint64_t key;
+};
+
+/* What the provider promised, for the Rust side to decide on fences. */
+struct ordo_ofi_attr {
+	uint64_t tx_msg_order;
+	uint64_t max_order_waw_size;
+	uint64_t max_msg_size;
+	uint64_t inject_size;
+	uint64_t tx_size;
+	uint64_t mr_mode;
+	uint64_t data_progress_manual;
+	uint64_t key;
+	char prov_name[64];
+	char fabric_name[64];
+};
+
+/* One completion: the context ordo posted with, or an error. */
+struct ordo_ofi_comp {
+	uint64_t context;
+	int32_t err;  /* 0, or a positive FI_E* / errno */
+	int32_t prov_errno;
+};
+
+static void set_err(char *err, size_t errlen, const char *what, int ret) {
+	if (err && errlen)
+		snprintf(err, errlen, "%s: %s (%d)", what, fi_strerror(ret < 0 ? -ret : ret), ret);
+}
+
+void ordo_ofi_close(struct ordo_ofi *o) {
+	if (!o)
+		return;
+	if (o->ep)
+		fi_close(&o->ep->fid);
+	if (o->mr)
+		fi_close(&o->mr->fid);
+	if (o->cq)
+		fi_close(&o->cq->fid);
+	if (o->av)
+		fi_close(&o->av->fid);
+	if (o->domain)
+		fi_close(&o->domain->fid);
+	if (o->fabric)
+		fi_close(&o->fabric->fid);
+	if (o->info)
+		fi_freeinfo(o->info);
+	free(o);
+}
+
+/* Opens an RDM endpoint of provider `prov` (e.g. "tcp;ofi_rxm", "shm",
+ * "verbs;ofi_rxm") and registers [base, base+len) for remote writes with
+ * `requested_key` (ignored where the provider picks keys). Returns 0 or a
+ * negative FI_E* code with a message in `err`. */
+int ordo_ofi_open(const char *prov, void *base, size_t len, uint64_t requested_key,
+		  struct ordo_ofi **out, struct ordo_ofi_attr *attr, char *err, size_t errlen) {
+	struct fi_info *hints = fi_allocinfo();
+	struct ordo_ofi *o = calloc(1, sizeof(*o));
+	int ret;
+	*out = NULL;
+	if (!hints || !o) {
+		set_err(err, errlen, "out of memory", -FI_ENOMEM);
+		fi_freeinfo(hints);
+		free(o);
+		return -FI_ENOMEM;
+	}
+	hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+	hints->mode = 0;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->mr_mode =
+	    FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->fabric_attr->prov_name = strdup(prov);
+	ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &o->info);
+	fi_freeinfo(hints);
+	if (ret) {
+		set_err(err, errlen, "fi_getinfo", ret);
+		goto fail;
+	}
+	ret = fi_fabric(o->info->fabric_attr, &o->fabric, NULL);
+	if (ret) { set_err(err, errlen, "fi_fabric", ret); goto fail; }
+	ret = fi_domain(o->fabric, o->info, &o->domain, NULL);
+	if (ret) { set_err(err, errlen, "fi_domain", ret); goto fail; }
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	ret = fi_av_open(o->domain, &av_attr, &o->av, NULL);
+	if (ret) {
+		av_attr.type = FI_AV_MAP;
+		ret = fi_av_open(o->domain, &av_attr, &o->av, NULL);
+	}
+	if (ret) { set_err(err, errlen, "fi_av_open", ret); goto fail; }
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE,
+				      .size = o->info->tx_attr->size * 2 };
+	ret = fi_cq_open(o->domain, &cq_attr, &o->cq, NULL);
+	if (ret) { set_err(err, errlen, "fi_cq_open", ret); goto fail; }
+	ret = fi_endpoint(o->domain, o->info, &o->ep, NULL);
+	if (ret) { set_err(err, errlen, "fi_endpoint", ret); goto fail; }
+	ret = fi_ep_bind(o->ep, &o->av->fid, 0);
+	if (ret) { set_err(err, errlen, "fi_ep_bind(av)", ret); goto fail; }
+	ret = fi_ep_bind(o->ep, &o->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION);
+	if (ret) { set_err(err, errlen, "fi_ep_bind(cq)", ret); goto fail; }
+	ret = fi_mr_reg(o->domain, base, len, FI_WRITE | FI_REMOTE_WRITE, 0, requested_key, 0, &o->mr, NULL);
+	if (ret) { set_err(err, errlen, "fi_mr_reg", ret); goto fail; }
+	if (o->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+		ret = fi_mr_bind(o->mr, &o->ep->fid, 0);
+		if (ret) { set_err(err, errlen, "fi_mr_bind", ret); goto fail; }
+		ret = fi_mr_enable(o->mr);
+		if (ret) { set_err(err, errlen, "fi_mr_enable", ret); goto fail; }
+	}
+	ret = fi_enable(o->ep);
+	if (ret) { set_err(err, errlen, "fi_enable", ret); goto fail; }
+	o->base = base;
+	o->len = len;
+	o->desc = fi_mr_desc(o->mr);
+	o->key = fi_mr_key(o->mr);
+	if (o->key == FI_KEY_NOTAVAIL) {
+		set_err(err, errlen, "fi_mr_key (raw keys are not supported)", -FI_ENOSYS);
+		ret = -FI_ENOSYS;
+		goto fail;
+	}
+	memset(attr, 0, sizeof(*attr));
+	attr->tx_msg_order = o->info->tx_attr->msg_order;
+	attr->max_order_waw_size = o->info->ep_attr->max_order_waw_size;
+	attr->max_msg_size = o->info->ep_attr->max_msg_size;
+	attr->inject_size = o->info->tx_attr->inject_size;
+	attr->tx_size = o->info->tx_attr->size;
+	attr->mr_mode = (uint64_t)o->info->domain_attr->mr_mode;
+	attr->data_progress_manual = o->info->domain_attr->data_progress == FI_PROGRESS_MANUAL;
+	attr->key = o->key;
+	snprintf(attr->prov_name, sizeof(attr->prov_name), "%s",
+		 o->info->fabric_attr->prov_name ? o->info->fabric_attr->prov_name : "");
+	snprintf(attr->fabric_name, sizeof(attr->fabric_name), "%s",
+		 o->info->fabric_attr->name ? o->info->fabric_attr->name : "");
+	*out = o;
+	return 0;
+fail:
+	ordo_ofi_close(o);
+	return ret ? ret : -FI_EOTHER;
+}
+
+/* The endpoint's address, to hand to peers. */
+int ordo_ofi_name(struct ordo_ofi *o, void *addr, size_t *len) {
+	return fi_getname(&o->ep->fid, addr, len);
+}
+
+/* Inserts a peer's address; its handle in *fi_addr. Returns 0 or < 0. */
+int ordo_ofi_av_insert(struct ordo_ofi *o, const void *addr, uint64_t *fi_addr) {
+	fi_addr_t a = FI_ADDR_UNSPEC;
+	int ret = fi_av_insert(o->av, addr, 1, &a, 0, NULL);
+	if (ret != 1)
+		return ret < 0 ? ret : -FI_EINVAL;
+	*fi_addr = a;
+	return 0;
+}
+
+int ordo_ofi_av_remove(struct ordo_ofi *o, uint64_t fi_addr) {
+	fi_addr_t a = fi_addr;
+	return fi_av_remove(o->av, &a, 1, 0);
+}
+
+/* Writes [offset, offset+len) of the local region to `remote_addr` under
+ * `key` at peer `dest`. `flags`: FI_COMPLETION, FI_DELIVERY_COMPLETE,
+ * FI_INJECT as the caller decides. Returns 0, -FI_EAGAIN, or < 0. */
+ssize_t ordo_ofi_write(struct ordo_ofi *o, size_t offset, size_t len, uint64_t dest,
+		       uint64_t remote_addr, uint64_t key, uint64_t context, uint64_t flags) {
+	struct iovec iov = { .iov_base = (char *)o->base + offset, .iov_len = len };
+	void *desc = o->desc;
+	struct fi_rma_iov rma = { .addr = remote_addr, .len = len, .key = key };
+	struct fi_msg_rma msg = {
+		.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = dest,
+		.rma_iov = &rma, .rma_iov_count = 1, .context = (void *)(uintptr_t)context, .data = 0,
+	};
+	return fi_writemsg(o->ep, &msg, flags);
+}
+
+/* Drives progress and reads up to `count` completions into `out`. Returns
+ * how many (>= 0); an error completion is returned as one entry with
+ * `err` set. */
+ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t count) {
+	struct fi_cq_entry entries[32];
+	if (count > 32)
+		count = 32;
+	ssize_t n = fi_cq_read(o->cq, entries, count);
+	if (n > 0) {
+		for (ssize_t i = 0; i < n; i++) {
+			out[i].context = (uint64_t)(uintptr_t)entries[i].op_context;
+			out[i].err = 0;
+			out[i].prov_errno = 0;
+		}
+		return n;
+	}
+	if (n == -FI_EAGAIN)
+		return 0;
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry e;
+		memset(&e, 0, sizeof(e));
+		ssize_t r = fi_cq_readerr(o->cq, &e, 0);
+		if (r == 1 || r == 0) {
+			out[0].context = (uint64_t)(uintptr_t)e.op_context;
+			out[0].err = e.err ? e.err : FI_EOTHER;
+			out[0].prov_errno = e.prov_errno;
+			return 1;
+		}
+		return r < 0 ? r : -FI_EOTHER;
+	}
+	return n;
+}
+
+const char *ordo_ofi_strerror(int err) {
+	return fi_strerror(err < 0 ? -err : err);
+}
+
+/* Constants the Rust side needs, from this version's headers. */
+uint64_t ordo_ofi_flag_completion(void) { return FI_COMPLETION; }
+uint64_t ordo_ofi_flag_delivery_complete(void) { return FI_DELIVERY_COMPLETE; }
+uint64_t ordo_ofi_flag_inject(void) { return FI_INJECT; }
+uint64_t ordo_ofi_order_waw(void) { return FI_ORDER_WAW | FI_ORDER_RMA_WAW; }
+uint64_t ordo_ofi_mr_virt_addr(void) { return FI_MR_VIRT_ADDR; }
+int ordo_ofi_eagain(void) { return -FI_EAGAIN; }

@@ -1,0 +1,857 @@
+//! [`OfiFabric`]: the [`Fabric`] over a libfabric RDM endpoint.
+
+use crate::contact::{self, Card, Contact, ContactError};
+use crate::sys::{Completion, Endpoint, OfiError, Posted, ProviderAttr, WriteFlags};
+use ordo_fabric::{
+    Doorbell, Fabric, FabricEvent, FailureCause, MemberId, PartialPost, PostError, ReconnectError, Region,
+    Write, WriteTag, check_range,
+};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How a member's ofi endpoint is set up.
+#[derive(Clone, Debug)]
+pub struct OfiOptions {
+    /// This member's id.
+    pub member: MemberId,
+    /// The libfabric provider: `"tcp;ofi_rxm"`, `"shm"`, `"verbs;ofi_rxm"`,
+    /// ... (any that offers `FI_EP_RDM` with `FI_RMA`).
+    pub provider: String,
+    /// Length of every member's region (a positive multiple of 64).
+    pub region_len: usize,
+    /// The set-up (contact) address this member listens on; port 0 picks
+    /// one (see [`OfiBinding::contact_addr`]).
+    pub listen: SocketAddr,
+    /// Every other member's contact address.
+    pub peers: Vec<(MemberId, SocketAddr)>,
+    /// Cluster name: members of different clusters refuse each other.
+    pub cluster: String,
+    /// The cluster secret, proved both ways before a member's address and
+    /// memory key are given out. `None` runs unauthenticated (a public key;
+    /// closed test networks only).
+    pub secret: Option<ordo_auth::Secret>,
+    /// A signaled write not completed within this time fails and its peer
+    /// is suspected.
+    pub write_timeout: Duration,
+    /// How long start-up waits for every peer's contact.
+    pub connect_timeout: Duration,
+    /// Deadline of each read of the set-up handshake.
+    pub handshake_timeout: Duration,
+    /// Start with peers that do not answer within `connect_timeout`
+    /// suspected, rather than failing (a new view's endpoint).
+    pub suspect_missing_peers: bool,
+}
+
+impl OfiOptions {
+    /// Options with defaults: 1 s write timeout, 10 s connect timeout.
+    pub fn new(member: MemberId, provider: &str, listen: SocketAddr, region_len: usize) -> OfiOptions {
+        OfiOptions {
+            member,
+            provider: provider.to_string(),
+            region_len,
+            listen,
+            peers: Vec::new(),
+            cluster: "ordo".into(),
+            secret: None,
+            write_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(2),
+            suspect_missing_peers: false,
+        }
+    }
+
+    fn key(&self) -> ordo_auth::Key {
+        match &self.secret {
+            Some(s) => s.derive(contact::KEY_LABEL),
+            None => ordo_auth::Secret::from_bytes(UNAUTHENTICATED_SECRET)
+                .expect("a 16+ byte constant")
+                .derive(contact::KEY_LABEL),
+        }
+    }
+}
+
+/// What keys the set-up handshake without a secret: public, so anyone who
+/// reaches a contact port learns the member's address and memory key.
+const UNAUTHENTICATED_SECRET: &[u8] = b"ordo ofi fabric without a secret";
+
+/// Why an ofi endpoint could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum OfiFabricError {
+    /// A libfabric call failed (the provider is missing, or refused).
+    #[error(transparent)]
+    Ofi(#[from] OfiError),
+    /// A peer could not be reached or failed the set-up handshake.
+    #[error(transparent)]
+    Contact(#[from] ContactError),
+    /// The options are inconsistent.
+    #[error("bad ofi options: {0}")]
+    Options(String),
+    /// The contact listener could not start.
+    #[error("ofi contact listener on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A bound, not yet connected endpoint: its contact port is open (peers may
+/// fetch its card), its peers' cards not yet fetched.
+pub struct OfiBinding {
+    options: OfiOptions,
+    attr: ProviderAttr,
+    region: Region,
+    shared: Arc<Shared>,
+    progress: Option<JoinHandle<()>>,
+    contact: Option<Contact>,
+    incarnation: u64,
+}
+
+impl Drop for OfiBinding {
+    fn drop(&mut self) {
+        // A binding that connected handed its agent to the fabric.
+        if self.progress.is_some() {
+            stop_progress(&self.shared, &mut self.progress);
+        }
+    }
+}
+
+fn stop_progress(shared: &Shared, progress: &mut Option<JoinHandle<()>>) {
+    shared.stop.store(true, Ordering::Release);
+    if let Some(t) = progress.take() {
+        let _ = t.join();
+    }
+}
+
+impl OfiBinding {
+    /// The contact address peers dial.
+    pub fn contact_addr(&self) -> SocketAddr {
+        self.contact.as_ref().expect("contact runs until connect").local_addr()
+    }
+
+    /// Fetches every peer's card (retrying until `connect_timeout`), inserts
+    /// their addresses and starts the progress agent.
+    pub fn connect(mut self, peers: Vec<(MemberId, SocketAddr)>) -> Result<OfiFabric, OfiFabricError> {
+        let mut options = self.options.clone();
+        options.peers = peers;
+        options.peers.sort_by_key(|p| p.0);
+        let me = options.member;
+        if options.peers.iter().any(|p| p.0 == me) || options.peers.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(OfiFabricError::Options("peers must be distinct and exclude this member".into()));
+        }
+        let key = options.key();
+        let cluster = contact::cluster_hash(&options.cluster);
+        let deadline = Instant::now() + options.connect_timeout;
+        for &(peer, addr) in &options.peers {
+            let fetched = loop {
+                match contact::fetch_card(addr, me, peer, cluster, &key, options.handshake_timeout) {
+                    Ok(got) => break Some(got),
+                    Err(e @ ContactError::Unreachable(..)) if Instant::now() < deadline => {
+                        tracing::trace!(%e, peer, "ofi: peer not up yet");
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(ContactError::Unreachable(..)) if options.suspect_missing_peers => break None,
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            let mut link = Link::down(peer, addr);
+            let mut core = self.shared.lock();
+            let core = &mut *core;
+            match fetched {
+                Some((card, live)) => {
+                    check_card(&card, options.region_len)?;
+                    link.install(&mut core.ep, card, live)?;
+                }
+                None => {
+                    core.events.push(FabricEvent::Suspected { peer, cause: FailureCause::ConnectionLost })
+                }
+            }
+            core.links.push(link);
+        }
+        // Providers set up their connections on the first write (rxm) or
+        // map the peer's queue (shm): a zero-length signaled write to each
+        // peer does it now, so the first real write does not meet EAGAIN.
+        for link in 0..options.peers.len() {
+            let mut core = self.shared.lock();
+            if core.links[link].suspected {
+                continue;
+            }
+            let peer = core.links[link].id;
+            let tag = WriteTag(u64::MAX);
+            let posted = loop {
+                match core.submit_probe(link, tag) {
+                    Ok(()) => break true,
+                    Err(PostError::Backpressure(_)) if Instant::now() < deadline => {
+                        drop(core);
+                        std::thread::sleep(Duration::from_micros(100));
+                        core = self.shared.lock();
+                    }
+                    Err(_) => break false,
+                }
+            };
+            if !posted {
+                return Err(OfiFabricError::Options(format!("cannot post the first write to member {peer}")));
+            }
+            drop(core);
+            loop {
+                let mut core = self.shared.lock();
+                core.progress();
+                if let Some(i) = core.events.iter().position(|e| {
+                    matches!(e, FabricEvent::Completed { peer: p, tag: t } | FabricEvent::Failed { peer: p, tag: t, .. } if *p == peer && *t == tag)
+                }) {
+                    let e = core.events.remove(i);
+                    if !matches!(e, FabricEvent::Completed { .. }) {
+                        return Err(OfiFabricError::Options(format!("the first write to member {peer} failed: {e:?}")));
+                    }
+                    break;
+                }
+                drop(core);
+                if Instant::now() > deadline {
+                    return Err(OfiFabricError::Options(format!(
+                        "the first write to member {peer} never completed"
+                    )));
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        let fence = self.shared.lock().fence;
+        tracing::info!(member = me, provider = %self.attr.provider, fabric = %self.attr.fabric, fence, manual_progress = self.attr.manual_progress, "ofi fabric up");
+        Ok(OfiFabric {
+            peer_ids: options.peers.iter().map(|p| p.0).collect(),
+            region: self.region.clone(),
+            shared: self.shared.clone(),
+            progress: self.progress.take(),
+            contact: self.contact.take(),
+            options,
+            attr: self.attr.clone(),
+            incarnation: self.incarnation,
+            key,
+        })
+    }
+}
+
+fn check_card(card: &Card, region_len: usize) -> Result<(), OfiFabricError> {
+    if card.region_len != region_len as u64 {
+        return Err(OfiFabricError::Options(format!(
+            "member {} has a region of {} bytes, this member {region_len}",
+            card.member, card.region_len
+        )));
+    }
+    Ok(())
+}
+
+fn random_u64() -> u64 {
+    let n = ordo_auth::handshake::nonce();
+    u64::from_le_bytes(n[..8].try_into().expect("8 bytes"))
+}
+
+/// A member's endpoint on libfabric (see the crate docs for how each
+/// guarantee is kept). Dropping it stops the progress agent, closes the
+/// contact port (peers see [`FailureCause::PeerDead`]) and the endpoint.
+pub struct OfiFabric {
+    options: OfiOptions,
+    attr: ProviderAttr,
+    peer_ids: Vec<MemberId>,
+    region: Region,
+    shared: Arc<Shared>,
+    progress: Option<JoinHandle<()>>,
+    contact: Option<Contact>,
+    incarnation: u64,
+    key: ordo_auth::Key,
+}
+
+impl std::fmt::Debug for OfiFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfiFabric")
+            .field("member", &self.options.member)
+            .field("provider", &self.attr.provider)
+            .field("peers", &self.peer_ids)
+            .field("incarnation", &self.incarnation)
+            .finish()
+    }
+}
+
+impl OfiFabric {
+    /// Opens the endpoint, registers a fresh region and opens the contact
+    /// port; call [`OfiBinding::connect`] once the peers' addresses are
+    /// known.
+    pub fn bind(options: OfiOptions) -> Result<OfiBinding, OfiFabricError> {
+        if options.region_len == 0 || !options.region_len.is_multiple_of(64) {
+            return Err(OfiFabricError::Options(format!(
+                "region length {} is not a positive multiple of 64",
+                options.region_len
+            )));
+        }
+        let region = Region::new_heap(options.region_len);
+        let mut ep = Endpoint::open(&options.provider, region.clone(), random_u64())?;
+        let name = ep.name()?;
+        if name.len() > contact::MAX_NAME {
+            return Err(OfiFabricError::Options(format!("provider address of {} bytes", name.len())));
+        }
+        let attr = ep.attr().clone();
+        let incarnation = random_u64();
+        let card = Card {
+            member: options.member,
+            incarnation,
+            region_len: options.region_len as u64,
+            base: region.as_ptr() as u64,
+            key: attr.key,
+            name,
+        };
+        let fence = match attr.write_after_write {
+            Some(max) => max < options.region_len as u64,
+            None => true,
+        };
+        let core = Core {
+            ep,
+            links: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            events: Vec::new(),
+            comps: Vec::with_capacity(32),
+            fence,
+            write_timeout: options.write_timeout,
+            last_check: Instant::now(),
+        };
+        let shared = Arc::new(Shared { core: Mutex::new(core), stop: AtomicBool::new(false) });
+        let sh = shared.clone();
+        let progress = std::thread::Builder::new()
+            .name(format!("ofi-progress-{}", options.member))
+            .spawn(move || progress_agent(&sh))
+            .map_err(|e| OfiFabricError::Options(format!("cannot start the progress agent: {e}")))?;
+        let contact = Contact::start(
+            options.listen,
+            card,
+            contact::cluster_hash(&options.cluster),
+            options.key(),
+            options.handshake_timeout,
+        );
+        let contact = match contact {
+            Ok(c) => c,
+            Err(source) => {
+                stop_progress(&shared, &mut Some(progress));
+                return Err(OfiFabricError::Listen { addr: options.listen, source });
+            }
+        };
+        if options.secret.is_none() {
+            tracing::warn!(
+                addr = %contact.local_addr(),
+                "ofi fabric without a cluster secret: anyone who reaches the contact port learns this member's memory key"
+            );
+        }
+        Ok(OfiBinding {
+            options,
+            attr,
+            region,
+            shared,
+            progress: Some(progress),
+            contact: Some(contact),
+            incarnation,
+        })
+    }
+
+    /// Binds and connects to `options.peers`.
+    pub fn connect(options: OfiOptions) -> Result<OfiFabric, OfiFabricError> {
+        let peers = options.peers.clone();
+        OfiFabric::bind(options)?.connect(peers)
+    }
+
+    /// What the provider promised.
+    pub fn provider(&self) -> &ProviderAttr {
+        &self.attr
+    }
+
+    /// Whether writes to a peer wait for the previous one's completion (the
+    /// provider does not promise write-after-write order).
+    pub fn fenced(&self) -> bool {
+        self.shared.lock().fence
+    }
+
+    /// This endpoint's incarnation (fresh per endpoint).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// The contact address peers dial.
+    pub fn contact_addr(&self) -> SocketAddr {
+        self.contact.as_ref().expect("contact runs until drop").local_addr()
+    }
+
+    /// The options this endpoint runs with.
+    pub fn options(&self) -> &OfiOptions {
+        &self.options
+    }
+
+    fn index_of(&self, peer: MemberId) -> Option<usize> {
+        self.peer_ids.binary_search(&peer).ok()
+    }
+
+    /// Fails the way a crashed process does, inside one process: progress
+    /// stops and the contact port and liveness connections close (peers
+    /// suspect this member), but the endpoint and its region are leaked
+    /// rather than closed. Providers such as `shm` share their mappings of
+    /// peers between the endpoints of one process, so closing an endpoint
+    /// that a peer may still write to would pull memory from under that
+    /// peer's write; a crashed process's memory outlives it the same way
+    /// (the peer's mapping keeps it). For tests that kill members of an
+    /// in-process group.
+    pub fn crash(mut self) {
+        stop_progress(&self.shared, &mut self.progress);
+        self.contact.take();
+        self.shared.lock().links.iter_mut().for_each(|l| l.live = None);
+        std::mem::forget(self.shared.clone());
+    }
+}
+
+impl Drop for OfiFabric {
+    fn drop(&mut self) {
+        stop_progress(&self.shared, &mut self.progress);
+        // Closing the contact port and the liveness connections is how
+        // peers learn that this member is gone.
+        self.contact.take();
+        self.shared.lock().links.iter_mut().for_each(|l| l.live = None);
+    }
+}
+
+struct Shared {
+    core: Mutex<Core>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One write as the fabric hands it to the provider.
+#[derive(Clone, Copy)]
+struct Queued {
+    offset: usize,
+    len: usize,
+    signal: Option<WriteTag>,
+}
+
+struct Link {
+    id: MemberId,
+    contact: SocketAddr,
+    suspected: bool,
+    fi_addr: Option<u64>,
+    key: u64,
+    base: u64,
+    incarnation: u64,
+    live: Option<TcpStream>,
+    /// Writes posted with a completion requested and not yet completed.
+    in_flight: usize,
+}
+
+impl Link {
+    fn down(id: MemberId, contact: SocketAddr) -> Link {
+        Link {
+            id,
+            contact,
+            suspected: true,
+            fi_addr: None,
+            key: 0,
+            base: 0,
+            incarnation: 0,
+            live: None,
+            in_flight: 0,
+        }
+    }
+
+    fn install(&mut self, ep: &mut Endpoint, card: Card, live: TcpStream) -> Result<(), OfiError> {
+        let fi_addr = ep.insert_peer(&card.name)?;
+        if let Some(old) = self.fi_addr.replace(fi_addr)
+            && old != fi_addr
+        {
+            ep.remove_peer(old);
+        }
+        self.key = card.key;
+        self.base = card.base;
+        self.incarnation = card.incarnation;
+        self.live = Some(live);
+        self.suspected = false;
+        Ok(())
+    }
+}
+
+/// A write whose completion was requested: a slot in the table, named in
+/// the write's context as `(generation << 24) | slot`.
+struct Slot {
+    generation: u64,
+    pending: Option<Pending>,
+}
+
+#[derive(Clone, Copy)]
+struct Pending {
+    link: usize,
+    tag: Option<WriteTag>,
+    posted: Instant,
+}
+
+const SLOT_BITS: u32 = 24;
+/// Context bit of writes posted without a completion (their errors still
+/// come back); the low bits name the link.
+const UNTRACKED: u64 = 1 << 63;
+
+struct Core {
+    ep: Endpoint,
+    links: Vec<Link>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    events: Vec<FabricEvent>,
+    comps: Vec<Completion>,
+    /// Every write to a peer waits until the previous one completed.
+    fence: bool,
+    write_timeout: Duration,
+    last_check: Instant,
+}
+
+enum Issue {
+    Posted,
+    Full,
+    Failed,
+}
+
+impl Core {
+    fn remote_addr(&self, link: usize, offset: usize) -> u64 {
+        if self.ep.attr().virt_addr { self.links[link].base + offset as u64 } else { offset as u64 }
+    }
+
+    fn alloc_slot(&mut self, p: Pending) -> Option<u64> {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None if self.slots.len() < (1 << SLOT_BITS) => {
+                self.slots.push(Slot { generation: 0, pending: None });
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
+        let s = &mut self.slots[i];
+        debug_assert!(s.pending.is_none());
+        s.pending = Some(p);
+        Some((s.generation << SLOT_BITS) | i as u64)
+    }
+
+    fn release_slot(&mut self, i: usize) -> Option<Pending> {
+        let s = &mut self.slots[i];
+        let p = s.pending.take();
+        if p.is_some() {
+            s.generation = (s.generation + 1) & ((1 << (63 - SLOT_BITS)) - 1);
+            self.free.push(i);
+        }
+        p
+    }
+
+    /// A zero-length signaled write that completes on transmission: makes
+    /// the provider set up its connection to the peer (rxm) at start-up.
+    fn submit_probe(&mut self, link: usize, tag: WriteTag) -> Result<(), PostError> {
+        match self.issue(link, Queued { offset: 0, len: 0, signal: Some(tag) }, false) {
+            Issue::Posted => Ok(()),
+            Issue::Full => Err(PostError::Backpressure(self.links[link].id)),
+            Issue::Failed => Err(PostError::PeerSuspected(self.links[link].id)),
+        }
+    }
+
+    /// Hands one write to the provider. On `Full` nothing was posted.
+    fn issue(&mut self, link: usize, w: Queued, delivery: bool) -> Issue {
+        let tracked = self.fence || w.signal.is_some();
+        let context = if tracked {
+            match self.alloc_slot(Pending { link, tag: w.signal, posted: Instant::now() }) {
+                Some(c) => c,
+                None => return Issue::Full,
+            }
+        } else {
+            UNTRACKED | link as u64
+        };
+        let (dest, key) =
+            (self.links[link].fi_addr.expect("an up link has an address"), self.links[link].key);
+        let remote = self.remote_addr(link, w.offset);
+        let flags = WriteFlags { completion: tracked, delivery: tracked && delivery };
+        let mut tries = 0;
+        loop {
+            match self.ep.write(w.offset, w.len, dest, remote, key, context, flags) {
+                Ok(Posted::Yes) => {
+                    if tracked {
+                        self.links[link].in_flight += 1;
+                    }
+                    return Issue::Posted;
+                }
+                Ok(Posted::Again) if tries < 2 => {
+                    tries += 1;
+                    self.reap();
+                    if self.links[link].suspected {
+                        self.drop_context(context, tracked);
+                        return Issue::Failed;
+                    }
+                }
+                Ok(Posted::Again) => {
+                    self.drop_context(context, tracked);
+                    return Issue::Full;
+                }
+                Err(e) => {
+                    tracing::warn!(peer = self.links[link].id, %e, "ofi write refused; suspecting the peer");
+                    self.drop_context(context, tracked);
+                    self.fail_link(link, FailureCause::ConnectionLost);
+                    return Issue::Failed;
+                }
+            }
+        }
+    }
+
+    fn drop_context(&mut self, context: u64, tracked: bool) {
+        if tracked {
+            self.release_slot((context & ((1 << SLOT_BITS) - 1)) as usize);
+        }
+    }
+
+    /// Posts one write (behind a fence, once the previous one landed).
+    fn submit(&mut self, link: usize, w: Queued) -> Result<(), PostError> {
+        let l = &self.links[link];
+        if l.suspected {
+            return Err(PostError::PeerSuspected(l.id));
+        }
+        if self.fence && l.in_flight > 0 {
+            // Behind a fence a write waits until the previous one to this
+            // peer has landed (bounded by the write timeout, which takes
+            // the link down); its bytes are read when it is issued, now.
+            let mut spins = 0u32;
+            while self.links[link].in_flight > 0 {
+                self.reap();
+                self.check(Instant::now());
+                if self.links[link].suspected {
+                    return Err(PostError::PeerSuspected(self.links[link].id));
+                }
+                spins += 1;
+                if spins > 64 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        match self.issue(link, w, true) {
+            Issue::Posted => Ok(()),
+            Issue::Full => Err(PostError::Backpressure(self.links[link].id)),
+            Issue::Failed => Err(PostError::PeerSuspected(self.links[link].id)),
+        }
+    }
+
+    /// Reads completions (driving the provider's progress) and applies them.
+    fn reap(&mut self) -> usize {
+        let mut comps = std::mem::take(&mut self.comps);
+        let mut total = 0;
+        loop {
+            comps.clear();
+            match self.ep.poll(&mut comps) {
+                Ok(0) => break,
+                Ok(n) => total += n,
+                Err(e) => {
+                    tracing::error!(%e, "ofi completion queue failed");
+                    break;
+                }
+            }
+            for c in &comps {
+                self.complete(*c);
+            }
+        }
+        self.comps = comps;
+        total
+    }
+
+    fn complete(&mut self, c: Completion) {
+        if c.context & UNTRACKED != 0 {
+            // Only errors of untracked writes come back.
+            let link = (c.context & !UNTRACKED) as usize;
+            if c.err != 0 && link < self.links.len() {
+                tracing::warn!(peer = self.links[link].id, err = %crate::sys::strerror(c.err as i64), "ofi write failed");
+                self.fail_link(link, FailureCause::ConnectionLost);
+            }
+            return;
+        }
+        let slot = (c.context & ((1 << SLOT_BITS) - 1)) as usize;
+        let generation = c.context >> SLOT_BITS;
+        if slot >= self.slots.len() || self.slots[slot].generation != generation {
+            return; // failed and reported already (its link went down)
+        }
+        let Some(p) = self.release_slot(slot) else { return };
+        let peer = self.links[p.link].id;
+        self.links[p.link].in_flight -= 1;
+        if c.err != 0 {
+            tracing::warn!(peer, err = %crate::sys::strerror(c.err as i64), prov_errno = c.prov_errno, "ofi write failed");
+            if let Some(tag) = p.tag {
+                self.events.push(FabricEvent::Failed { peer, tag, cause: FailureCause::ConnectionLost });
+            }
+            self.fail_link(p.link, FailureCause::ConnectionLost);
+        } else if let Some(tag) = p.tag {
+            self.events.push(FabricEvent::Completed { peer, tag });
+        }
+    }
+
+    /// Takes a link down once: every pending signaled write fails, one
+    /// `Suspected` is reported.
+    fn fail_link(&mut self, link: usize, cause: FailureCause) {
+        if self.links[link].suspected {
+            return;
+        }
+        let peer = self.links[link].id;
+        self.links[link].suspected = true;
+        self.links[link].live = None;
+        self.events.push(FabricEvent::Suspected { peer, cause });
+        for i in 0..self.slots.len() {
+            if self.slots[i].pending.is_some_and(|p| p.link == link)
+                && let Some(Pending { tag: Some(tag), .. }) = self.release_slot(i)
+            {
+                self.events.push(FabricEvent::Failed { peer, tag, cause: FailureCause::LinkDown });
+            }
+        }
+        self.links[link].in_flight = 0;
+    }
+
+    /// Timeouts and liveness, at most once a millisecond.
+    fn check(&mut self, now: Instant) {
+        if now.duration_since(self.last_check) < Duration::from_millis(1) {
+            return;
+        }
+        self.last_check = now;
+        for link in 0..self.links.len() {
+            let dead = match self.links[link].live.as_mut() {
+                Some(s) => !contact::still_open(s),
+                None => false,
+            };
+            if dead {
+                self.fail_link(link, FailureCause::PeerDead);
+            }
+        }
+        let timeout = self.write_timeout;
+        let late: Vec<usize> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.pending.filter(|p| now.duration_since(p.posted) > timeout).map(|p| p.link))
+            .collect();
+        for link in late {
+            self.fail_link(link, FailureCause::TimedOut);
+        }
+    }
+
+    /// One round of progress. Returns whether anything happened.
+    fn progress(&mut self) -> bool {
+        let reaped = self.reap();
+        self.check(Instant::now());
+        reaped > 0
+    }
+
+    fn busy(&self) -> bool {
+        self.links.iter().any(|l| l.in_flight > 0)
+    }
+}
+
+/// Drives the provider's progress (incoming writes land only while someone
+/// polls a manual-progress provider) and issues fenced writes: spins while
+/// writes are in flight, backs off to 50 µs sleeps when idle.
+fn progress_agent(shared: &Shared) {
+    let mut idle = 0u32;
+    while !shared.stop.load(Ordering::Acquire) {
+        let (worked, busy) = {
+            let mut core = shared.lock();
+            let w = core.progress();
+            (w, core.busy())
+        };
+        if worked || busy {
+            idle = 0;
+            std::thread::yield_now();
+        } else {
+            idle = idle.saturating_add(1);
+            if idle < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(u64::from((idle - 64).min(50))));
+            }
+        }
+    }
+}
+
+impl Fabric for OfiFabric {
+    fn member(&self) -> MemberId {
+        self.options.member
+    }
+
+    fn peers(&self) -> &[MemberId] {
+        &self.peer_ids
+    }
+
+    fn region(&self) -> &Region {
+        &self.region
+    }
+
+    fn post_write(&mut self, write: Write) -> Result<(), PostError> {
+        check_range(write.offset, write.len, self.region.len())?;
+        let link = self.index_of(write.peer).ok_or(PostError::UnknownPeer(write.peer))?;
+        if write.len as u64 > self.attr.max_msg_size {
+            return Err(PostError::TooLarge { len: write.len, max: self.attr.max_msg_size as usize });
+        }
+        self.shared.lock().submit(link, Queued { offset: write.offset, len: write.len, signal: write.signal })
+    }
+
+    fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
+        let Some(link) = self.index_of(peer) else {
+            return Err(PartialPost { posted: 0, error: PostError::UnknownPeer(peer) });
+        };
+        let mut core = self.shared.lock();
+        for (posted, &(offset, len)) in ranges.iter().enumerate() {
+            let r = check_range(offset, len, self.region.len()).and_then(|()| {
+                if len as u64 > self.attr.max_msg_size {
+                    return Err(PostError::TooLarge { len, max: self.attr.max_msg_size as usize });
+                }
+                core.submit(link, Queued { offset, len, signal: None })
+            });
+            r.map_err(|error| PartialPost { posted, error })?;
+        }
+        Ok(())
+    }
+
+    fn poll_events(&mut self, events: &mut Vec<FabricEvent>) {
+        let mut core = self.shared.lock();
+        core.progress();
+        events.append(&mut core.events);
+    }
+
+    fn doorbell(&self) -> Option<&Doorbell> {
+        None
+    }
+
+    fn is_suspected(&self, peer: MemberId) -> bool {
+        self.index_of(peer).is_some_and(|i| self.shared.lock().links[i].suspected)
+    }
+
+    fn reconnect(&mut self, peer: MemberId) -> Result<u64, ReconnectError> {
+        let link = self.index_of(peer).ok_or(ReconnectError::UnknownPeer(peer))?;
+        let addr = {
+            let core = self.shared.lock();
+            let l = &core.links[link];
+            if !l.suspected {
+                return Ok(l.incarnation);
+            }
+            l.contact
+        };
+        let cluster = contact::cluster_hash(&self.options.cluster);
+        let timeout = self.options.handshake_timeout.min(Duration::from_millis(500));
+        let (card, live) = contact::fetch_card(addr, self.options.member, peer, cluster, &self.key, timeout)
+            .map_err(|e| ReconnectError::Unreachable(peer, e.to_string()))?;
+        check_card(&card, self.options.region_len)
+            .map_err(|e| ReconnectError::Unreachable(peer, e.to_string()))?;
+        let incarnation = card.incarnation;
+        let mut core = self.shared.lock();
+        let core = &mut *core;
+        core.links[link]
+            .install(&mut core.ep, card, live)
+            .map_err(|e| ReconnectError::Unreachable(peer, e.to_string()))?;
+        core.events.push(FabricEvent::Reconnected { peer, incarnation });
+        Ok(incarnation)
+    }
+}

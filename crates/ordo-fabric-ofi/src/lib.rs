@@ -1,0 +1,91 @@
+//! The `ofi` backend of the ordo fabric (DESIGN.md §2): one-sided RMA
+//! writes through libfabric, the interface Derecho uses for RDMA. It runs
+//! on any provider that offers reliable datagram endpoints (`FI_EP_RDM`)
+//! with `FI_RMA`: `verbs;ofi_rxm` (InfiniBand, RoCE), `tcp;ofi_rxm` and
+//! `tcp` (any network), `shm` (one host).
+//!
+//! Built only with the `ofi` cargo feature (off by default): without it
+//! the crate is empty and the workspace needs nothing beyond cargo. With
+//! it, `build.rs` finds the system libfabric (≥ 1.17) with pkg-config and
+//! compiles a small C shim (`csrc/shim.c`) over libfabric's `static inline`
+//! calls against the installed headers.
+//!
+//! # How the [`ordo_fabric`] guarantees are kept
+//! - **FIFO per peer.** Where the provider promises write-after-write
+//!   order for writes of the region's size (`FI_ORDER_WAW` /
+//!   `FI_ORDER_RMA_WAW` in `tx_attr.msg_order` and `max_order_waw_size`),
+//!   writes go to the provider as they are posted. Where it does not (the
+//!   `shm` provider of 1.17 reports only `FI_ORDER_SAS`), the endpoint
+//!   *fences*: every write asks for `FI_DELIVERY_COMPLETE`, and a post to a
+//!   peer waits (polling, bounded by `write_timeout`) until the previous
+//!   write to that peer has landed, so its bytes are read when it is
+//!   posted and it cannot overtake. Data
+//!   and guard are always separate writes (Derecho issue #47): nothing
+//!   relies on the order of bytes within a write, and the backend says no
+//!   to capability 8 ([`Fabric::address_ordered`](ordo_fabric::Fabric)).
+//! - **Untorn words** rest on the provider copying aligned words whole
+//!   (memcpy, the kernel's copy for CMA, a NIC's DMA): what RDMA gives
+//!   Derecho's SST. The conformance suite checks it on every provider
+//!   tested.
+//! - **Signaled writes complete exactly once**, when the provider reports
+//!   delivery (`FI_COMPLETION | FI_DELIVERY_COMPLETE`), or fail: an error
+//!   completion, or no completion within `write_timeout` (checked by
+//!   `poll_events` and the progress agent). A completion names its write by
+//!   a slot and a generation, so one that arrives after its link went down
+//!   (and was already reported failed) is ignored.
+//! - **Failures are suspicions.** A failed or timed-out write, or the end
+//!   of the peer's liveness connection (its process died or dropped its
+//!   endpoint), takes the link down once: one `Suspected`, every pending
+//!   signaled write `Failed`, later posts
+//!   `PeerSuspected` until [`Fabric::reconnect`](ordo_fabric::Fabric)
+//!   fetches the peer's card again (a new incarnation: new address, key,
+//!   base).
+//! - **Progress.** Providers with manual data progress (`shm`, `rxm`)
+//!   move data — incoming writes included — only while the endpoint polls
+//!   its completion queue, so each endpoint runs a progress agent thread
+//!   that polls (spinning while writes are in flight, backing off to 50 µs
+//!   sleeps when idle); `poll_events` polls too. Every libfabric call is
+//!   made under one mutex (`FI_THREAD_DOMAIN`).
+//! - **No doorbell.** One-sided writes raise no event at the target; the
+//!   backend has no [`Doorbell`](ordo_fabric::Doorbell) and pollers back
+//!   off on their own.
+//!
+//! # Set-up and security
+//! Addresses, memory keys and region bases travel over the set-up path of
+//! [`contact`]: each member's contact port hands its card only to a dialer
+//! that proved the cluster secret (mutual HMAC challenge-response). The
+//! memory key is random per endpoint (64 bits where the provider lets the
+//! application choose it), so a stranger who can reach the provider's port
+//! but not the secret cannot aim a write at the region. The provider's
+//! own traffic is not authenticated or encrypted: on a network an attacker
+//! can observe, a key seen on the wire is a capability (as an RDMA rkey
+//! is). See SECURITY.md.
+//!
+//! # Known limits
+//! - libfabric 1.17's `shm` provider reports no write-after-write order, so
+//!   every write waits for the previous one's delivery (one round trip
+//!   through the peer's progress agent per write), and it returns an
+//!   endpoint's completions in order: a write outstanding to a peer that
+//!   died holds back every later completion, so after a peer's death the
+//!   endpoint's writes to live peers time out too. Use ordo's own `shm`
+//!   backend on one host; `ofi` with `shm` is for testing the ofi path.
+//! - In one process, providers may share peer mappings between endpoints;
+//!   tests kill in-process members with [`OfiFabric::crash`].
+//!
+//! # Not built
+//! Connected endpoints (`FI_EP_MSG`, `verbs` without `ofi_rxm`) and
+//! target-side events (`FI_RMA_EVENT`) for a doorbell.
+
+#![warn(missing_docs)]
+
+#[cfg(feature = "ofi")]
+pub mod contact;
+#[cfg(feature = "ofi")]
+mod fabric;
+#[cfg(feature = "ofi")]
+pub mod sys;
+
+#[cfg(feature = "ofi")]
+pub use fabric::{OfiBinding, OfiFabric, OfiFabricError, OfiOptions};
+#[cfg(feature = "ofi")]
+pub use sys::{OfiError, ProviderAttr};

@@ -1,0 +1,304 @@
+//! The thin safe layer over the C shim (`csrc/shim.c`): one [`Endpoint`]
+//! owns a libfabric RDM endpoint, its completion queue, address vector and
+//! the registration of the member's region.
+//!
+//! # Invariants
+//! - An `Endpoint` is used by one thread at a time (`&mut self` on every
+//!   call; the fabric keeps it behind a mutex), matching the
+//!   `FI_THREAD_DOMAIN` model the shim asks for.
+//! - The registered memory (the [`Region`]) outlives the registration: the
+//!   endpoint holds a clone of the region and closes libfabric before
+//!   dropping it.
+//! - Every write lies inside the region: callers check ranges first and
+//!   this layer asserts it again before handing pointers to C.
+
+use ordo_fabric::Region;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+
+#[repr(C)]
+struct RawAttr {
+    tx_msg_order: u64,
+    max_order_waw_size: u64,
+    max_msg_size: u64,
+    inject_size: u64,
+    tx_size: u64,
+    mr_mode: u64,
+    data_progress_manual: u64,
+    key: u64,
+    prov_name: [c_char; 64],
+    fabric_name: [c_char; 64],
+}
+
+/// One completion read from the queue.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Completion {
+    /// The context the write was posted with.
+    pub context: u64,
+    /// 0, or the positive libfabric error code of a failed write.
+    pub err: i32,
+    /// The provider's own error number (diagnostics only).
+    pub prov_errno: i32,
+}
+
+#[repr(C)]
+struct RawOfi {
+    _private: [u8; 0],
+}
+
+unsafe extern "C" {
+    fn ordo_ofi_open(
+        prov: *const c_char,
+        base: *mut c_void,
+        len: usize,
+        requested_key: u64,
+        out: *mut *mut RawOfi,
+        attr: *mut RawAttr,
+        err: *mut c_char,
+        errlen: usize,
+    ) -> c_int;
+    fn ordo_ofi_close(o: *mut RawOfi);
+    fn ordo_ofi_name(o: *mut RawOfi, addr: *mut c_void, len: *mut usize) -> c_int;
+    fn ordo_ofi_av_insert(o: *mut RawOfi, addr: *const c_void, fi_addr: *mut u64) -> c_int;
+    fn ordo_ofi_av_remove(o: *mut RawOfi, fi_addr: u64) -> c_int;
+    fn ordo_ofi_write(
+        o: *mut RawOfi,
+        offset: usize,
+        len: usize,
+        dest: u64,
+        remote_addr: u64,
+        key: u64,
+        context: u64,
+        flags: u64,
+    ) -> isize;
+    fn ordo_ofi_poll(o: *mut RawOfi, out: *mut Completion, count: usize) -> isize;
+    fn ordo_ofi_strerror(err: c_int) -> *const c_char;
+    fn ordo_ofi_flag_completion() -> u64;
+    fn ordo_ofi_flag_delivery_complete() -> u64;
+    fn ordo_ofi_order_waw() -> u64;
+    fn ordo_ofi_mr_virt_addr() -> u64;
+    fn ordo_ofi_eagain() -> c_int;
+}
+
+/// libfabric's message for an error code (either sign).
+pub fn strerror(err: i64) -> String {
+    // SAFETY: fi_strerror returns a static NUL-terminated string for any code.
+    unsafe { CStr::from_ptr(ordo_ofi_strerror(err as c_int)) }.to_string_lossy().into_owned()
+}
+
+/// A libfabric call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("libfabric: {0}")]
+pub struct OfiError(pub String);
+
+/// What the provider promised (from its `fi_info`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderAttr {
+    /// The provider, e.g. `tcp;ofi_rxm` or `shm`.
+    pub provider: String,
+    /// The fabric's name (e.g. a subnet).
+    pub fabric: String,
+    /// Whether writes to one peer land in posting order (`FI_ORDER_WAW` or
+    /// `FI_ORDER_RMA_WAW`), and up to which size.
+    pub write_after_write: Option<u64>,
+    /// Largest single write.
+    pub max_msg_size: u64,
+    /// Transmit queue depth.
+    pub tx_size: u64,
+    /// Whether remote addresses are virtual addresses (`FI_MR_VIRT_ADDR`)
+    /// rather than offsets into the registration.
+    pub virt_addr: bool,
+    /// Whether data moves only when the application polls.
+    pub manual_progress: bool,
+    /// The memory registration's key (requested, or the provider's).
+    pub key: u64,
+}
+
+/// Flags a write may carry.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteFlags {
+    /// Report a completion (`FI_COMPLETION`).
+    pub completion: bool,
+    /// Report it only once the data is visible at the peer
+    /// (`FI_DELIVERY_COMPLETE`).
+    pub delivery: bool,
+}
+
+/// An open RDM endpoint with the member's region registered.
+pub struct Endpoint {
+    raw: *mut RawOfi,
+    region: Region,
+    attr: ProviderAttr,
+    flag_completion: u64,
+    flag_delivery: u64,
+    eagain: i64,
+}
+
+// SAFETY: the handle is only used through `&mut self` (one thread at a
+// time); libfabric objects opened with FI_THREAD_DOMAIN may move between
+// threads as long as calls are serialised.
+unsafe impl Send for Endpoint {}
+
+/// The outcome of posting one write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Posted {
+    /// Queued with the provider.
+    Yes,
+    /// The transmit queue is full: poll and retry.
+    Again,
+}
+
+impl Endpoint {
+    /// Opens an RDM endpoint of `provider` and registers `region` with
+    /// `requested_key`.
+    pub fn open(provider: &str, region: Region, requested_key: u64) -> Result<Endpoint, OfiError> {
+        let prov = CString::new(provider).map_err(|_| OfiError(format!("bad provider name {provider:?}")))?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: an all-zero RawAttr is valid (integers and byte arrays).
+        let mut a: RawAttr = unsafe { std::mem::zeroed() };
+        let mut err = [0 as c_char; 256];
+        // SAFETY: all pointers are valid for the call; the region's memory
+        // stays mapped for as long as the endpoint (which holds the region).
+        let ret = unsafe {
+            ordo_ofi_open(
+                prov.as_ptr(),
+                region.as_ptr().cast(),
+                region.len(),
+                requested_key,
+                &mut raw,
+                &mut a,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        if ret != 0 || raw.is_null() {
+            // SAFETY: the shim NUL-terminates the message within the buffer.
+            let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
+            return Err(OfiError(format!("provider {provider:?}: {msg}")));
+        }
+        let text = |b: &[c_char; 64]| {
+            // SAFETY: snprintf NUL-terminated both names within 64 bytes.
+            unsafe { CStr::from_ptr(b.as_ptr()) }.to_string_lossy().into_owned()
+        };
+        // SAFETY: plain constant getters.
+        let (waw, virt, flag_completion, flag_delivery, eagain) = unsafe {
+            (
+                ordo_ofi_order_waw(),
+                ordo_ofi_mr_virt_addr(),
+                ordo_ofi_flag_completion(),
+                ordo_ofi_flag_delivery_complete(),
+                ordo_ofi_eagain() as i64,
+            )
+        };
+        let attr = ProviderAttr {
+            provider: text(&a.prov_name),
+            fabric: text(&a.fabric_name),
+            write_after_write: (a.tx_msg_order & waw != 0).then_some(a.max_order_waw_size),
+            max_msg_size: a.max_msg_size,
+            tx_size: a.tx_size,
+            virt_addr: a.mr_mode & virt != 0,
+            manual_progress: a.data_progress_manual != 0,
+            key: a.key,
+        };
+        Ok(Endpoint { raw, region, attr, flag_completion, flag_delivery, eagain })
+    }
+
+    /// What the provider promised.
+    pub fn attr(&self) -> &ProviderAttr {
+        &self.attr
+    }
+
+    /// This endpoint's address, to hand to peers.
+    pub fn name(&mut self) -> Result<Vec<u8>, OfiError> {
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len();
+        // SAFETY: buf is valid for len bytes; the shim writes at most len.
+        let ret = unsafe { ordo_ofi_name(self.raw, buf.as_mut_ptr().cast(), &mut len) };
+        if ret != 0 {
+            return Err(OfiError(format!("fi_getname: {}", strerror(ret as i64))));
+        }
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// Inserts a peer's address into the address vector.
+    pub fn insert_peer(&mut self, name: &[u8]) -> Result<u64, OfiError> {
+        let mut a = 0u64;
+        // Providers read as many bytes as their address format has; pad so
+        // a short name from a lying peer is never read past its end.
+        let mut padded = name.to_vec();
+        padded.resize(name.len().max(256), 0);
+        // SAFETY: padded is valid for 256 bytes, more than any address.
+        let ret = unsafe { ordo_ofi_av_insert(self.raw, padded.as_ptr().cast(), &mut a) };
+        if ret != 0 {
+            return Err(OfiError(format!("fi_av_insert: {}", strerror(ret as i64))));
+        }
+        Ok(a)
+    }
+
+    /// Removes a peer's address.
+    pub fn remove_peer(&mut self, fi_addr: u64) {
+        // SAFETY: a handle fi_av_insert returned; removing twice is an error
+        // libfabric reports, not undefined behaviour.
+        let ret = unsafe { ordo_ofi_av_remove(self.raw, fi_addr) };
+        if ret != 0 {
+            tracing::debug!(err = %strerror(ret as i64), "fi_av_remove");
+        }
+    }
+
+    /// Posts a write of `[offset, offset+len)` of the region to `remote_addr`
+    /// (already translated for the provider's `mr_mode`) at `dest`.
+    /// Signaled writes complete only when the data is visible at the peer
+    /// (`FI_DELIVERY_COMPLETE`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &mut self,
+        offset: usize,
+        len: usize,
+        dest: u64,
+        remote_addr: u64,
+        key: u64,
+        context: u64,
+        flags: WriteFlags,
+    ) -> Result<Posted, OfiError> {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.region.len()),
+            "write outside the region"
+        );
+        let f = if flags.completion { self.flag_completion } else { 0 }
+            | if flags.delivery { self.flag_delivery } else { 0 };
+        // SAFETY: the range lies inside the registered region (asserted).
+        let ret = unsafe { ordo_ofi_write(self.raw, offset, len, dest, remote_addr, key, context, f) };
+        match ret as i64 {
+            0 => Ok(Posted::Yes),
+            r if r == self.eagain => Ok(Posted::Again),
+            r => Err(OfiError(format!("fi_writemsg: {}", strerror(r)))),
+        }
+    }
+
+    /// Drives progress and appends the completions now available to `out`
+    /// (at most 32 per call). Returns how many.
+    pub fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize, OfiError> {
+        let mut buf = [Completion::default(); 32];
+        // SAFETY: buf holds 32 entries, the most the shim writes.
+        let n = unsafe { ordo_ofi_poll(self.raw, buf.as_mut_ptr(), buf.len()) };
+        if n < 0 {
+            return Err(OfiError(format!("fi_cq_read: {}", strerror(n as i64))));
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+        Ok(n as usize)
+    }
+
+    /// The region this endpoint registered.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // SAFETY: closes every object the shim opened, once; the region is
+        // dropped only after this (field order).
+        unsafe { ordo_ofi_close(self.raw) };
+    }
+}

@@ -1,0 +1,119 @@
+//! The fabric conformance suite on libfabric's software providers:
+//! `tcp;ofi_rxm` (writes ordered by the provider) and `shm` (no
+//! write-after-write order promised, so the endpoint fences).
+#![cfg(feature = "ofi")]
+
+use ordo_fabric::conformance::{self, Harness, Part};
+use ordo_fabric::{Fabric, MemberId};
+use ordo_fabric_ofi::{OfiFabric, OfiOptions};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+struct OfiHarness {
+    provider: &'static str,
+    secret: ordo_auth::Secret,
+    last: Vec<(MemberId, SocketAddr)>,
+    region_len: usize,
+}
+
+impl OfiHarness {
+    fn new(provider: &'static str) -> OfiHarness {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("ORDO_LOG"))
+            .with_test_writer()
+            .try_init();
+        OfiHarness { provider, secret: ordo_auth::Secret::generate(), last: Vec::new(), region_len: 0 }
+    }
+
+    fn options(&self, member: MemberId, listen: SocketAddr, region_len: usize) -> OfiOptions {
+        let mut o = OfiOptions::new(member, self.provider, listen, region_len);
+        o.secret = Some(self.secret.clone());
+        o.cluster = "conformance".into();
+        o
+    }
+}
+
+/// Binds every member on an ephemeral contact port, then connects them
+/// all (each waits for its peers' contact ports, which are already open).
+fn group(h: &OfiHarness, n: usize, region_len: usize) -> Vec<OfiFabric> {
+    let bindings: Vec<_> = (0..n as MemberId)
+        .map(|m| OfiFabric::bind(h.options(m, "127.0.0.1:0".parse().unwrap(), region_len)).expect("bind"))
+        .collect();
+    let addrs: Vec<(MemberId, SocketAddr)> =
+        bindings.iter().enumerate().map(|(i, b)| (i as MemberId, b.contact_addr())).collect();
+    bindings
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| {
+            b.connect(addrs.iter().copied().filter(|p| p.0 != i as MemberId).collect()).expect("connect")
+        })
+        .collect()
+}
+
+impl Harness for OfiHarness {
+    type Fabric = OfiFabric;
+
+    fn group(&mut self, n: usize, region_len: usize) -> Vec<OfiFabric> {
+        let g = group(self, n, region_len);
+        self.last = g.iter().map(|f| (f.member(), f.contact_addr())).collect();
+        self.region_len = region_len;
+        g
+    }
+
+    fn restart(&mut self, member: MemberId) -> Option<OfiFabric> {
+        let (_, addr) = *self.last.iter().find(|(m, _)| *m == member)?;
+        let o = self.options(member, addr, self.region_len);
+        let peers = self.last.iter().copied().filter(|(m, _)| *m != member).collect();
+        Some(OfiFabric::bind(o).expect("rebind the old contact address").connect(peers).expect("reconnect"))
+    }
+
+    fn kill(&mut self, member: OfiFabric) {
+        member.crash();
+    }
+
+    fn run(
+        &mut self,
+        members: Vec<OfiFabric>,
+        parts: Vec<Part<OfiFabric>>,
+        limit: Duration,
+    ) -> Vec<OfiFabric> {
+        conformance::run_on_threads(members, parts, limit)
+    }
+
+    fn has_doorbell(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn ofi_tcp_rxm_passes_the_conformance_suite() {
+    let mut h = OfiHarness::new("tcp;ofi_rxm");
+    let g = h.group(2, 4096);
+    assert!(!g[0].fenced(), "tcp;ofi_rxm promises write-after-write order: {:?}", g[0].provider());
+    drop(g);
+    conformance::run_all(&mut h);
+}
+
+/// Every check but the two that kill a member: libfabric 1.17's `shm`
+/// provider hands back an endpoint's completions in order, so a write
+/// outstanding to a peer that died (and never answers) holds back every
+/// later completion of the endpoint — a write to a live peer lands but its
+/// completion never comes and the live peer times out (seen here; see the
+/// crate docs). Failure handling is checked on `tcp;ofi_rxm`.
+#[test]
+fn ofi_shm_passes_the_conformance_suite_but_peer_death() {
+    let mut h = OfiHarness::new("shm");
+    let g = h.group(2, 4096);
+    assert!(g[0].fenced(), "shm does not promise write-after-write order: {:?}", g[0].provider());
+    drop(g);
+    conformance::rejects_bad_posts(&mut h);
+    conformance::fifo_order(&mut h);
+    conformance::guarded_publish(&mut h, 64, 3000);
+    conformance::guarded_publish(&mut h, 10 * 1024, 300);
+    conformance::batched_publish(&mut h, 64, 3000);
+    conformance::batched_publish(&mut h, 10 * 1024, 300);
+    conformance::batch_stops_at_a_bad_range(&mut h);
+    conformance::address_order_within_a_write(&mut h);
+    conformance::no_torn_words(&mut h);
+    conformance::signaled_completion(&mut h);
+}
