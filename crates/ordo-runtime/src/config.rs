@@ -429,13 +429,17 @@ pub enum Backend {
     Shm,
     /// TCP streams, across hosts (`ordo-fabric-tcp`).
     Tcp,
+    /// libfabric RMA (`ordo-fabric-ofi`): `verbs;ofi_rxm` for InfiniBand
+    /// and RoCE, `tcp;ofi_rxm`, `shm`. Needs a build with the `ofi`
+    /// feature; its set-up path uses the `fabric.tcp` addresses.
+    Ofi,
 }
 
 /// `[fabric]`
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FabricConfig {
-    /// `backend`: `"shm"` (default) or `"tcp"`.
+    /// `backend`: `"shm"` (default), `"tcp"` or `"ofi"`.
     pub backend: Backend,
     /// `region_bytes`: length of every member's region; a positive multiple
     /// of 64 (default 1 MiB).
@@ -447,6 +451,27 @@ pub struct FabricConfig {
     pub shm: ShmConfig,
     /// `[fabric.tcp]`
     pub tcp: TcpConfig,
+    /// `[fabric.ofi]`
+    pub ofi: OfiConfig,
+}
+
+/// `[fabric.ofi]` (`fabric.backend = "ofi"`). Members exchange their
+/// libfabric addresses and memory keys over an authenticated set-up path
+/// on the addresses of `[fabric.tcp]` (`listen`, `peers`), which must be
+/// given as for the tcp backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OfiConfig {
+    /// `provider`: the libfabric provider, as `fi_info -p` names it
+    /// (default `"tcp;ofi_rxm"`; `"verbs;ofi_rxm"` on InfiniBand or RoCE,
+    /// `"shm"` on one host).
+    pub provider: String,
+}
+
+impl Default for OfiConfig {
+    fn default() -> Self {
+        OfiConfig { provider: "tcp;ofi_rxm".to_owned() }
+    }
 }
 
 impl Default for FabricConfig {
@@ -457,6 +482,7 @@ impl Default for FabricConfig {
             write_timeout_ms: 1000,
             shm: ShmConfig::default(),
             tcp: TcpConfig::default(),
+            ofi: OfiConfig::default(),
         }
     }
 }
@@ -883,9 +909,16 @@ pub enum ValidationError {
         /// The value of `fabric.tcp.send_buffer_bytes`, in bytes.
         send_buffer_bytes: usize,
     },
+    /// `fabric.backend = "ofi"` in a build without the `ofi` feature, or
+    /// without a provider.
+    #[error("fabric.backend = \"ofi\": {reason}")]
+    Ofi {
+        /// What is wrong.
+        reason: String,
+    },
     /// The tcp backend has no secret and unauthenticated links were not allowed.
     #[error(
-        "the tcp backend needs the cluster secret: set `security.secret_file` (make one with `ordo secret new FILE`) or `security.secret_env`, or `security.allow_unauthenticated = true` on a closed test network"
+        "the tcp and ofi backends need the cluster secret: set `security.secret_file` (make one with `ordo secret new FILE`) or `security.secret_env`, or `security.allow_unauthenticated = true` on a closed test network"
     )]
     SecretMissing,
     /// Both a secret file and a secret variable are named.
@@ -912,6 +945,7 @@ impl ValidationError {
             ValidationError::FrameExceedsSendBuffer { .. } => "fabric.tcp.max_frame_bytes".into(),
             ValidationError::Vsync { .. } => "vsync".into(),
             ValidationError::SecretMissing => "security.secret_file".into(),
+            ValidationError::Ofi { .. } => "fabric.ofi.provider".into(),
             ValidationError::SecretTwice => "security.secret_env".into(),
             ValidationError::NodeControl { .. } => "node".into(),
             ValidationError::Kv { .. } => "kv".into(),
@@ -1132,12 +1166,27 @@ impl OrdoConfig {
         match fabric.backend {
             Backend::Shm => self.validate_shm()?,
             Backend::Tcp => self.validate_tcp()?,
+            Backend::Ofi => {
+                if !cfg!(feature = "ofi") {
+                    return Err(ValidationError::Ofi {
+                        reason: "this build has no libfabric backend (build with `--features ofi`, which needs libfabric-dev)"
+                            .into(),
+                    });
+                }
+                if fabric.ofi.provider.trim().is_empty() {
+                    return Err(ValidationError::Ofi { reason: "`fabric.ofi.provider` is empty".into() });
+                }
+                self.validate_tcp()?
+            }
         }
         let security = &self.security;
         if security.secret_file.is_some() && security.secret_env.is_some() {
             return Err(ValidationError::SecretTwice);
         }
-        if fabric.backend == Backend::Tcp && security.source().is_none() && !security.allow_unauthenticated {
+        if matches!(fabric.backend, Backend::Tcp | Backend::Ofi)
+            && security.source().is_none()
+            && !security.allow_unauthenticated
+        {
             return Err(ValidationError::SecretMissing);
         }
 

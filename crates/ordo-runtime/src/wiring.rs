@@ -23,6 +23,9 @@ pub enum MemberFabric {
     Shm(ShmFabric),
     /// `fabric.backend = "tcp"`.
     Tcp(TcpFabric),
+    /// `fabric.backend = "ofi"` (with the `ofi` feature).
+    #[cfg(feature = "ofi")]
+    Ofi(ordo_fabric_ofi::OfiFabric),
 }
 
 macro_rules! dispatch {
@@ -30,6 +33,8 @@ macro_rules! dispatch {
         match $self {
             MemberFabric::Shm($f) => $e,
             MemberFabric::Tcp($f) => $e,
+            #[cfg(feature = "ofi")]
+            MemberFabric::Ofi($f) => $e,
         }
     };
 }
@@ -92,6 +97,10 @@ pub enum WiringError {
     /// The tcp backend failed to start.
     #[error(transparent)]
     Tcp(#[from] ordo_fabric_tcp::TcpError),
+    /// The ofi backend failed to start.
+    #[cfg(feature = "ofi")]
+    #[error(transparent)]
+    Ofi(#[from] ordo_fabric_ofi::OfiFabricError),
     /// The cluster secret could not be read (the message names its source,
     /// never its bytes).
     #[error(transparent)]
@@ -169,13 +178,36 @@ fn connect_fabric_with(
             }
             Ok(MemberFabric::Tcp(TcpFabric::connect(o.with_peers(peers))?))
         }
+        #[cfg(feature = "ofi")]
+        Backend::Ofi => {
+            let listen = resolve(f.tcp.listen_addr(me).unwrap_or_default())?;
+            let mut o = ordo_fabric_ofi::OfiOptions::new(me, &f.ofi.provider, listen, f.region_bytes);
+            o.write_timeout = f.write_timeout();
+            o.connect_timeout = f.tcp.connect_timeout();
+            o.handshake_timeout = f.tcp.handshake_timeout();
+            o.cluster = f.shm.cluster.clone();
+            o.secret = config.security.load_secret()?;
+            if let Some(wait) = missing_after {
+                o.connect_timeout = wait;
+                o.suspect_missing_peers = true;
+            }
+            for &p in config.group.members.iter().filter(|p| **p != me) {
+                o.peers.push((p, resolve(f.tcp.peer_addr(p).unwrap_or_default())?));
+            }
+            Ok(MemberFabric::Ofi(ordo_fabric_ofi::OfiFabric::connect(o)?))
+        }
+        #[cfg(not(feature = "ofi"))]
+        Backend::Ofi => Err(WiringError::Config(ValidationError::Ofi {
+            reason: "this build has no libfabric backend (build with `--features ofi`)".into(),
+        })),
     }
 }
 
 /// Connects every member of a group inside this process (one thread per
 /// member while connecting, since each endpoint waits for the others):
-/// shm files in `/dev/shm` named by `cluster`, or tcp on loopback ephemeral
-/// ports, authenticated with a secret generated for this group. Returns the
+/// shm files in `/dev/shm` named by `cluster`, or tcp (or libfabric's
+/// `tcp;ofi_rxm`) on loopback ephemeral ports, authenticated with a secret
+/// generated for this group. Returns the
 /// endpoints in the order of `members`.
 pub fn connect_local_group(
     backend: Backend,
@@ -222,8 +254,51 @@ pub fn connect_local_group(
                     .collect()
             })
         }
+        #[cfg(feature = "ofi")]
+        Backend::Ofi => {
+            return connect_local_ofi_group("tcp;ofi_rxm", cluster, members, region_len);
+        }
+        #[cfg(not(feature = "ofi"))]
+        Backend::Ofi => {
+            return Err(WiringError::Config(ValidationError::Ofi {
+                reason: "this build has no libfabric backend (build with `--features ofi`)".into(),
+            }));
+        }
     };
     results.into_iter().collect()
+}
+
+/// [`connect_local_group`] on libfabric's `provider`: every member binds a
+/// loopback contact port, then all connect (authenticated with a secret
+/// generated for this group).
+#[cfg(feature = "ofi")]
+pub fn connect_local_ofi_group(
+    provider: &str,
+    cluster: &str,
+    members: &[MemberId],
+    region_len: usize,
+) -> Result<Vec<MemberFabric>, WiringError> {
+    let secret = ordo_auth::Secret::generate();
+    let mut bindings = Vec::new();
+    for &m in members {
+        let mut o = ordo_fabric_ofi::OfiOptions::new(
+            m,
+            provider,
+            "127.0.0.1:0".parse().expect("address"),
+            region_len,
+        );
+        o.cluster = cluster.to_string();
+        o.secret = Some(secret.clone());
+        bindings.push(ordo_fabric_ofi::OfiFabric::bind(o)?);
+    }
+    let addrs: Vec<(MemberId, SocketAddr)> =
+        members.iter().copied().zip(bindings.iter().map(|b| b.contact_addr())).collect();
+    let mut out = Vec::new();
+    for (b, &m) in bindings.into_iter().zip(members) {
+        let peers = addrs.iter().copied().filter(|p| p.0 != m).collect();
+        out.push(MemberFabric::Ofi(b.connect(peers)?));
+    }
+    Ok(out)
 }
 
 /// Tcp options for a member of an in-process or benchmark group: frames as

@@ -181,3 +181,9 @@ fn shm_three_members_commit_in_order_and_survive_a_leader_crash() {
 fn tcp_three_members_commit_in_order_and_survive_a_leader_crash() {
     crash_and_continue(Backend::Tcp, "tcp");
 }
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_three_members_commit_in_order_and_survive_a_leader_crash() {
+    crash_and_continue(Backend::Ofi, "ofi");
+}

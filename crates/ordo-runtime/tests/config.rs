@@ -415,3 +415,31 @@ fn vsync_section_defaults_to_one_all_senders_subgroup_and_is_validated() {
     assert_eq!(e.key(), "vsync");
     assert!(e.to_string().contains("sender 2"), "{e}");
 }
+
+#[test]
+fn the_ofi_backend_takes_a_provider_and_the_tcp_addresses() {
+    let args = [
+        "group.members=[0, 1]",
+        "member.id=0",
+        "fabric.backend=ofi",
+        r#"fabric.ofi.provider="verbs;ofi_rxm""#,
+        "fabric.tcp.listen=127.0.0.1:7000",
+        r#"fabric.tcp.peers=[{ id = 1, addr = "127.0.0.1:7001" }]"#,
+        "security.secret_file=/etc/ordo/secret",
+    ];
+    let config = load_text("", &args);
+    if cfg!(feature = "ofi") {
+        let config = config.unwrap();
+        assert_eq!(config.fabric.backend, Backend::Ofi);
+        assert_eq!(config.fabric.ofi.provider, "verbs;ofi_rxm");
+    } else {
+        let err = config.unwrap_err().to_string();
+        assert!(err.contains("--features ofi"), "{err}");
+    }
+    // Without a secret (and not allowed to run without one): refused.
+    let err = load_text("", &args[..6]).unwrap_err().to_string();
+    assert!(err.contains("secret") || err.contains("--features ofi"), "{err}");
+    // The set-up path needs the tcp addresses.
+    let err = load_text("", &[args[0], args[1], args[2], args[6]]).unwrap_err().to_string();
+    assert!(err.contains("fabric.tcp") || err.contains("--features ofi"), "{err}");
+}

@@ -3,7 +3,7 @@
 //! must deliver the same sequence (spindle §II-A), with Spindle on and off,
 //! inline or through the worker hand-off.
 
-use ordo_fabric::MemberId;
+use ordo_fabric::{Fabric, MemberId};
 use ordo_runtime::{
     Backend, Delivery, IdleStrategy, MemberFabric, Runner, RunnerOptions, SubgroupHandle, ThreadingMode,
     VsyncMember, connect_local_group,
@@ -167,4 +167,35 @@ fn worker_hand_off_delivers_the_same_order() {
 fn three_members_over_tcp_deliver_one_total_order() {
     let logs = run_group(fabrics(Backend::Tcp, Switches::SPINDLE, "tcp"), Switches::SPINDLE, false, 1000);
     check_same_total_order(&logs, 1000);
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn three_members_over_libfabric_tcp_rxm_deliver_one_total_order() {
+    let cluster = format!("vsync-rt-{}-ofi", std::process::id());
+    let f = ordo_runtime::wiring::connect_local_ofi_group(
+        "tcp;ofi_rxm",
+        &cluster,
+        &[0, 1, 2],
+        region_len(Switches::SPINDLE),
+    )
+    .expect("group connects");
+    assert!(!f[0].address_ordered(), "ofi promises no address order: stamped rings stay off");
+    let logs = run_group(f, Switches::SPINDLE, false, 1000);
+    check_same_total_order(&logs, 1000);
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn three_members_over_libfabric_shm_deliver_one_total_order() {
+    let cluster = format!("vsync-rt-{}-ofi-shm", std::process::id());
+    let f = ordo_runtime::wiring::connect_local_ofi_group(
+        "shm",
+        &cluster,
+        &[0, 1, 2],
+        region_len(Switches::SPINDLE),
+    )
+    .expect("group connects");
+    let logs = run_group(f, Switches::SPINDLE, false, 300);
+    check_same_total_order(&logs, 300);
 }
