@@ -247,7 +247,8 @@ struct FabricArgs {
     json: bool,
     /// Backends to measure (`tcp-nosecret`: tcp without the cluster
     /// secret, to show what authentication costs; `tcp-tls`: tcp over
-    /// mutual TLS).
+    /// mutual TLS; `ofi`: libfabric on `tcp;ofi_rxm` and `shm`, or one of
+    /// `ofi-tcp`, `ofi-shm`, `ofi-verbs`; needs a build with `--features ofi`).
     #[arg(long, value_delimiter = ',', default_value = "shm,tcp")]
     backend: Vec<BackendArg>,
 }
@@ -258,6 +259,14 @@ enum BackendArg {
     Tcp,
     TcpNosecret,
     TcpTls,
+    /// libfabric on `tcp;ofi_rxm` and on `shm` (bench fabric: both rows).
+    Ofi,
+    /// libfabric on `tcp;ofi_rxm`.
+    OfiTcp,
+    /// libfabric on `shm`.
+    OfiShm,
+    /// libfabric on `verbs;ofi_rxm` (InfiniBand, RoCE).
+    OfiVerbs,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -371,11 +380,15 @@ fn bench_fabric(args: FabricArgs) -> Result<(), String> {
     let backends = args
         .backend
         .iter()
-        .map(|b| match b {
-            BackendArg::Shm => Backend::Shm,
-            BackendArg::Tcp => Backend::Tcp,
-            BackendArg::TcpNosecret => Backend::TcpNoSecret,
-            BackendArg::TcpTls => Backend::TcpTls,
+        .flat_map(|b| match b {
+            BackendArg::Shm => vec![Backend::Shm],
+            BackendArg::Tcp => vec![Backend::Tcp],
+            BackendArg::TcpNosecret => vec![Backend::TcpNoSecret],
+            BackendArg::TcpTls => vec![Backend::TcpTls],
+            BackendArg::Ofi => vec![Backend::OfiTcp, Backend::OfiShm],
+            BackendArg::OfiTcp => vec![Backend::OfiTcp],
+            BackendArg::OfiShm => vec![Backend::OfiShm],
+            BackendArg::OfiVerbs => vec![Backend::OfiVerbs],
         })
         .collect();
     let opts = FabricBenchOptions { exe, backends, quick: args.quick };
@@ -415,6 +428,18 @@ fn fabric_peer(args: PeerArgs) -> Result<(), String> {
             coordinator: args.tcp_peer.ok_or("--tcp-peer is required for the tcp backend")?,
             tls_dir: args.tls_dir,
         },
+        BackendArg::Ofi | BackendArg::OfiTcp | BackendArg::OfiShm | BackendArg::OfiVerbs => {
+            PeerBackend::Ofi {
+                provider: match args.backend {
+                    BackendArg::OfiShm => "shm",
+                    BackendArg::OfiVerbs => "verbs;ofi_rxm",
+                    _ => "tcp;ofi_rxm",
+                }
+                .into(),
+                cluster: args.cluster,
+                coordinator: args.tcp_peer.ok_or("--tcp-peer is required for the ofi backends")?,
+            }
+        }
     };
     peer::run(PeerOptions {
         backend,

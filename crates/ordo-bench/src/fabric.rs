@@ -54,6 +54,13 @@ pub enum Backend {
     TcpNoSecret,
     /// The tcp fabric over mutual TLS (rustls), with the secret.
     TcpTls,
+    /// The libfabric backend on provider `tcp;ofi_rxm` (loopback).
+    OfiTcp,
+    /// The libfabric backend on provider `shm`.
+    OfiShm,
+    /// The libfabric backend on provider `verbs;ofi_rxm` (InfiniBand,
+    /// RoCE; needs the hardware).
+    OfiVerbs,
 }
 
 impl Backend {
@@ -65,6 +72,19 @@ impl Backend {
             Backend::Tcp => "tcp",
             Backend::TcpNoSecret => "tcp-nosecret",
             Backend::TcpTls => "tcp-tls",
+            Backend::OfiTcp => "ofi-tcp",
+            Backend::OfiShm => "ofi-shm",
+            Backend::OfiVerbs => "ofi-verbs",
+        }
+    }
+
+    /// The libfabric provider of an ofi backend.
+    pub fn ofi_provider(&self) -> Option<&'static str> {
+        match self {
+            Backend::OfiTcp => Some("tcp;ofi_rxm"),
+            Backend::OfiShm => Some("shm"),
+            Backend::OfiVerbs => Some("verbs;ofi_rxm"),
+            _ => None,
         }
     }
 }
@@ -267,6 +287,9 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
                     }),
                     child,
                 )
+            }
+            Backend::OfiTcp | Backend::OfiShm | Backend::OfiVerbs => {
+                ofi_point(opts, backend, &cluster, pinned, &plan, (&memcpy, &copy_ring), &mut progress)?
             }
         };
         let (result, child) = result;
@@ -674,6 +697,52 @@ pub fn tcp_bind(
     o.max_frame_bytes = MAX_SIZE;
     o.send_buffer_bytes = 4 << 20;
     ordo_fabric_tcp::TcpFabric::bind(o).map_err(|e| e.to_string())
+}
+
+/// The rows of an ofi backend, or why it cannot run: a coordinator
+/// endpoint (member 0) and a peer process (member 1) on `backend`'s
+/// provider, on loopback contact ports, with a generated secret.
+fn ofi_point(
+    opts: &FabricBenchOptions,
+    backend: Backend,
+    cluster: &str,
+    pinned: bool,
+    plan: &Plan,
+    limits: (&std::collections::BTreeMap<usize, f64>, &std::collections::BTreeMap<usize, f64>),
+    progress: &mut impl FnMut(&str),
+) -> Result<(Result<Vec<Row>, String>, crate::peer::PeerChild), String> {
+    #[cfg(feature = "ofi")]
+    {
+        let provider = backend.ofi_provider().expect("an ofi backend");
+        let secret = ordo_runtime::Secret::generate();
+        let binding = ofi_bind(0, provider, cluster, secret.clone())?;
+        let addr = Some(binding.contact_addr());
+        let credentials = crate::peer::PeerCredentials { secret: Some(&secret), tls_dir: None };
+        let child = spawn_peer(&opts.exe, backend, cluster, false, pinned, addr, credentials)?;
+        let addr = child.listen.ok_or("ofi peer did not report its contact address")?;
+        let f = binding.connect(vec![(1, addr)]).map_err(|e| e.to_string());
+        Ok((f.and_then(|f| measure_backend(f, backend, plan, false, limits, progress)), child))
+    }
+    #[cfg(not(feature = "ofi"))]
+    {
+        let _ = (opts, cluster, pinned, plan, limits, progress);
+        Err(format!("backend {}: this ordo was built without the `ofi` feature", backend.name()))
+    }
+}
+
+/// Binds an ofi endpoint for a benchmark member on a loopback contact port.
+#[cfg(feature = "ofi")]
+pub fn ofi_bind(
+    me: u32,
+    provider: &str,
+    cluster: &str,
+    secret: ordo_runtime::Secret,
+) -> Result<ordo_fabric_ofi::OfiBinding, String> {
+    let mut o =
+        ordo_fabric_ofi::OfiOptions::new(me, provider, "127.0.0.1:0".parse().expect("addr"), REGION_LEN);
+    o.cluster = cluster.to_string();
+    o.secret = Some(secret);
+    ordo_fabric_ofi::OfiFabric::bind(o).map_err(|e| e.to_string())
 }
 
 /// Writes a throwaway CA (`ca.pem`) and a certificate for 127.0.0.1 per

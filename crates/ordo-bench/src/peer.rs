@@ -36,6 +36,16 @@ pub enum PeerBackend {
         /// TLS: the directory of [`crate::fabric::write_test_pki`]'s files.
         tls_dir: Option<PathBuf>,
     },
+    /// ofi: as tcp, on libfabric `provider`; the addresses are the
+    /// members' contact ports.
+    Ofi {
+        /// The libfabric provider.
+        provider: String,
+        /// Cluster name shared with the coordinator.
+        cluster: String,
+        /// Member 0's contact address.
+        coordinator: std::net::SocketAddr,
+    },
 }
 
 /// What the peer does once connected.
@@ -101,6 +111,17 @@ pub fn run(opts: PeerOptions) -> Result<(), String> {
             announce("READY");
             serve(f, &opts)
         }
+        #[cfg(feature = "ofi")]
+        PeerBackend::Ofi { provider, cluster, coordinator } => {
+            let secret = secret_from_env()?.ok_or("the ofi peer needs the cluster secret")?;
+            let binding = crate::fabric::ofi_bind(1, provider, cluster, secret)?;
+            announce(&format!("LISTEN {}", binding.contact_addr()));
+            let f = binding.connect(vec![(0, *coordinator)]).map_err(|e| e.to_string())?;
+            announce("READY");
+            serve(f, &opts)
+        }
+        #[cfg(not(feature = "ofi"))]
+        PeerBackend::Ofi { .. } => Err("this ordo was built without the `ofi` feature".into()),
     }
 }
 
@@ -262,7 +283,11 @@ pub fn spawn_peer(
     let PeerCredentials { secret, tls_dir } = credentials;
     let mut cmd = Command::new(exe);
     let tcp = backend != crate::fabric::Backend::Shm;
-    let name = if tcp { "tcp" } else { "shm" };
+    let name = match backend {
+        crate::fabric::Backend::Shm => "shm",
+        b if b.ofi_provider().is_some() => b.name(),
+        _ => "tcp",
+    };
     cmd.args(["fabric-peer", "--backend", name, "--cluster", cluster, "--role", "serve"]);
     if let Some(secret) = secret {
         cmd.env(ordo_runtime::SECRET_ENV, secret.env_value().ok_or("a generated secret is text")?);
