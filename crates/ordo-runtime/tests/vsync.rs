@@ -3,7 +3,7 @@
 //! must deliver the same sequence (spindle §II-A), with Spindle on and off,
 //! inline or through the worker hand-off.
 
-use ordo_fabric::{Fabric, MemberId};
+use ordo_fabric::MemberId;
 use ordo_runtime::{
     Backend, Delivery, IdleStrategy, MemberFabric, Runner, RunnerOptions, SubgroupHandle, ThreadingMode,
     VsyncMember, connect_local_group,
@@ -172,6 +172,7 @@ fn three_members_over_tcp_deliver_one_total_order() {
 #[cfg(feature = "ofi")]
 #[test]
 fn three_members_over_libfabric_tcp_rxm_deliver_one_total_order() {
+    use ordo_fabric::Fabric as _;
     let cluster = format!("vsync-rt-{}-ofi", std::process::id());
     let f = ordo_runtime::wiring::connect_local_ofi_group(
         "tcp;ofi_rxm",
