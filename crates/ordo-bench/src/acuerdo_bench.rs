@@ -45,6 +45,7 @@ use hdrhistogram::Histogram;
 use ordo_acuerdo::{Config, Note, Role};
 use ordo_fabric::MemberId;
 use ordo_fabric_shm::{ShmFabric, ShmOptions};
+use ordo_runtime::wiring::MemberFabric;
 use ordo_runtime::acuerdo::{AcuerdoClient, AcuerdoMember, ClientEvent, MemberOptions, region_len};
 use ordo_runtime::{Agent, IdleStrategy, Runner, RunnerOptions, ThreadingMode};
 use serde::Serialize;
@@ -63,7 +64,9 @@ pub struct BenchArgs {
     /// Print the rows as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Experiments: fig8, table1, window1 (default: all).
+    /// Experiments: fig8, table1, window1 (default: all); `ofi` (only when
+    /// named; needs a build with the `ofi` feature): Acuerdo, 3 members,
+    /// 10 B, on ordo's shm beside libfabric's tcp;ofi_rxm and shm.
     #[arg(long, value_delimiter = ',')]
     pub figures: Vec<String>,
     /// Largest client window exponent (default 7 with --quick, 10 otherwise).
@@ -80,7 +83,7 @@ pub struct BenchArgs {
 /// One result row.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
-    /// `fig8` or `table1`.
+    /// `fig8`, `table1` or `ofi`.
     pub figure: String,
     /// `acuerdo`, `vsync-leader` or `vsync-all`.
     pub engine: String,
@@ -185,7 +188,7 @@ impl Load {
 }
 
 struct LoadedMember {
-    member: AcuerdoMember<ShmFabric>,
+    member: AcuerdoMember<MemberFabric>,
     client: AcuerdoClient,
     load: Arc<Load>,
     /// Submitted tickets and their submit times (commits come in order).
@@ -196,7 +199,7 @@ struct LoadedMember {
 }
 
 impl LoadedMember {
-    fn new(member: AcuerdoMember<ShmFabric>, client: AcuerdoClient, load: Arc<Load>) -> Self {
+    fn new(member: AcuerdoMember<MemberFabric>, client: AcuerdoClient, load: Arc<Load>) -> Self {
         let payload = vec![0x5A; load.size];
         LoadedMember {
             member,
@@ -319,7 +322,7 @@ fn create_fabrics(
     ids: &[MemberId],
     len: usize,
     shared_bells: bool,
-) -> Result<Vec<ShmFabric>, String> {
+) -> Result<Vec<MemberFabric>, String> {
     std::thread::scope(|s| {
         let handles: Vec<_> = ids
             .iter()
@@ -331,7 +334,7 @@ fn create_fabrics(
                         o.doorbell_owner = Some(m % 2);
                     }
                     o.liveness_check_interval = Duration::from_millis(20);
-                    ShmFabric::create(o).map_err(|e| format!("member {m}: {e}"))
+                    ShmFabric::create(o).map(MemberFabric::Shm).map_err(|e| format!("member {m}: {e}"))
                 })
             })
             .collect();
@@ -378,11 +381,36 @@ fn acuerdo_curve(
     attempts: usize,
     progress: &mut impl FnMut(&str),
 ) -> Result<Vec<(Row, crate::noise::Load)>, String> {
+    acuerdo_curve_on(None, members, size, windows, t, attempts, progress)
+}
+
+/// [`acuerdo_curve`] on ordo's shm (`ofi: None`) or on libfabric's
+/// provider `ofi` (rows' engine `acuerdo-ofi <provider>`).
+fn acuerdo_curve_on(
+    ofi: Option<&str>,
+    members: u32,
+    size: usize,
+    windows: &[u64],
+    t: &Timing,
+    attempts: usize,
+    progress: &mut impl FnMut(&str),
+) -> Result<Vec<(Row, crate::noise::Load)>, String> {
     let ids: Vec<MemberId> = (0..members).collect();
     let max_window = *windows.last().expect("windows");
     let cfg0 = bench_config(&ids, 0, size, max_window);
     let cluster = format!("ab8-{}-{members}-{size}", std::process::id());
-    let fabrics = create_fabrics(&cluster, &ids, region_len(&cfg0), true)?;
+    let fabrics = match ofi {
+        None => create_fabrics(&cluster, &ids, region_len(&cfg0), true)?,
+        #[cfg(feature = "ofi")]
+        Some(provider) => ordo_runtime::wiring::connect_local_ofi_group(provider, &cluster, &ids, region_len(&cfg0))
+            .map_err(|e| format!("ofi {provider}: {e}"))?,
+        #[cfg(not(feature = "ofi"))]
+        Some(provider) => return Err(format!("ofi {provider}: this ordo was built without the `ofi` feature")),
+    };
+    let engine = match ofi {
+        None => "acuerdo".to_string(),
+        Some(p) => format!("acuerdo-ofi {p}"),
+    };
     let load = Load::new(size, 0);
     let mut agents: [Vec<LoadedMember>; 2] = [Vec::new(), Vec::new()];
     let mut statuses = Vec::new();
@@ -433,10 +461,14 @@ fn acuerdo_curve(
         }
         let (tput, p50, p99, cpu) = best_point.expect("measured");
         progress(&format!(
-            "  acuerdo n={members} {size} B w={w}: {tput:.0} msg/s, p50 {} µs",
+            "  {engine} n={members} {size} B w={w}: {tput:.0} msg/s, p50 {} µs",
             p50.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3))
         ));
-        rows.push((Row::fig8("acuerdo", members, size, w, tput, p50, p99), cpu));
+        let mut row = Row::fig8(&engine, members, size, w, tput, p50, p99);
+        if ofi.is_some() {
+            row.figure = "ofi".into();
+        }
+        rows.push((row, cpu));
         if saturated(&mut best, &mut flat, tput) {
             break;
         }
@@ -593,7 +625,7 @@ fn start_node(
     let len = region_len(&cfg);
     let mut o = ShmOptions::new(cluster, me, ids.to_vec(), len);
     o.liveness_check_interval = Duration::from_millis(5);
-    let fabric = ShmFabric::create(o).map_err(|e| format!("member {me}: {e}"))?;
+    let fabric = MemberFabric::Shm(ShmFabric::create(o).map_err(|e| format!("member {me}: {e}"))?);
     let log = notes.clone();
     let options = MemberOptions {
         reconnect_interval_ns: 2_000_000,
@@ -604,7 +636,7 @@ fn start_node(
         })),
         ..MemberOptions::default()
     };
-    let idle = AcuerdoMember::<ShmFabric>::idle_strategy(&cfg);
+    let idle = AcuerdoMember::<MemberFabric>::idle_strategy(&cfg);
     let (m, c) = AcuerdoMember::new(fabric, cfg, 0, options).map_err(|e| e.to_string())?;
     let status = m.status();
     let mut ro = RunnerOptions::new(ThreadingMode::Dedicated, idle);
@@ -725,6 +757,7 @@ fn election_table(members: u32, elections: usize, progress: &mut impl FnMut(&str
 /// Runs the selected experiments; writes CSV and PNG files.
 pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, String> {
     let want = |f: &str| args.figures.is_empty() || args.figures.iter().any(|x| x == f);
+    let named = |f: &str| args.figures.iter().any(|x| x == f);
     let machine = MachineInfo::current();
     progress(&format!("ordo bench acuerdo — {}", machine.summary()));
     let timing = if args.quick {
@@ -757,6 +790,17 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             t1.push(election_table(members, elections, &mut progress)?);
         }
         rows.extend(t1);
+    }
+    if named("ofi") {
+        let ofi_windows: Vec<u64> = windows.iter().copied().filter(|w| *w <= 64).collect();
+        for ofi in [None, Some("tcp;ofi_rxm"), Some("shm")] {
+            progress(&format!("ofi: 3 members, 10 B, on {}", ofi.map_or("ordo shm".into(), |p| format!("ofi {p}"))));
+            let curve = acuerdo_curve_on(ofi, 3, 10, &ofi_windows, &timing, ATTEMPTS, &mut progress)?;
+            rows.extend(curve.into_iter().map(|(mut r, _)| {
+                r.figure = "ofi".into();
+                r
+            }));
+        }
     }
     let (mut window1, mut window1_vs_cacheline, mut cacheline_round_trip_ns) = (None, None, None);
     if want("window1") {
@@ -849,13 +893,13 @@ fn write_fig8(dir: &Path, rows: &[Row]) -> Result<(), String> {
 pub fn print_table(report: &Report) {
     println!("ordo bench acuerdo — {}", report.machine.summary());
     println!(
-        "{:<7} {:<13} {:>3} {:>6} {:>6} {:>12} {:>9} {:>11} {:>11}",
+        "{:<7} {:<24} {:>3} {:>6} {:>6} {:>12} {:>9} {:>11} {:>11}",
         "figure", "engine", "n", "size", "window", "msgs/s", "MB/s", "p50 µs", "p99 µs"
     );
     let us = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3));
-    for r in report.rows.iter().filter(|r| r.figure == "fig8") {
+    for r in report.rows.iter().filter(|r| r.figure == "fig8" || r.figure == "ofi") {
         println!(
-            "{:<7} {:<13} {:>3} {:>6} {:>6} {:>12.0} {:>9.2} {:>11} {:>11}",
+            "{:<7} {:<24} {:>3} {:>6} {:>6} {:>12.0} {:>9.2} {:>11} {:>11}",
             r.figure,
             r.engine,
             r.members,

@@ -178,6 +178,28 @@ pub struct Point {
     /// client at an Acuerdo leader, waits for), not every member's
     /// delivery. The Acuerdo comparison measures this way.
     pub latency_at_sender: bool,
+    /// The fabric the members run on (one process, two runner threads).
+    pub fabric: PointFabric,
+}
+
+/// The fabric of a point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PointFabric {
+    /// ordo's shm backend (every figure of the paper runs on it).
+    Shm,
+    /// The libfabric backend on a provider (`--figures ofi`; needs a build
+    /// with the `ofi` feature).
+    Ofi(&'static str),
+}
+
+impl PointFabric {
+    /// `shm`, or `ofi <provider>`.
+    pub fn name(self) -> String {
+        match self {
+            PointFabric::Shm => "shm".into(),
+            PointFabric::Ofi(p) => format!("ofi {p}"),
+        }
+    }
 }
 
 impl Point {
@@ -195,6 +217,7 @@ impl Point {
             delay: Delay::None,
             memcpy: false,
             latency_at_sender: false,
+            fabric: PointFabric::Shm,
         }
     }
 
@@ -502,6 +525,13 @@ fn jobs(figure: &'static str, members: &[u32], max: u32) -> Vec<Job> {
                 }
             }
         }
+        "ofi" => {
+            // The headline point (3 members, all senders, 10 KiB, Spindle
+            // on) on ordo's shm beside libfabric's tcp;ofi_rxm and shm.
+            for fabric in [PointFabric::Shm, PointFabric::Ofi("tcp;ofi_rxm"), PointFabric::Ofi("shm")] {
+                push(&fabric.name(), All, Point { fabric, ..Point::simple(3, All, SIZE_10K, Switches::SPINDLE) });
+            }
+        }
         other => unreachable!("unknown figure {other}"),
     }
     out
@@ -513,16 +543,20 @@ fn jobs(figure: &'static str, members: &[u32], max: u32) -> Vec<Job> {
 pub fn run(opts: &SpindleOptions, mut progress: impl FnMut(&str)) -> Result<SpindleReport, String> {
     let started = Instant::now();
     for f in &opts.figures {
-        // `summary` alone: only the headline comparisons (always run).
-        if !FIGURES.contains(&f.as_str()) && f != "summary" {
-            return Err(format!("unknown figure `{f}`; known: {},summary", FIGURES.join(",")));
+        // `summary` alone: only the headline comparisons (always run);
+        // `ofi` runs only when named (it needs the `ofi` feature).
+        if !FIGURES.contains(&f.as_str()) && f != "summary" && f != "ofi" {
+            return Err(format!("unknown figure `{f}`; known: {},summary,ofi", FIGURES.join(",")));
         }
     }
-    let selected: Vec<&'static str> = FIGURES
+    let mut selected: Vec<&'static str> = FIGURES
         .iter()
         .copied()
         .filter(|f| opts.figures.is_empty() || opts.figures.iter().any(|x| x == f))
         .collect();
+    if opts.figures.iter().any(|f| f == "ofi") {
+        selected.push("ofi");
+    }
     let max = opts.max_members.unwrap_or(if opts.quick { 4 } else { 8 }).clamp(3, 16);
     let members: Vec<u32> = (2..=max).collect();
     let plan = if opts.quick {

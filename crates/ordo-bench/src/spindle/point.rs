@@ -11,6 +11,7 @@ use crate::machine::MachineInfo;
 use hdrhistogram::Histogram;
 use ordo_fabric::MemberId;
 use ordo_fabric_shm::{ShmFabric, ShmOptions};
+use ordo_runtime::wiring::MemberFabric;
 use ordo_runtime::{
     Agent, Delivery, IdleStrategy, Runner, RunnerOptions, SubgroupHandle, ThreadingMode, VsyncMember,
 };
@@ -40,7 +41,7 @@ pub(super) struct Live {
 /// A member's duty cycle: send into every free slot of its active
 /// subgroups (held back when delayed), then run the vsync predicates.
 pub struct SpindleAgent {
-    member: VsyncMember<ShmFabric>,
+    member: VsyncMember<MemberFabric>,
     handles: Vec<SubgroupHandle>,
     size: usize,
     delay: Delay,
@@ -171,23 +172,34 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
     let region_len = ordo_vsync::GroupLayout::new(&group).region_len.next_multiple_of(64);
     // Every member's endpoint, created concurrently (each waits for the
     // others' files). Members of runner thread r park on member r's bell.
-    let fabrics: Vec<ShmFabric> = std::thread::scope(|s| {
-        let handles: Vec<_> = ids
-            .iter()
-            .map(|&m| {
-                let ids = ids.clone();
-                s.spawn(move || {
-                    let mut o = ShmOptions::new(cluster, m, ids, region_len);
-                    o.doorbell_owner = Some(m % 2);
-                    // Liveness is not what is measured: check peers every
-                    // 100 ms, not every 1 ms (a flock syscall per peer).
-                    o.liveness_check_interval = Duration::from_millis(100);
-                    ShmFabric::create(o).map_err(|e| format!("member {m}: {e}"))
+    let fabrics: Vec<MemberFabric> = match p.fabric {
+        super::PointFabric::Shm => std::thread::scope(|s| {
+            let handles: Vec<_> = ids
+                .iter()
+                .map(|&m| {
+                    let ids = ids.clone();
+                    s.spawn(move || {
+                        let mut o = ShmOptions::new(cluster, m, ids, region_len);
+                        o.doorbell_owner = Some(m % 2);
+                        // Liveness is not what is measured: check peers every
+                        // 100 ms, not every 1 ms (a flock syscall per peer).
+                        o.liveness_check_interval = Duration::from_millis(100);
+                        ShmFabric::create(o).map(MemberFabric::Shm).map_err(|e| format!("member {m}: {e}"))
+                    })
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("fabric thread")).collect::<Result<Vec<_>, _>>()
-    })?;
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("fabric thread")).collect::<Result<Vec<_>, _>>()
+        })?,
+        #[cfg(feature = "ofi")]
+        super::PointFabric::Ofi(provider) => {
+            ordo_runtime::wiring::connect_local_ofi_group(provider, cluster, &ids, region_len)
+                .map_err(|e| format!("ofi {provider}: {e}"))?
+        }
+        #[cfg(not(feature = "ofi"))]
+        super::PointFabric::Ofi(provider) => {
+            return Err(format!("ofi {provider}: this ordo was built without the `ofi` feature"));
+        }
+    };
     let start_ns = Arc::new(AtomicU64::new(u64::MAX));
     let end_ns = Arc::new(AtomicU64::new(u64::MAX));
     let sending = Arc::new(AtomicBool::new(true));
