@@ -75,7 +75,7 @@ fn spawn(backend: &str) -> Peers {
         .stdout(Stdio::piped());
         peers.children.push(Some(cmd.spawn().expect("spawn ordo acuerdo-peer")));
     }
-    if backend == "tcp" {
+    if backend != "shm" {
         let mut addrs = Vec::new();
         for (id, c) in peers.children.iter_mut().enumerate() {
             let out = c.as_mut().unwrap().stdout.take().unwrap();
@@ -182,4 +182,10 @@ fn shm_kill_9_the_leader_under_load() {
 #[test]
 fn tcp_kill_9_the_leader_under_load() {
     kill_the_leader("tcp");
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_kill_9_the_leader_under_load() {
+    kill_the_leader("ofi");
 }

@@ -115,3 +115,47 @@ fn tcp_peer_killed_with_sigkill_is_suspected() {
     let cause = wait_for_suspicion(&mut f);
     assert!(matches!(cause, FailureCause::ConnectionLost | FailureCause::TimedOut), "{cause:?}");
 }
+
+/// The libfabric backend across processes, on `provider`: guarded
+/// publishing and FIFO both ways, then suspicion after SIGKILL (the
+/// peer's contact connection is closed by the kernel).
+#[cfg(feature = "ofi")]
+fn ofi_across_processes(backend: Backend, tag: &str) {
+    let provider = backend.ofi_provider().unwrap();
+    let c = cluster(tag);
+    let secret = ordo_runtime::Secret::generate();
+    let binding = ordo_bench::fabric::ofi_bind(0, provider, &c, secret.clone()).unwrap();
+    let child =
+        spawn_peer(&exe(), backend, &c, false, false, Some(binding.contact_addr()), credentials(&secret))
+            .unwrap();
+    let addr = child.listen.expect("peer reports its contact address");
+    let mut f = binding.connect(vec![(1, addr)]).unwrap();
+    exercise(&mut f, false).expect("every message visible under its guard, in order");
+    child.wait(Duration::from_secs(10)).expect("the peer exited cleanly");
+
+    let binding = ordo_bench::fabric::ofi_bind(0, provider, &c, secret.clone()).unwrap();
+    let mut child =
+        spawn_peer(&exe(), backend, &c, false, false, Some(binding.contact_addr()), credentials(&secret))
+            .unwrap();
+    let addr = child.listen.expect("peer reports its contact address");
+    let mut f = binding.connect(vec![(1, addr)]).unwrap();
+    wait_for_completion(&mut f);
+    child.kill_hard();
+    let cause = wait_for_suspicion(&mut f);
+    assert!(
+        matches!(cause, FailureCause::PeerDead | FailureCause::ConnectionLost | FailureCause::TimedOut),
+        "{cause:?}"
+    );
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_tcp_rxm_across_processes_publishes_and_suspects_a_killed_peer() {
+    ofi_across_processes(Backend::OfiTcp, "ofi-tcp");
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_shm_across_processes_publishes_and_suspects_a_killed_peer() {
+    ofi_across_processes(Backend::OfiShm, "ofi-shm");
+}

@@ -45,8 +45,8 @@ use hdrhistogram::Histogram;
 use ordo_acuerdo::{Config, Note, Role};
 use ordo_fabric::MemberId;
 use ordo_fabric_shm::{ShmFabric, ShmOptions};
-use ordo_runtime::wiring::MemberFabric;
 use ordo_runtime::acuerdo::{AcuerdoClient, AcuerdoMember, ClientEvent, MemberOptions, region_len};
+use ordo_runtime::wiring::MemberFabric;
 use ordo_runtime::{Agent, IdleStrategy, Runner, RunnerOptions, ThreadingMode};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -402,10 +402,14 @@ fn acuerdo_curve_on(
     let fabrics = match ofi {
         None => create_fabrics(&cluster, &ids, region_len(&cfg0), true)?,
         #[cfg(feature = "ofi")]
-        Some(provider) => ordo_runtime::wiring::connect_local_ofi_group(provider, &cluster, &ids, region_len(&cfg0))
-            .map_err(|e| format!("ofi {provider}: {e}"))?,
+        Some(provider) => {
+            ordo_runtime::wiring::connect_local_ofi_group(provider, &cluster, &ids, region_len(&cfg0))
+                .map_err(|e| format!("ofi {provider}: {e}"))?
+        }
         #[cfg(not(feature = "ofi"))]
-        Some(provider) => return Err(format!("ofi {provider}: this ordo was built without the `ofi` feature")),
+        Some(provider) => {
+            return Err(format!("ofi {provider}: this ordo was built without the `ofi` feature"));
+        }
     };
     let engine = match ofi {
         None => "acuerdo".to_string(),
@@ -794,7 +798,10 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     if named("ofi") {
         let ofi_windows: Vec<u64> = windows.iter().copied().filter(|w| *w <= 64).collect();
         for ofi in [None, Some("tcp;ofi_rxm"), Some("shm")] {
-            progress(&format!("ofi: 3 members, 10 B, on {}", ofi.map_or("ordo shm".into(), |p| format!("ofi {p}"))));
+            progress(&format!(
+                "ofi: 3 members, 10 B, on {}",
+                ofi.map_or("ordo shm".into(), |p| format!("ofi {p}"))
+            ));
             let curve = acuerdo_curve_on(ofi, 3, 10, &ofi_windows, &timing, ATTEMPTS, &mut progress)?;
             rows.extend(curve.into_iter().map(|(mut r, _)| {
                 r.figure = "ofi".into();

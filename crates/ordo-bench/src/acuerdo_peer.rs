@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 #[derive(Parser, Debug, Clone)]
 #[command(name = "ordo acuerdo-peer", about = "One Acuerdo member process (tests)")]
 pub struct PeerArgs {
-    /// Fabric backend: shm or tcp.
+    /// Fabric backend: shm, tcp, or ofi (libfabric tcp;ofi_rxm; a build
+    /// with the `ofi` feature).
     #[arg(long, default_value = "shm")]
     pub backend: String,
     /// Cluster name (shm file names, tcp handshake).
@@ -186,25 +187,53 @@ fn connect(args: &PeerArgs, region: usize) -> Result<MemberFabric, String> {
                 format!("the tcp backend needs the cluster secret in {}", ordo_runtime::SECRET_ENV)
             })?);
             let binding = ordo_fabric_tcp::TcpFabric::bind(o).map_err(|e| e.to_string())?;
-            let mut out = std::io::stdout();
-            writeln!(out, "LISTEN {}", binding.local_addr()).map_err(|e| e.to_string())?;
-            out.flush().map_err(|e| e.to_string())?;
-            let mut line = String::new();
-            std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
-            let list =
-                line.trim().strip_prefix("PEERS ").ok_or_else(|| format!("expected PEERS, got {line:?}"))?;
-            let mut peers = Vec::new();
-            for item in list.split(',') {
-                let (id, addr) = item.split_once('=').ok_or_else(|| format!("bad peer {item:?}"))?;
-                let id: MemberId = id.parse().map_err(|_| format!("bad peer id {id:?}"))?;
-                if id != args.id {
-                    peers.push((id, addr.parse().map_err(|_| format!("bad address {addr:?}"))?));
-                }
-            }
+            let peers = exchange_addresses(args, binding.local_addr())?;
             Ok(MemberFabric::Tcp(binding.connect(peers).map_err(|e| e.to_string())?))
         }
-        other => Err(format!("unknown backend {other:?} (shm or tcp)")),
+        #[cfg(feature = "ofi")]
+        "ofi" => {
+            // libfabric's tcp;ofi_rxm; the addresses exchanged are the
+            // members' contact (set-up) ports.
+            let secret = crate::peer::secret_from_env()?.ok_or_else(|| {
+                format!("the ofi backend needs the cluster secret in {}", ordo_runtime::SECRET_ENV)
+            })?;
+            let mut o = ordo_fabric_ofi::OfiOptions::new(
+                args.id,
+                "tcp;ofi_rxm",
+                "127.0.0.1:0".parse().expect("address"),
+                region,
+            );
+            o.cluster = args.cluster.clone();
+            o.secret = Some(secret);
+            let binding = ordo_fabric_ofi::OfiFabric::bind(o).map_err(|e| e.to_string())?;
+            let peers = exchange_addresses(args, binding.contact_addr())?;
+            Ok(MemberFabric::Ofi(binding.connect(peers).map_err(|e| e.to_string())?))
+        }
+        other => Err(format!("unknown backend {other:?} (shm, tcp, or ofi in a build with the ofi feature)")),
     }
+}
+
+/// Prints `LISTEN <addr>`, reads `PEERS <id>=<addr>,...` and returns the
+/// other members' addresses.
+fn exchange_addresses(
+    args: &PeerArgs,
+    mine: std::net::SocketAddr,
+) -> Result<Vec<(MemberId, std::net::SocketAddr)>, String> {
+    let mut out = std::io::stdout();
+    writeln!(out, "LISTEN {mine}").map_err(|e| e.to_string())?;
+    out.flush().map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
+    let list = line.trim().strip_prefix("PEERS ").ok_or_else(|| format!("expected PEERS, got {line:?}"))?;
+    let mut peers = Vec::new();
+    for item in list.split(',') {
+        let (id, addr) = item.split_once('=').ok_or_else(|| format!("bad peer {item:?}"))?;
+        let id: MemberId = id.parse().map_err(|_| format!("bad peer id {id:?}"))?;
+        if id != args.id {
+            peers.push((id, addr.parse().map_err(|_| format!("bad address {addr:?}"))?));
+        }
+    }
+    Ok(peers)
 }
 
 /// Runs one member to the end (stop file or `max_seconds`).

@@ -111,6 +111,16 @@ pub struct OfiBinding {
     incarnation: u64,
 }
 
+impl std::fmt::Debug for OfiBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfiBinding")
+            .field("member", &self.options.member)
+            .field("provider", &self.attr.provider)
+            .field("contact", &self.contact.as_ref().map(|c| c.local_addr()))
+            .finish()
+    }
+}
+
 impl Drop for OfiBinding {
     fn drop(&mut self) {
         // A binding that connected handed its agent to the fabric.

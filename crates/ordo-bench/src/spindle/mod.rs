@@ -529,7 +529,11 @@ fn jobs(figure: &'static str, members: &[u32], max: u32) -> Vec<Job> {
             // The headline point (3 members, all senders, 10 KiB, Spindle
             // on) on ordo's shm beside libfabric's tcp;ofi_rxm and shm.
             for fabric in [PointFabric::Shm, PointFabric::Ofi("tcp;ofi_rxm"), PointFabric::Ofi("shm")] {
-                push(&fabric.name(), All, Point { fabric, ..Point::simple(3, All, SIZE_10K, Switches::SPINDLE) });
+                push(
+                    &fabric.name(),
+                    All,
+                    Point { fabric, ..Point::simple(3, All, SIZE_10K, Switches::SPINDLE) },
+                );
             }
         }
         other => unreachable!("unknown figure {other}"),
