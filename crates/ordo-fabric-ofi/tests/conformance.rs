@@ -117,3 +117,66 @@ fn ofi_shm_passes_the_conformance_suite_but_peer_death() {
     conformance::no_torn_words(&mut h);
     conformance::signaled_completion(&mut h);
 }
+
+/// FIFO across the providers' protocol switch: a small write (inlined,
+/// copied by the target when it polls) followed by a large one (which
+/// `shm` copies straight into the target's memory from the sender): a
+/// reader that sees the large write must see the small one before it.
+fn small_then_large(provider: &'static str) {
+    const SMALL: usize = 0;
+    const LARGE: usize = 4096;
+    const LARGE_LEN: usize = 64 * 1024;
+    const ROUNDS: u64 = 2000;
+    let mut h = OfiHarness::new(provider);
+    let g = h.group(2, LARGE + LARGE_LEN);
+    let writer: Part<OfiFabric> = {
+        let mut next = 1u64;
+        let mut events = Vec::new();
+        Box::new(move |f| {
+            if next > ROUNDS {
+                return true;
+            }
+            // Wait until the reader acknowledged the previous round (it
+            // writes the round it saw to our SMALL word).
+            if f.region().load_acquire(SMALL + 8) + 1 < next {
+                f.poll_events(&mut events);
+                return false;
+            }
+            f.region().store_release(SMALL, next);
+            conformance::post_retrying(f, ordo_fabric::Write::new(1, SMALL, 8), &mut events).unwrap();
+            f.region().store_release(LARGE + LARGE_LEN - 8, next);
+            conformance::post_retrying(f, ordo_fabric::Write::new(1, LARGE, LARGE_LEN), &mut events).unwrap();
+            next += 1;
+            false
+        })
+    };
+    let reader: Part<OfiFabric> = {
+        let mut seen = 0u64;
+        let mut events = Vec::new();
+        Box::new(move |f| {
+            let large = f.region().load_acquire(LARGE + LARGE_LEN - 8);
+            if large > seen {
+                let small = f.region().load_acquire(SMALL);
+                assert!(
+                    small >= large,
+                    "round {large}'s large write landed before its earlier small write ({small})"
+                );
+                seen = large;
+                f.region().store_release(SMALL + 8, seen);
+                conformance::post_retrying(f, ordo_fabric::Write::new(0, SMALL + 8, 8), &mut events).unwrap();
+            }
+            seen == ROUNDS
+        })
+    };
+    h.run(g, vec![writer, reader], Duration::from_secs(60));
+}
+
+#[test]
+fn ofi_shm_keeps_a_small_write_ahead_of_a_later_large_one() {
+    small_then_large("shm");
+}
+
+#[test]
+fn ofi_tcp_rxm_keeps_a_small_write_ahead_of_a_later_large_one() {
+    small_then_large("tcp;ofi_rxm");
+}
