@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("ordo-ring", 3),
     ("ordo-fabric-shm", 2),
     ("ordo-fabric-tcp", 2),
+    ("ordo-fabric-ofi", 2),
     ("ordo-sim", 4),
     ("ordo-vsync", 5),
     ("ordo-acuerdo", 5),
@@ -46,12 +47,19 @@ const PURE: &[&str] = &[
     "ordo-raft",
     "ordo-kv-core",
 ];
-const IMPURE: &[&str] = &["ordo-runtime", "ordo-fabric-shm", "ordo-fabric-tcp"];
+const IMPURE: &[&str] = &["ordo-runtime", "ordo-fabric-shm", "ordo-fabric-tcp", "ordo-fabric-ofi"];
 
 /// What the UDP stack may not link, even indirectly: it runs on the agent
 /// crate, not the runtime, and needs no fabric backend or fabric engine.
-const NOT_UNDER_R2P2: &[&str] =
-    &["ordo-runtime", "ordo-fabric-shm", "ordo-fabric-tcp", "ordo-vsync", "ordo-acuerdo", "ordo-sim"];
+const NOT_UNDER_R2P2: &[&str] = &[
+    "ordo-runtime",
+    "ordo-fabric-shm",
+    "ordo-fabric-tcp",
+    "ordo-fabric-ofi",
+    "ordo-vsync",
+    "ordo-acuerdo",
+    "ordo-sim",
+];
 
 /// The crates `root` links (normal dependencies, transitively), from the
 /// resolved graph of `cargo metadata`.
