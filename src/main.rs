@@ -113,7 +113,8 @@ struct DemoArgs {
     /// (`vsync.switches.zero_copy`).
     #[arg(long)]
     zero_copy: bool,
-    /// The fabric. `tcp` runs the group as `ordo node` daemons (one
+    /// The fabric. `tcp` (and `ofi`: libfabric `tcp;ofi_rxm`, a build with
+    /// `--features ofi`) runs the group as `ordo node` daemons (one
     /// process per member, authenticated links), like `--kill`.
     #[arg(long, value_enum, default_value = "shm")]
     fabric: node::FabricArg,
@@ -326,7 +327,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(Bench::Fabric(args)) => bench_fabric(args),
         Command::Bench(Bench::Spindle(args)) => bench_spindle(args),
-        Command::Demo(args) if args.kill || args.fabric == node::FabricArg::Tcp => {
+        Command::Demo(args) if args.kill || args.fabric != node::FabricArg::Shm => {
             node::demo_views(&node::DemoViews {
                 members: args.members,
                 fabric: args.fabric,

@@ -58,6 +58,18 @@ pub enum Cluster {
 pub enum FabricArg {
     Shm,
     Tcp,
+    /// libfabric `tcp;ofi_rxm` (a build with `--features ofi`).
+    Ofi,
+}
+
+impl std::fmt::Display for FabricArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FabricArg::Shm => "shm",
+            FabricArg::Tcp => "tcp",
+            FabricArg::Ofi => "ofi",
+        })
+    }
 }
 
 #[derive(Args)]
@@ -219,6 +231,7 @@ fn local(args: &UpArgs, cluster: &str) -> LocalCluster {
         backend: match args.fabric {
             FabricArg::Shm => Backend::Shm,
             FabricArg::Tcp => Backend::Tcp,
+            FabricArg::Ofi => Backend::Ofi,
         },
         dir: args.dir.clone(),
         base_port: args.base_port,
@@ -420,7 +433,7 @@ fn up(args: UpArgs) -> Result<(), String> {
         return status(&args_status);
     }
     println!(
-        "{} {:?} members up on the {:?} fabric (configs, secret, logs and pids in {})",
+        "{} {:?} members up on the {} fabric (configs, secret, logs and pids in {})",
         args.members,
         engine,
         args.fabric,
@@ -578,6 +591,7 @@ pub fn demo_views(d: &DemoViews) -> Result<(), String> {
         backend: match d.fabric {
             FabricArg::Shm => Backend::Shm,
             FabricArg::Tcp => Backend::Tcp,
+            FabricArg::Ofi => Backend::Ofi,
         },
         dir: dir.clone(),
         base_port,
@@ -619,7 +633,7 @@ pub fn demo_views(d: &DemoViews) -> Result<(), String> {
         kids.0.push(Some(child));
     }
     println!(
-        "ordo demo: {} `ordo node` daemons on the {:?} fabric, each sending {} B messages at {}/s for {} s{}",
+        "ordo demo: {} `ordo node` daemons on the {} fabric, each sending {} B messages at {}/s for {} s{}",
         d.members,
         d.fabric,
         d.size,

@@ -58,7 +58,8 @@ fn demo_zero_copy_delivers_every_message_at_every_member() {
 /// killed leader delivered is a prefix of that.
 #[test]
 fn demo_kill_shows_the_view_change_and_agreement() {
-    for fabric in ["shm", "tcp"] {
+    let fabrics: &[&str] = if cfg!(feature = "ofi") { &["shm", "tcp", "ofi"] } else { &["shm", "tcp"] };
+    for &fabric in fabrics {
         let out = run_demo(&["--kill", "--rate", "4000", "--fabric", fabric]);
         assert!(out.contains("SIGKILL member 0"), "{out}");
         assert!(out.contains("view 1 [1, 2] installed"), "{out}");

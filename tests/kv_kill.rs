@@ -269,6 +269,13 @@ fn redis_tools_then_the_leader_killed_under_load_loses_no_acknowledged_write_tcp
     redis_tools_then_the_leader_killed("tcp");
 }
 
+/// The same replicas on libfabric (`tcp;ofi_rxm`, RMA writes).
+#[cfg(feature = "ofi")]
+#[test]
+fn redis_tools_then_the_leader_killed_under_load_loses_no_acknowledged_write_ofi() {
+    redis_tools_then_the_leader_killed("ofi");
+}
+
 /// The same over the second engine: R3P2 (Raft inside R2P2 over UDP), its
 /// log fsynced in each replica's data directory.
 #[test]
