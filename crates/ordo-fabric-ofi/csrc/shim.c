@@ -5,14 +5,17 @@
  * call; compiling them here against the system's headers (found by
  * pkg-config) keeps the bindings correct for the installed version.
  *
- * One handle = one RDM endpoint: fabric, domain, address vector, one
- * completion queue (context format, transmit side, selective completion),
- * and the member's whole region registered for remote writes. Callers
+ * One handle = one member's endpoint: fabric, domain, one completion queue
+ * (context format, selective completion), the member's whole region
+ * registered for remote writes, and either one reliable-datagram endpoint
+ * with an address vector (FI_EP_RDM) or a passive endpoint, an event queue
+ * and one connected endpoint per connection (FI_EP_MSG). Callers
  * serialise every call on one handle (the Rust side holds a mutex), so the
  * domain is opened with FI_THREAD_DOMAIN.
  */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
@@ -22,7 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define ORDO_OFI_MAX_EPS 1024
+
 struct ordo_ofi {
+	int msg; /* connected endpoints (FI_EP_MSG): pep + one ep per connection */
+	struct fid_eq *eq;
+	struct fid_pep *pep;
+	struct fid_ep *eps[ORDO_OFI_MAX_EPS];
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
@@ -65,6 +74,11 @@ static void set_err(char *err, size_t errlen, const char *what, int ret) {
 void ordo_ofi_close(struct ordo_ofi *o) {
 	if (!o)
 		return;
+	for (int i = 0; i < ORDO_OFI_MAX_EPS; i++)
+		if (o->eps[i])
+			fi_close(&o->eps[i]->fid);
+	if (o->pep)
+		fi_close(&o->pep->fid);
 	if (o->ep)
 		fi_close(&o->ep->fid);
 	if (o->mr)
@@ -75,6 +89,8 @@ void ordo_ofi_close(struct ordo_ofi *o) {
 		fi_close(&o->av->fid);
 	if (o->domain)
 		fi_close(&o->domain->fid);
+	if (o->eq)
+		fi_close(&o->eq->fid);
 	if (o->fabric)
 		fi_close(&o->fabric->fid);
 	if (o->info)
@@ -86,8 +102,9 @@ void ordo_ofi_close(struct ordo_ofi *o) {
  * "verbs;ofi_rxm") and registers [base, base+len) for remote writes with
  * `requested_key` (ignored where the provider picks keys). Returns 0 or a
  * negative FI_E* code with a message in `err`. */
-int ordo_ofi_open(const char *prov, void *base, size_t len, uint64_t requested_key,
-		  struct ordo_ofi **out, struct ordo_ofi_attr *attr, char *err, size_t errlen) {
+int ordo_ofi_open(const char *prov, int msg, const char *node, void *base, size_t len,
+		  uint64_t requested_key, struct ordo_ofi **out, struct ordo_ofi_attr *attr, char *err,
+		  size_t errlen) {
 	struct fi_info *hints = fi_allocinfo();
 	struct ordo_ofi *o = calloc(1, sizeof(*o));
 	int ret;
@@ -100,12 +117,16 @@ int ordo_ofi_open(const char *prov, void *base, size_t len, uint64_t requested_k
 	}
 	hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
 	hints->mode = 0;
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->domain_attr->mr_mode =
-	    FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+	o->msg = msg;
+	hints->ep_attr->type = msg ? FI_EP_MSG : FI_EP_RDM;
+	/* Connected endpoints share the domain's registration; binding it to
+	 * every endpoint (FI_MR_ENDPOINT) is supported for RDM only. */
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				      (msg ? 0 : FI_MR_ENDPOINT);
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
 	hints->fabric_attr->prov_name = strdup(prov);
-	ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &o->info);
+	ret = fi_getinfo(FI_VERSION(1, 17), node && *node ? node : NULL, NULL,
+			 node && *node ? FI_SOURCE : 0, hints, &o->info);
 	fi_freeinfo(hints);
 	if (ret) {
 		set_err(err, errlen, "fi_getinfo", ret);
@@ -115,17 +136,34 @@ int ordo_ofi_open(const char *prov, void *base, size_t len, uint64_t requested_k
 	if (ret) { set_err(err, errlen, "fi_fabric", ret); goto fail; }
 	ret = fi_domain(o->fabric, o->info, &o->domain, NULL);
 	if (ret) { set_err(err, errlen, "fi_domain", ret); goto fail; }
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
-	ret = fi_av_open(o->domain, &av_attr, &o->av, NULL);
-	if (ret) {
-		av_attr.type = FI_AV_MAP;
+	if (msg) {
+		struct fi_eq_attr eq_attr = { .size = 256, .wait_obj = FI_WAIT_NONE };
+		ret = fi_eq_open(o->fabric, &eq_attr, &o->eq, NULL);
+		if (ret) { set_err(err, errlen, "fi_eq_open", ret); goto fail; }
+	} else {
+		struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
 		ret = fi_av_open(o->domain, &av_attr, &o->av, NULL);
+		if (ret) {
+			av_attr.type = FI_AV_MAP;
+			ret = fi_av_open(o->domain, &av_attr, &o->av, NULL);
+		}
+		if (ret) { set_err(err, errlen, "fi_av_open", ret); goto fail; }
 	}
-	if (ret) { set_err(err, errlen, "fi_av_open", ret); goto fail; }
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE,
 				      .size = o->info->tx_attr->size * 2 };
 	ret = fi_cq_open(o->domain, &cq_attr, &o->cq, NULL);
 	if (ret) { set_err(err, errlen, "fi_cq_open", ret); goto fail; }
+	if (msg) {
+		ret = fi_mr_reg(o->domain, base, len, FI_WRITE | FI_REMOTE_WRITE, 0, requested_key, 0, &o->mr, NULL);
+		if (ret) { set_err(err, errlen, "fi_mr_reg", ret); goto fail; }
+		ret = fi_passive_ep(o->fabric, o->info, &o->pep, NULL);
+		if (ret) { set_err(err, errlen, "fi_passive_ep", ret); goto fail; }
+		ret = fi_pep_bind(o->pep, &o->eq->fid, 0);
+		if (ret) { set_err(err, errlen, "fi_pep_bind", ret); goto fail; }
+		ret = fi_listen(o->pep);
+		if (ret) { set_err(err, errlen, "fi_listen", ret); goto fail; }
+		goto registered;
+	}
 	ret = fi_endpoint(o->domain, o->info, &o->ep, NULL);
 	if (ret) { set_err(err, errlen, "fi_endpoint", ret); goto fail; }
 	ret = fi_ep_bind(o->ep, &o->av->fid, 0);
@@ -142,6 +180,7 @@ int ordo_ofi_open(const char *prov, void *base, size_t len, uint64_t requested_k
 	}
 	ret = fi_enable(o->ep);
 	if (ret) { set_err(err, errlen, "fi_enable", ret); goto fail; }
+registered:
 	o->base = base;
 	o->len = len;
 	o->desc = fi_mr_desc(o->mr);
@@ -171,9 +210,153 @@ fail:
 	return ret ? ret : -FI_EOTHER;
 }
 
-/* The endpoint's address, to hand to peers. */
+/* The endpoint's address (connected endpoints: the passive endpoint's,
+ * which peers connect to), to hand to peers. */
 int ordo_ofi_name(struct ordo_ofi *o, void *addr, size_t *len) {
-	return fi_getname(&o->ep->fid, addr, len);
+	return fi_getname(o->msg ? &o->pep->fid : &o->ep->fid, addr, len);
+}
+
+/* ---- connected endpoints (FI_EP_MSG) ----
+ * Slots name endpoints: the caller picks a free slot (< ORDO_OFI_MAX_EPS)
+ * for each connection it dials or accepts; an endpoint's fid context is
+ * slot + 1, which is how connection events name it. */
+
+static int msg_ep(struct ordo_ofi *o, struct fi_info *info, size_t slot) {
+	struct fid_ep *ep;
+	int ret;
+	if (slot >= ORDO_OFI_MAX_EPS || o->eps[slot])
+		return -FI_EINVAL;
+	ret = fi_endpoint(o->domain, info, &ep, (void *)(uintptr_t)(slot + 1));
+	if (ret)
+		return ret;
+	if ((ret = fi_ep_bind(ep, &o->eq->fid, 0)) ||
+	    (ret = fi_ep_bind(ep, &o->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) ||
+	    (ret = fi_enable(ep))) {
+		fi_close(&ep->fid);
+		return ret;
+	}
+	o->eps[slot] = ep;
+	return 0;
+}
+
+/* Starts connecting slot `slot` to the passive endpoint at `addr`,
+ * carrying `param` (the connection request's private data). */
+int ordo_ofi_msg_connect(struct ordo_ofi *o, size_t slot, const void *addr, size_t addrlen,
+			 const void *param, size_t paramlen) {
+	struct fi_info *hints = fi_dupinfo(o->info), *info = NULL;
+	int ret;
+	if (!hints)
+		return -FI_ENOMEM;
+	free(hints->dest_addr);
+	hints->dest_addr = malloc(addrlen);
+	if (!hints->dest_addr) {
+		fi_freeinfo(hints);
+		return -FI_ENOMEM;
+	}
+	memcpy(hints->dest_addr, addr, addrlen);
+	hints->dest_addrlen = addrlen;
+	free(hints->src_addr);
+	hints->src_addr = NULL;
+	hints->src_addrlen = 0;
+	ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info);
+	fi_freeinfo(hints);
+	if (ret)
+		return ret;
+	ret = msg_ep(o, info, slot);
+	if (!ret) {
+		ret = fi_connect(o->eps[slot], addr, param, paramlen);
+		if (ret) {
+			fi_close(&o->eps[slot]->fid);
+			o->eps[slot] = NULL;
+		}
+	}
+	fi_freeinfo(info);
+	return ret;
+}
+
+/* A connection event. */
+struct ordo_ofi_cm {
+	int32_t kind; /* 1 connection request, 2 connected, 3 shut down, 4 error */
+	int32_t err;
+	uint64_t slot; /* 2-4: the endpoint's slot (or ~0 if not an endpoint's) */
+	void *request; /* 1: accept or reject it (either frees it) */
+	uint32_t param_len;
+	uint8_t param[64];
+};
+
+/* Reads one connection event: 1 if one was read, 0 if none, < 0 on error. */
+int ordo_ofi_msg_event(struct ordo_ofi *o, struct ordo_ofi_cm *out) {
+	union {
+		struct fi_eq_cm_entry cm;
+		uint8_t bytes[sizeof(struct fi_eq_cm_entry) + 256];
+	} buf;
+	uint32_t event = 0;
+	memset(out, 0, sizeof(*out));
+	ssize_t n = fi_eq_read(o->eq, &event, &buf, sizeof(buf), 0);
+	if (n == -FI_EAGAIN)
+		return 0;
+	if (n == -FI_EAVAIL) {
+		struct fi_eq_err_entry e;
+		memset(&e, 0, sizeof(e));
+		if (fi_eq_readerr(o->eq, &e, 0) < 0)
+			return -FI_EOTHER;
+		out->kind = 4;
+		out->err = e.err ? e.err : FI_EOTHER;
+		out->slot = e.fid && e.fid != &o->pep->fid ? (uint64_t)(uintptr_t)e.fid->context - 1 : ~0ULL;
+		if (e.fid == &o->pep->fid)
+			out->slot = ~0ULL;
+		return 1;
+	}
+	if (n < 0)
+		return (int)n;
+	if (event == FI_CONNREQ) {
+		out->kind = 1;
+		out->request = buf.cm.info;
+		size_t plen = (size_t)n > sizeof(struct fi_eq_cm_entry) ? (size_t)n - sizeof(struct fi_eq_cm_entry) : 0;
+		if (plen > sizeof(out->param))
+			plen = sizeof(out->param);
+		memcpy(out->param, buf.cm.data, plen);
+		out->param_len = (uint32_t)plen;
+		return 1;
+	}
+	if (event == FI_CONNECTED || event == FI_SHUTDOWN) {
+		out->kind = event == FI_CONNECTED ? 2 : 3;
+		out->slot = buf.cm.fid && buf.cm.fid->context ? (uint64_t)(uintptr_t)buf.cm.fid->context - 1 : ~0ULL;
+		return 1;
+	}
+	return 0; /* other events: ignored */
+}
+
+/* Accepts a connection request on slot `slot` (frees the request). */
+int ordo_ofi_msg_accept(struct ordo_ofi *o, void *request, size_t slot) {
+	struct fi_info *info = request;
+	int ret = msg_ep(o, info, slot);
+	if (!ret) {
+		ret = fi_accept(o->eps[slot], NULL, 0);
+		if (ret) {
+			fi_close(&o->eps[slot]->fid);
+			o->eps[slot] = NULL;
+		}
+	} else {
+		fi_reject(o->pep, info->handle, NULL, 0);
+	}
+	fi_freeinfo(info);
+	return ret;
+}
+
+/* Rejects a connection request (frees it). */
+void ordo_ofi_msg_reject(struct ordo_ofi *o, void *request) {
+	struct fi_info *info = request;
+	fi_reject(o->pep, info->handle, NULL, 0);
+	fi_freeinfo(info);
+}
+
+/* Closes the endpoint in `slot`. */
+void ordo_ofi_msg_close(struct ordo_ofi *o, size_t slot) {
+	if (slot < ORDO_OFI_MAX_EPS && o->eps[slot]) {
+		fi_close(&o->eps[slot]->fid);
+		o->eps[slot] = NULL;
+	}
 }
 
 /* Inserts a peer's address; its handle in *fi_addr. Returns 0 or < 0. */
@@ -200,10 +383,17 @@ ssize_t ordo_ofi_write(struct ordo_ofi *o, size_t offset, size_t len, uint64_t d
 	void *desc = o->desc;
 	struct fi_rma_iov rma = { .addr = remote_addr, .len = len, .key = key };
 	struct fi_msg_rma msg = {
-		.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = dest,
+		.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = o->msg ? FI_ADDR_UNSPEC : dest,
 		.rma_iov = &rma, .rma_iov_count = 1, .context = (void *)(uintptr_t)context, .data = 0,
 	};
-	return fi_writemsg(o->ep, &msg, flags);
+	struct fid_ep *ep = o->ep;
+	if (o->msg) {
+		/* dest names the slot of the connection to write on */
+		if (dest >= ORDO_OFI_MAX_EPS || !o->eps[dest])
+			return -FI_ENOTCONN;
+		ep = o->eps[dest];
+	}
+	return fi_writemsg(ep, &msg, flags);
 }
 
 /* Drives progress and reads up to `count` completions into `out`. Returns
@@ -250,3 +440,4 @@ uint64_t ordo_ofi_flag_inject(void) { return FI_INJECT; }
 uint64_t ordo_ofi_order_waw(void) { return FI_ORDER_WAW | FI_ORDER_RMA_WAW; }
 uint64_t ordo_ofi_mr_virt_addr(void) { return FI_MR_VIRT_ADDR; }
 int ordo_ofi_eagain(void) { return -FI_EAGAIN; }
+size_t ordo_ofi_max_eps(void) { return ORDO_OFI_MAX_EPS; }

@@ -1,7 +1,8 @@
-//! [`OfiFabric`]: the [`Fabric`] over a libfabric RDM endpoint.
+//! [`OfiFabric`]: the [`Fabric`] over a libfabric endpoint (reliable
+//! datagrams or connections).
 
 use crate::contact::{self, Card, Contact, ContactError};
-use crate::sys::{Completion, Endpoint, OfiError, Posted, ProviderAttr, WriteFlags};
+use crate::sys::{CmEvent, Completion, Endpoint, EndpointType, OfiError, Posted, ProviderAttr, WriteFlags};
 use ordo_fabric::{
     Doorbell, Fabric, FabricEvent, FailureCause, MemberId, PartialPost, PostError, ReconnectError, Region,
     Write, WriteTag, check_range,
@@ -18,8 +19,11 @@ pub struct OfiOptions {
     /// This member's id.
     pub member: MemberId,
     /// The libfabric provider: `"tcp;ofi_rxm"`, `"shm"`, `"verbs;ofi_rxm"`,
-    /// ... (any that offers `FI_EP_RDM` with `FI_RMA`).
+    /// ... (any that offers `FI_EP_RDM` with `FI_RMA`), or with
+    /// [`EndpointType::Msg`] `"verbs"` or `"tcp"`.
     pub provider: String,
+    /// Reliable datagrams (default) or connections.
+    pub endpoint: EndpointType,
     /// Length of every member's region (a positive multiple of 64).
     pub region_len: usize,
     /// The set-up (contact) address this member listens on; port 0 picks
@@ -51,6 +55,7 @@ impl OfiOptions {
         OfiOptions {
             member,
             provider: provider.to_string(),
+            endpoint: EndpointType::Rdm,
             region_len,
             listen,
             peers: Vec::new(),
@@ -174,13 +179,29 @@ impl OfiBinding {
             match fetched {
                 Some((card, live)) => {
                     check_card(&card, options.region_len)?;
-                    link.install(&mut core.ep, card, live)?;
+                    core.install(&mut link, card, live)?;
                 }
                 None => {
                     core.events.push(FabricEvent::Suspected { peer, cause: FailureCause::ConnectionLost })
                 }
             }
             core.links.push(link);
+        }
+        // Connected endpoints: wait until every dialed connection is up.
+        loop {
+            let mut core = self.shared.lock();
+            core.progress();
+            if core.links.iter().all(|l| l.suspected || l.connected) {
+                break;
+            }
+            let waiting: Vec<MemberId> = core.links.iter().filter(|l| !l.connected).map(|l| l.id).collect();
+            drop(core);
+            if Instant::now() > deadline {
+                return Err(OfiFabricError::Options(format!(
+                    "connections to members {waiting:?} never came up"
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
         // Providers set up their connections on the first write (rxm) or
         // map the peer's queue (shm): a zero-length signaled write to each
@@ -297,7 +318,16 @@ impl OfiFabric {
             )));
         }
         let region = Region::new_heap(options.region_len);
-        let mut ep = Endpoint::open(&options.provider, region.clone(), random_u64())?;
+        // Connected endpoints listen on the contact address's host.
+        let node = (options.endpoint == EndpointType::Msg && !options.listen.ip().is_unspecified())
+            .then(|| options.listen.ip().to_string());
+        let mut ep = Endpoint::open(
+            &options.provider,
+            options.endpoint,
+            node.as_deref(),
+            region.clone(),
+            random_u64(),
+        )?;
         let name = ep.name()?;
         if name.len() > contact::MAX_NAME {
             return Err(OfiFabricError::Options(format!("provider address of {} bytes", name.len())));
@@ -316,8 +346,15 @@ impl OfiFabric {
             Some(max) => max < options.region_len as u64,
             None => true,
         };
+        let msg = ep.kind() == EndpointType::Msg;
         let core = Core {
             ep,
+            msg,
+            key: options.key(),
+            incarnation,
+            member: options.member,
+            slots_free: (0..Endpoint::max_slots()).rev().collect(),
+            accepted: Vec::new(),
             links: Vec::new(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -450,7 +487,12 @@ struct Link {
     id: MemberId,
     contact: SocketAddr,
     suspected: bool,
+    /// Reliable datagrams: the peer's address handle. Connections: the
+    /// slot of the connection this member dialed (it writes on it).
     fi_addr: Option<u64>,
+    /// Whether writes can go: always for datagrams once the address is
+    /// in; for connections once the dialed connection is up.
+    connected: bool,
     key: u64,
     base: u64,
     incarnation: u64,
@@ -466,27 +508,13 @@ impl Link {
             contact,
             suspected: true,
             fi_addr: None,
+            connected: false,
             key: 0,
             base: 0,
             incarnation: 0,
             live: None,
             in_flight: 0,
         }
-    }
-
-    fn install(&mut self, ep: &mut Endpoint, card: Card, live: TcpStream) -> Result<(), OfiError> {
-        let fi_addr = ep.insert_peer(&card.name)?;
-        if let Some(old) = self.fi_addr.replace(fi_addr)
-            && old != fi_addr
-        {
-            ep.remove_peer(old);
-        }
-        self.key = card.key;
-        self.base = card.base;
-        self.incarnation = card.incarnation;
-        self.live = Some(live);
-        self.suspected = false;
-        Ok(())
     }
 }
 
@@ -511,6 +539,16 @@ const UNTRACKED: u64 = 1 << 63;
 
 struct Core {
     ep: Endpoint,
+    /// Connected endpoints (`FI_EP_MSG`).
+    msg: bool,
+    /// The set-up key (connection requests carry a MAC under it).
+    key: ordo_auth::Key,
+    incarnation: u64,
+    member: MemberId,
+    /// Free connection slots.
+    slots_free: Vec<usize>,
+    /// Connections peers dialed to write to this member (their slots).
+    accepted: Vec<usize>,
     links: Vec<Link>,
     slots: Vec<Slot>,
     free: Vec<usize>,
@@ -528,7 +566,116 @@ enum Issue {
     Failed,
 }
 
+/// Most connections peers may hold open to one member.
+const MAX_ACCEPTED: usize = 256;
+/// Private data of a connection request: dialer id (4), dialer's
+/// incarnation (8), acceptor's incarnation (8), MAC (16).
+const CONNECT_PARAM: usize = 36;
+
+fn connect_mac(key: &ordo_auth::Key, head: &[u8]) -> [u8; 32] {
+    key.tag(&[b"ordo ofi connect v1", head])
+}
+
 impl Core {
+    /// Points `link` at the peer of `card`: its address in the address
+    /// vector (datagrams) or a new connection to its passive endpoint
+    /// (connections; `connected` once the provider says so).
+    fn install(&mut self, link: &mut Link, card: Card, live: TcpStream) -> Result<(), OfiError> {
+        if self.msg {
+            if let Some(old) = link.fi_addr.take() {
+                self.ep.close_slot(old as usize);
+                self.slots_free.push(old as usize);
+            }
+            let slot = self.slots_free.pop().ok_or_else(|| OfiError("no free connection slot".into()))?;
+            let mut param = Vec::with_capacity(CONNECT_PARAM);
+            param.extend_from_slice(&self.member.to_le_bytes());
+            param.extend_from_slice(&self.incarnation.to_le_bytes());
+            param.extend_from_slice(&card.incarnation.to_le_bytes());
+            let mac = connect_mac(&self.key, &param);
+            param.extend_from_slice(&mac[..16]);
+            if let Err(e) = self.ep.connect(slot, &card.name, &param) {
+                self.slots_free.push(slot);
+                return Err(e);
+            }
+            link.fi_addr = Some(slot as u64);
+            link.connected = false;
+        } else {
+            let fi_addr = self.ep.insert_peer(&card.name)?;
+            if let Some(old) = link.fi_addr.replace(fi_addr)
+                && old != fi_addr
+            {
+                self.ep.remove_peer(old);
+            }
+            link.connected = true;
+        }
+        link.key = card.key;
+        link.base = card.base;
+        link.incarnation = card.incarnation;
+        link.live = Some(live);
+        link.suspected = false;
+        Ok(())
+    }
+
+    /// Connection events: requests (accepted only with a valid MAC for
+    /// this incarnation, at most [`MAX_ACCEPTED`]), dialed connections
+    /// coming up, shutdowns and errors (a dialed one takes its link down).
+    fn connection_events(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            let event = match self.ep.event() {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(%e, "ofi event queue failed");
+                    break;
+                }
+            };
+            n += 1;
+            match event {
+                CmEvent::Request { request, param } => {
+                    let ok = param.len() == CONNECT_PARAM
+                        && u64::from_le_bytes(param[12..20].try_into().expect("8 bytes")) == self.incarnation
+                        && self.key.verify(&[b"ordo ofi connect v1", &param[..20]], &param[20..36]);
+                    if !ok {
+                        tracing::warn!("ofi: refused a connection request without a valid MAC");
+                        self.ep.reject(request);
+                    } else if self.accepted.len() >= MAX_ACCEPTED {
+                        tracing::warn!("ofi: refused a connection request: {MAX_ACCEPTED} connections held");
+                        self.ep.reject(request);
+                    } else if let Some(slot) = self.slots_free.pop() {
+                        match self.ep.accept(request, slot) {
+                            Ok(()) => self.accepted.push(slot),
+                            Err(e) => {
+                                tracing::warn!(%e, "ofi: accepting a connection failed");
+                                self.slots_free.push(slot);
+                            }
+                        }
+                    } else {
+                        self.ep.reject(request);
+                    }
+                }
+                CmEvent::Connected { slot } => {
+                    if let Some(l) = self.links.iter_mut().find(|l| l.fi_addr == Some(slot as u64)) {
+                        l.connected = true;
+                    }
+                }
+                CmEvent::Shutdown { slot } | CmEvent::Error { slot: Some(slot), .. } => {
+                    if let Some(i) = self.links.iter().position(|l| l.fi_addr == Some(slot as u64)) {
+                        self.fail_link(i, FailureCause::ConnectionLost);
+                    } else if let Some(i) = self.accepted.iter().position(|s| *s == slot) {
+                        self.accepted.swap_remove(i);
+                        self.ep.close_slot(slot);
+                        self.slots_free.push(slot);
+                    }
+                }
+                CmEvent::Error { slot: None, err } => {
+                    tracing::warn!(err = %crate::sys::strerror(err as i64), "ofi listener error");
+                }
+            }
+        }
+        n
+    }
+
     fn remote_addr(&self, link: usize, offset: usize) -> u64 {
         if self.ep.attr().virt_addr { self.links[link].base + offset as u64 } else { offset as u64 }
     }
@@ -626,6 +773,9 @@ impl Core {
         if l.suspected {
             return Err(PostError::PeerSuspected(l.id));
         }
+        if !l.connected {
+            return Err(PostError::Backpressure(l.id));
+        }
         if self.fence && l.in_flight > 0 {
             // Behind a fence a write waits until the previous one to this
             // peer has landed (bounded by the write timeout, which takes
@@ -712,6 +862,13 @@ impl Core {
         let peer = self.links[link].id;
         self.links[link].suspected = true;
         self.links[link].live = None;
+        if self.msg
+            && let Some(slot) = self.links[link].fi_addr.take()
+        {
+            self.ep.close_slot(slot as usize);
+            self.slots_free.push(slot as usize);
+            self.links[link].connected = false;
+        }
         self.events.push(FabricEvent::Suspected { peer, cause });
         for i in 0..self.slots.len() {
             if self.slots[i].pending.is_some_and(|p| p.link == link)
@@ -751,9 +908,10 @@ impl Core {
 
     /// One round of progress. Returns whether anything happened.
     fn progress(&mut self) -> bool {
+        let events = if self.msg { self.connection_events() } else { 0 };
         let reaped = self.reap();
         self.check(Instant::now());
-        reaped > 0
+        reaped + events > 0
     }
 
     fn busy(&self) -> bool {
@@ -857,10 +1015,23 @@ impl Fabric for OfiFabric {
             .map_err(|e| ReconnectError::Unreachable(peer, e.to_string()))?;
         let incarnation = card.incarnation;
         let mut core = self.shared.lock();
-        let core = &mut *core;
-        core.links[link]
-            .install(&mut core.ep, card, live)
-            .map_err(|e| ReconnectError::Unreachable(peer, e.to_string()))?;
+        let mut l = std::mem::replace(&mut core.links[link], Link::down(peer, addr));
+        let installed = core.install(&mut l, card, live);
+        core.links[link] = l;
+        installed.map_err(|e| ReconnectError::Unreachable(peer, e.to_string()))?;
+        // A connection must come up before the link counts as back.
+        let deadline = Instant::now() + timeout;
+        while !core.links[link].connected {
+            core.progress();
+            if core.links[link].suspected || Instant::now() > deadline {
+                core.fail_link(link, FailureCause::ConnectionLost);
+                core.events.retain(|e| !matches!(e, FabricEvent::Suspected { peer: p, .. } if *p == peer));
+                return Err(ReconnectError::Unreachable(peer, "the connection did not come up".into()));
+            }
+            drop(core);
+            std::thread::sleep(Duration::from_micros(200));
+            core = self.shared.lock();
+        }
         core.events.push(FabricEvent::Reconnected { peer, incarnation });
         Ok(incarnation)
     }

@@ -88,4 +88,4 @@ pub mod sys;
 #[cfg(feature = "ofi")]
 pub use fabric::{OfiBinding, OfiFabric, OfiFabricError, OfiOptions};
 #[cfg(feature = "ofi")]
-pub use sys::{OfiError, ProviderAttr};
+pub use sys::{EndpointType, OfiError, ProviderAttr};

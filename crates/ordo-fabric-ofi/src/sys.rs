@@ -49,6 +49,8 @@ struct RawOfi {
 unsafe extern "C" {
     fn ordo_ofi_open(
         prov: *const c_char,
+        msg: c_int,
+        node: *const c_char,
         base: *mut c_void,
         len: usize,
         requested_key: u64,
@@ -78,7 +80,77 @@ unsafe extern "C" {
     fn ordo_ofi_order_waw() -> u64;
     fn ordo_ofi_mr_virt_addr() -> u64;
     fn ordo_ofi_eagain() -> c_int;
+    fn ordo_ofi_max_eps() -> usize;
+    fn ordo_ofi_msg_connect(
+        o: *mut RawOfi,
+        slot: usize,
+        addr: *const c_void,
+        addrlen: usize,
+        param: *const c_void,
+        paramlen: usize,
+    ) -> c_int;
+    fn ordo_ofi_msg_event(o: *mut RawOfi, out: *mut RawCm) -> c_int;
+    fn ordo_ofi_msg_accept(o: *mut RawOfi, request: *mut c_void, slot: usize) -> c_int;
+    fn ordo_ofi_msg_reject(o: *mut RawOfi, request: *mut c_void);
+    fn ordo_ofi_msg_close(o: *mut RawOfi, slot: usize);
 }
+
+#[repr(C)]
+struct RawCm {
+    kind: i32,
+    err: i32,
+    slot: u64,
+    request: *mut c_void,
+    param_len: u32,
+    param: [u8; 64],
+}
+
+/// Which kind of endpoint a member opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum EndpointType {
+    /// Reliable datagrams (`FI_EP_RDM`): one endpoint, peers in an address
+    /// vector (`verbs;ofi_rxm`, `tcp;ofi_rxm`, `tcp`, `shm`).
+    #[default]
+    Rdm,
+    /// Connected endpoints (`FI_EP_MSG`): a passive endpoint peers connect
+    /// to and one endpoint per connection (`verbs`, `tcp`) — RDMA's
+    /// reliable connections, what Derecho uses.
+    Msg,
+}
+
+/// A connection event of a connected (`FI_EP_MSG`) endpoint.
+#[derive(Debug)]
+pub enum CmEvent {
+    /// A peer asks to connect, with its private data; answer with
+    /// [`Endpoint::accept`] or [`Endpoint::reject`] at once.
+    Request {
+        /// The pending request (owned by libfabric until answered).
+        request: Request,
+        /// The request's private data.
+        param: Vec<u8>,
+    },
+    /// The connection in `slot` is up.
+    Connected {
+        /// Its slot.
+        slot: usize,
+    },
+    /// The connection in `slot` was shut down by the peer.
+    Shutdown {
+        /// Its slot.
+        slot: usize,
+    },
+    /// The connection in `slot` (None: the listener) failed.
+    Error {
+        /// Its slot, if the event names one.
+        slot: Option<usize>,
+        /// libfabric's error code.
+        err: i32,
+    },
+}
+
+/// A connection request awaiting an answer.
+#[derive(Debug)]
+pub struct Request(*mut c_void);
 
 /// libfabric's message for an error code (either sign).
 pub fn strerror(err: i64) -> String {
@@ -127,6 +199,7 @@ pub struct WriteFlags {
 /// An open RDM endpoint with the member's region registered.
 pub struct Endpoint {
     raw: *mut RawOfi,
+    kind: EndpointType,
     region: Region,
     attr: ProviderAttr,
     flag_completion: u64,
@@ -149,10 +222,18 @@ pub enum Posted {
 }
 
 impl Endpoint {
-    /// Opens an RDM endpoint of `provider` and registers `region` with
-    /// `requested_key`.
-    pub fn open(provider: &str, region: Region, requested_key: u64) -> Result<Endpoint, OfiError> {
+    /// Opens an endpoint of `kind` on `provider` and registers `region` with
+    /// `requested_key`. `node`: the local address to bind (connected
+    /// endpoints listen there), or any.
+    pub fn open(
+        provider: &str,
+        kind: EndpointType,
+        node: Option<&str>,
+        region: Region,
+        requested_key: u64,
+    ) -> Result<Endpoint, OfiError> {
         let prov = CString::new(provider).map_err(|_| OfiError(format!("bad provider name {provider:?}")))?;
+        let node = CString::new(node.unwrap_or("")).map_err(|_| OfiError("bad node name".into()))?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: an all-zero RawAttr is valid (integers and byte arrays).
         let mut a: RawAttr = unsafe { std::mem::zeroed() };
@@ -162,6 +243,8 @@ impl Endpoint {
         let ret = unsafe {
             ordo_ofi_open(
                 prov.as_ptr(),
+                c_int::from(kind == EndpointType::Msg),
+                node.as_ptr(),
                 region.as_ptr().cast(),
                 region.len(),
                 requested_key,
@@ -200,7 +283,7 @@ impl Endpoint {
             manual_progress: a.data_progress_manual != 0,
             key: a.key,
         };
-        Ok(Endpoint { raw, region, attr, flag_completion, flag_delivery, eagain })
+        Ok(Endpoint { raw, kind, region, attr, flag_completion, flag_delivery, eagain })
     }
 
     /// What the provider promised.
@@ -287,6 +370,85 @@ impl Endpoint {
         }
         out.extend_from_slice(&buf[..n as usize]);
         Ok(n as usize)
+    }
+
+    /// The kind of endpoint.
+    pub fn kind(&self) -> EndpointType {
+        self.kind
+    }
+
+    /// How many connection slots a connected endpoint has.
+    pub fn max_slots() -> usize {
+        // SAFETY: a constant getter.
+        unsafe { ordo_ofi_max_eps() }
+    }
+
+    /// Connected endpoints: starts connecting `slot` to the passive
+    /// endpoint `addr` with private data `param`.
+    pub fn connect(&mut self, slot: usize, addr: &[u8], param: &[u8]) -> Result<(), OfiError> {
+        assert_eq!(self.kind, EndpointType::Msg);
+        // SAFETY: both buffers are valid for their lengths.
+        let ret = unsafe {
+            ordo_ofi_msg_connect(
+                self.raw,
+                slot,
+                addr.as_ptr().cast(),
+                addr.len(),
+                param.as_ptr().cast(),
+                param.len(),
+            )
+        };
+        if ret != 0 {
+            return Err(OfiError(format!("fi_connect: {}", strerror(ret as i64))));
+        }
+        Ok(())
+    }
+
+    /// Connected endpoints: the next connection event, if any.
+    pub fn event(&mut self) -> Result<Option<CmEvent>, OfiError> {
+        assert_eq!(self.kind, EndpointType::Msg);
+        // SAFETY: an all-zero RawCm is valid; the shim fills it.
+        let mut cm: RawCm = unsafe { std::mem::zeroed() };
+        // SAFETY: cm is a valid out-pointer.
+        let ret = unsafe { ordo_ofi_msg_event(self.raw, &mut cm) };
+        if ret < 0 {
+            return Err(OfiError(format!("fi_eq_read: {}", strerror(ret as i64))));
+        }
+        if ret == 0 {
+            return Ok(None);
+        }
+        let slot = (cm.slot != u64::MAX).then_some(cm.slot as usize);
+        Ok(Some(match cm.kind {
+            1 => CmEvent::Request {
+                request: Request(cm.request),
+                param: cm.param[..(cm.param_len as usize).min(64)].to_vec(),
+            },
+            2 => CmEvent::Connected { slot: slot.unwrap_or(usize::MAX) },
+            3 => CmEvent::Shutdown { slot: slot.unwrap_or(usize::MAX) },
+            _ => CmEvent::Error { slot, err: cm.err },
+        }))
+    }
+
+    /// Accepts a connection request on `slot`.
+    pub fn accept(&mut self, request: Request, slot: usize) -> Result<(), OfiError> {
+        // SAFETY: the request came from `event` and is answered once (moved).
+        let ret = unsafe { ordo_ofi_msg_accept(self.raw, request.0, slot) };
+        if ret != 0 {
+            return Err(OfiError(format!("fi_accept: {}", strerror(ret as i64))));
+        }
+        Ok(())
+    }
+
+    /// Rejects a connection request.
+    pub fn reject(&mut self, request: Request) {
+        // SAFETY: the request came from `event` and is answered once (moved).
+        unsafe { ordo_ofi_msg_reject(self.raw, request.0) }
+    }
+
+    /// Closes the connection in `slot`.
+    pub fn close_slot(&mut self, slot: usize) {
+        // SAFETY: closing an empty or out-of-range slot is a no-op.
+        unsafe { ordo_ofi_msg_close(self.raw, slot) }
     }
 
     /// The region this endpoint registered.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 struct OfiHarness {
     provider: &'static str,
+    endpoint: ordo_fabric_ofi::EndpointType,
     secret: ordo_auth::Secret,
     last: Vec<(MemberId, SocketAddr)>,
     region_len: usize,
@@ -22,11 +23,18 @@ impl OfiHarness {
             .with_env_filter(tracing_subscriber::EnvFilter::from_env("ORDO_LOG"))
             .with_test_writer()
             .try_init();
-        OfiHarness { provider, secret: ordo_auth::Secret::generate(), last: Vec::new(), region_len: 0 }
+        OfiHarness {
+            provider,
+            endpoint: ordo_fabric_ofi::EndpointType::Rdm,
+            secret: ordo_auth::Secret::generate(),
+            last: Vec::new(),
+            region_len: 0,
+        }
     }
 
     fn options(&self, member: MemberId, listen: SocketAddr, region_len: usize) -> OfiOptions {
         let mut o = OfiOptions::new(member, self.provider, listen, region_len);
+        o.endpoint = self.endpoint;
         o.secret = Some(self.secret.clone());
         o.cluster = "conformance".into();
         o
@@ -90,6 +98,18 @@ fn ofi_tcp_rxm_passes_the_conformance_suite() {
     let mut h = OfiHarness::new("tcp;ofi_rxm");
     let g = h.group(2, 4096);
     assert!(!g[0].fenced(), "tcp;ofi_rxm promises write-after-write order: {:?}", g[0].provider());
+    drop(g);
+    conformance::run_all(&mut h);
+}
+
+/// Connected endpoints (`FI_EP_MSG`, RDMA's reliable connections) on
+/// libfabric's `tcp` provider: the whole suite.
+#[test]
+fn ofi_tcp_msg_passes_the_conformance_suite() {
+    let mut h = OfiHarness::new("tcp");
+    h.endpoint = ordo_fabric_ofi::EndpointType::Msg;
+    let g = h.group(2, 4096);
+    assert!(!g[0].fenced(), "tcp promises write-after-write order: {:?}", g[0].provider());
     drop(g);
     conformance::run_all(&mut h);
 }

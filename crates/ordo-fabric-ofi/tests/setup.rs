@@ -61,3 +61,61 @@ fn a_region_length_that_is_not_a_multiple_of_64_is_refused() {
     let err = OfiFabric::bind(options(0, &secret, 100)).unwrap_err().to_string();
     assert!(err.contains("multiple of 64"), "{err}");
 }
+
+/// Connected endpoints: a connection request needs a MAC under the set-up
+/// key naming the acceptor's current incarnation; anything else is
+/// rejected (the dialer's connection never comes up).
+#[test]
+fn a_connection_request_without_a_valid_mac_is_rejected() {
+    use ordo_fabric_ofi::EndpointType;
+    use ordo_fabric_ofi::sys::{CmEvent, Endpoint};
+    let secret = ordo_auth::Secret::generate();
+    let opts = |m| {
+        let mut o = options(m, &secret, 4096);
+        o.provider = "tcp".into();
+        o.endpoint = EndpointType::Msg;
+        o
+    };
+    let (a, b) = (OfiFabric::bind(opts(0)).unwrap(), OfiFabric::bind(opts(1)).unwrap());
+    let (a_addr, b_addr) = (a.contact_addr(), b.contact_addr());
+    let t = std::thread::spawn(move || b.connect(vec![(0, a_addr)]).unwrap());
+    let a = a.connect(vec![(1, b_addr)]).unwrap();
+    let _b = t.join().unwrap();
+    // Someone who learned member 0's provider address (here: from its card)
+    // but cannot make the MAC.
+    let key = secret.derive(ordo_fabric_ofi::contact::KEY_LABEL);
+    let cluster = ordo_fabric_ofi::contact::cluster_hash("ordo");
+    let (card, _live) =
+        ordo_fabric_ofi::contact::fetch_card(a.contact_addr(), 1, 0, cluster, &key, Duration::from_secs(1))
+            .unwrap();
+    let attempt = |param: Vec<u8>| -> bool {
+        let mut ep =
+            Endpoint::open("tcp", EndpointType::Msg, None, ordo_fabric::Region::new_heap(4096), 7).unwrap();
+        ep.connect(0, &card.name, &param).unwrap();
+        let start = std::time::Instant::now();
+        loop {
+            match ep.event().unwrap() {
+                Some(CmEvent::Connected { .. }) => return true,
+                Some(CmEvent::Error { .. } | CmEvent::Shutdown { .. }) => return false,
+                _ => {}
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no answer to the connection request");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    assert!(!attempt(vec![0u8; 36]), "a request with a zero MAC was accepted");
+    // A well-formed request for another incarnation, MACed with another key.
+    let mut p = Vec::new();
+    p.extend_from_slice(&1u32.to_le_bytes());
+    p.extend_from_slice(&5u64.to_le_bytes());
+    p.extend_from_slice(&card.incarnation.to_le_bytes());
+    let wrong = ordo_auth::Secret::generate().derive(ordo_fabric_ofi::contact::KEY_LABEL);
+    let mac = wrong.tag(&[b"ordo ofi connect v1", &p]);
+    p.extend_from_slice(&mac[..16]);
+    assert!(!attempt(p.clone()), "a request MACed with another secret was accepted");
+    // The same request MACed with the cluster's key is accepted.
+    p.truncate(20);
+    let mac = key.tag(&[b"ordo ofi connect v1", &p]);
+    p.extend_from_slice(&mac[..16]);
+    assert!(attempt(p), "a request with a valid MAC was refused");
+}
