@@ -248,8 +248,9 @@ struct FabricArgs {
     json: bool,
     /// Backends to measure (`tcp-nosecret`: tcp without the cluster
     /// secret, to show what authentication costs; `tcp-tls`: tcp over
-    /// mutual TLS; `ofi`: libfabric on `tcp;ofi_rxm` and `shm`, or one of
-    /// `ofi-tcp`, `ofi-shm`, `ofi-verbs`; needs a build with `--features ofi`).
+    /// mutual TLS; `ofi`: libfabric on `tcp;ofi_rxm`, connected `tcp` and
+    /// `shm`, or one of `ofi-tcp`, `ofi-tcp-msg`, `ofi-shm`, `ofi-verbs`,
+    /// `ofi-verbs-msg`; needs a build with `--features ofi`).
     #[arg(long, value_delimiter = ',', default_value = "shm,tcp")]
     backend: Vec<BackendArg>,
 }
@@ -268,6 +269,10 @@ enum BackendArg {
     OfiShm,
     /// libfabric on `verbs;ofi_rxm` (InfiniBand, RoCE).
     OfiVerbs,
+    /// libfabric connected endpoints on `tcp`.
+    OfiTcpMsg,
+    /// libfabric connected endpoints on `verbs` (RDMA reliable connections).
+    OfiVerbsMsg,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -386,10 +391,12 @@ fn bench_fabric(args: FabricArgs) -> Result<(), String> {
             BackendArg::Tcp => vec![Backend::Tcp],
             BackendArg::TcpNosecret => vec![Backend::TcpNoSecret],
             BackendArg::TcpTls => vec![Backend::TcpTls],
-            BackendArg::Ofi => vec![Backend::OfiTcp, Backend::OfiShm],
+            BackendArg::Ofi => vec![Backend::OfiTcp, Backend::OfiTcpMsg, Backend::OfiShm],
             BackendArg::OfiTcp => vec![Backend::OfiTcp],
             BackendArg::OfiShm => vec![Backend::OfiShm],
             BackendArg::OfiVerbs => vec![Backend::OfiVerbs],
+            BackendArg::OfiTcpMsg => vec![Backend::OfiTcpMsg],
+            BackendArg::OfiVerbsMsg => vec![Backend::OfiVerbsMsg],
         })
         .collect();
     let opts = FabricBenchOptions { exe, backends, quick: args.quick };
@@ -429,18 +436,27 @@ fn fabric_peer(args: PeerArgs) -> Result<(), String> {
             coordinator: args.tcp_peer.ok_or("--tcp-peer is required for the tcp backend")?,
             tls_dir: args.tls_dir,
         },
-        BackendArg::Ofi | BackendArg::OfiTcp | BackendArg::OfiShm | BackendArg::OfiVerbs => {
-            PeerBackend::Ofi {
-                provider: match args.backend {
-                    BackendArg::OfiShm => "shm",
-                    BackendArg::OfiVerbs => "verbs;ofi_rxm",
-                    _ => "tcp;ofi_rxm",
-                }
-                .into(),
-                cluster: args.cluster,
-                coordinator: args.tcp_peer.ok_or("--tcp-peer is required for the ofi backends")?,
+        BackendArg::Ofi
+        | BackendArg::OfiTcp
+        | BackendArg::OfiShm
+        | BackendArg::OfiVerbs
+        | BackendArg::OfiTcpMsg
+        | BackendArg::OfiVerbsMsg => PeerBackend::Ofi {
+            provider: match args.backend {
+                BackendArg::OfiShm => "shm",
+                BackendArg::OfiVerbs => "verbs;ofi_rxm",
+                BackendArg::OfiTcpMsg => "tcp",
+                BackendArg::OfiVerbsMsg => "verbs",
+                _ => "tcp;ofi_rxm",
             }
-        }
+            .into(),
+            endpoint: match args.backend {
+                BackendArg::OfiTcpMsg | BackendArg::OfiVerbsMsg => ordo_runtime::OfiEndpoint::Msg,
+                _ => ordo_runtime::OfiEndpoint::Rdm,
+            },
+            cluster: args.cluster,
+            coordinator: args.tcp_peer.ok_or("--tcp-peer is required for the ofi backends")?,
+        },
     };
     peer::run(PeerOptions {
         backend,

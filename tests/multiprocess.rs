@@ -121,10 +121,10 @@ fn tcp_peer_killed_with_sigkill_is_suspected() {
 /// peer's contact connection is closed by the kernel).
 #[cfg(feature = "ofi")]
 fn ofi_across_processes(backend: Backend, tag: &str) {
-    let provider = backend.ofi_provider().unwrap();
+    let (provider, endpoint) = backend.ofi_provider().unwrap();
     let c = cluster(tag);
     let secret = ordo_runtime::Secret::generate();
-    let binding = ordo_bench::fabric::ofi_bind(0, provider, &c, secret.clone()).unwrap();
+    let binding = ordo_bench::fabric::ofi_bind(0, provider, endpoint, &c, secret.clone()).unwrap();
     let child =
         spawn_peer(&exe(), backend, &c, false, false, Some(binding.contact_addr()), credentials(&secret))
             .unwrap();
@@ -133,7 +133,7 @@ fn ofi_across_processes(backend: Backend, tag: &str) {
     exercise(&mut f, false).expect("every message visible under its guard, in order");
     child.wait(Duration::from_secs(10)).expect("the peer exited cleanly");
 
-    let binding = ordo_bench::fabric::ofi_bind(0, provider, &c, secret.clone()).unwrap();
+    let binding = ordo_bench::fabric::ofi_bind(0, provider, endpoint, &c, secret.clone()).unwrap();
     let mut child =
         spawn_peer(&exe(), backend, &c, false, false, Some(binding.contact_addr()), credentials(&secret))
             .unwrap();
@@ -158,4 +158,10 @@ fn ofi_tcp_rxm_across_processes_publishes_and_suspects_a_killed_peer() {
 #[test]
 fn ofi_shm_across_processes_publishes_and_suspects_a_killed_peer() {
     ofi_across_processes(Backend::OfiShm, "ofi-shm");
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_tcp_connected_endpoints_across_processes_publish_and_suspect_a_killed_peer() {
+    ofi_across_processes(Backend::OfiTcpMsg, "ofi-tcp-msg");
 }

@@ -387,7 +387,7 @@ fn acuerdo_curve(
 /// [`acuerdo_curve`] on ordo's shm (`ofi: None`) or on libfabric's
 /// provider `ofi` (rows' engine `acuerdo-ofi <provider>`).
 fn acuerdo_curve_on(
-    ofi: Option<&str>,
+    ofi: Option<(&str, ordo_runtime::OfiEndpoint)>,
     members: u32,
     size: usize,
     windows: &[u64],
@@ -402,18 +402,23 @@ fn acuerdo_curve_on(
     let fabrics = match ofi {
         None => create_fabrics(&cluster, &ids, region_len(&cfg0), true)?,
         #[cfg(feature = "ofi")]
-        Some(provider) => {
-            ordo_runtime::wiring::connect_local_ofi_group(provider, &cluster, &ids, region_len(&cfg0))
-                .map_err(|e| format!("ofi {provider}: {e}"))?
-        }
+        Some((provider, endpoint)) => ordo_runtime::wiring::connect_local_ofi_group(
+            provider,
+            endpoint,
+            &cluster,
+            &ids,
+            region_len(&cfg0),
+        )
+        .map_err(|e| format!("ofi {provider}: {e}"))?,
         #[cfg(not(feature = "ofi"))]
-        Some(provider) => {
+        Some((provider, _)) => {
             return Err(format!("ofi {provider}: this ordo was built without the `ofi` feature"));
         }
     };
     let engine = match ofi {
         None => "acuerdo".to_string(),
-        Some(p) => format!("acuerdo-ofi {p}"),
+        Some((p, ordo_runtime::OfiEndpoint::Rdm)) => format!("acuerdo-ofi {p}"),
+        Some((p, ordo_runtime::OfiEndpoint::Msg)) => format!("acuerdo-ofi {p} msg"),
     };
     let load = Load::new(size, 0);
     let mut agents: [Vec<LoadedMember>; 2] = [Vec::new(), Vec::new()];
@@ -797,11 +802,14 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     }
     if named("ofi") {
         let ofi_windows: Vec<u64> = windows.iter().copied().filter(|w| *w <= 64).collect();
-        for ofi in [None, Some("tcp;ofi_rxm"), Some("shm")] {
-            progress(&format!(
-                "ofi: 3 members, 10 B, on {}",
-                ofi.map_or("ordo shm".into(), |p| format!("ofi {p}"))
-            ));
+        use ordo_runtime::OfiEndpoint::{Msg, Rdm};
+        for ofi in [None, Some(("tcp;ofi_rxm", Rdm)), Some(("tcp", Msg)), Some(("shm", Rdm))] {
+            let name = match ofi {
+                None => "ordo shm".to_string(),
+                Some((p, Rdm)) => format!("ofi {p}"),
+                Some((p, Msg)) => format!("ofi {p} (connected endpoints)"),
+            };
+            progress(&format!("ofi: 3 members, 10 B, on {name}"));
             let curve = acuerdo_curve_on(ofi, 3, 10, &ofi_windows, &timing, ATTEMPTS, &mut progress)?;
             rows.extend(curve.into_iter().map(|(mut r, _)| {
                 r.figure = "ofi".into();

@@ -61,6 +61,11 @@ pub enum Backend {
     /// The libfabric backend on provider `verbs;ofi_rxm` (InfiniBand,
     /// RoCE; needs the hardware).
     OfiVerbs,
+    /// The libfabric backend on connected endpoints of provider `tcp`.
+    OfiTcpMsg,
+    /// The libfabric backend on connected endpoints of provider `verbs`
+    /// (RDMA reliable connections; needs the hardware).
+    OfiVerbsMsg,
 }
 
 impl Backend {
@@ -75,15 +80,20 @@ impl Backend {
             Backend::OfiTcp => "ofi-tcp",
             Backend::OfiShm => "ofi-shm",
             Backend::OfiVerbs => "ofi-verbs",
+            Backend::OfiTcpMsg => "ofi-tcp-msg",
+            Backend::OfiVerbsMsg => "ofi-verbs-msg",
         }
     }
 
-    /// The libfabric provider of an ofi backend.
-    pub fn ofi_provider(&self) -> Option<&'static str> {
+    /// The libfabric provider and endpoint type of an ofi backend.
+    pub fn ofi_provider(&self) -> Option<(&'static str, ordo_runtime::OfiEndpoint)> {
+        use ordo_runtime::OfiEndpoint::{Msg, Rdm};
         match self {
-            Backend::OfiTcp => Some("tcp;ofi_rxm"),
-            Backend::OfiShm => Some("shm"),
-            Backend::OfiVerbs => Some("verbs;ofi_rxm"),
+            Backend::OfiTcp => Some(("tcp;ofi_rxm", Rdm)),
+            Backend::OfiShm => Some(("shm", Rdm)),
+            Backend::OfiVerbs => Some(("verbs;ofi_rxm", Rdm)),
+            Backend::OfiTcpMsg => Some(("tcp", Msg)),
+            Backend::OfiVerbsMsg => Some(("verbs", Msg)),
             _ => None,
         }
     }
@@ -288,7 +298,11 @@ pub fn run(opts: &FabricBenchOptions, mut progress: impl FnMut(&str)) -> Result<
                     child,
                 )
             }
-            Backend::OfiTcp | Backend::OfiShm | Backend::OfiVerbs => {
+            Backend::OfiTcp
+            | Backend::OfiShm
+            | Backend::OfiVerbs
+            | Backend::OfiTcpMsg
+            | Backend::OfiVerbsMsg => {
                 ofi_point(opts, backend, &cluster, pinned, &plan, (&memcpy, &copy_ring), &mut progress)?
             }
         };
@@ -713,9 +727,9 @@ fn ofi_point(
 ) -> Result<(Result<Vec<Row>, String>, crate::peer::PeerChild), String> {
     #[cfg(feature = "ofi")]
     {
-        let provider = backend.ofi_provider().expect("an ofi backend");
+        let (provider, endpoint) = backend.ofi_provider().expect("an ofi backend");
         let secret = ordo_runtime::Secret::generate();
-        let binding = ofi_bind(0, provider, cluster, secret.clone())?;
+        let binding = ofi_bind(0, provider, endpoint, cluster, secret.clone())?;
         let addr = Some(binding.contact_addr());
         let credentials = crate::peer::PeerCredentials { secret: Some(&secret), tls_dir: None };
         let child = spawn_peer(&opts.exe, backend, cluster, false, pinned, addr, credentials)?;
@@ -735,11 +749,13 @@ fn ofi_point(
 pub fn ofi_bind(
     me: u32,
     provider: &str,
+    endpoint: ordo_runtime::OfiEndpoint,
     cluster: &str,
     secret: ordo_runtime::Secret,
 ) -> Result<ordo_fabric_ofi::OfiBinding, String> {
     let mut o =
         ordo_fabric_ofi::OfiOptions::new(me, provider, "127.0.0.1:0".parse().expect("addr"), REGION_LEN);
+    o.endpoint = ordo_runtime::wiring::ofi_endpoint(endpoint);
     o.cluster = cluster.to_string();
     o.secret = Some(secret);
     ordo_fabric_ofi::OfiFabric::bind(o).map_err(|e| e.to_string())

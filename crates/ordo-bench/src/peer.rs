@@ -41,6 +41,8 @@ pub enum PeerBackend {
     Ofi {
         /// The libfabric provider.
         provider: String,
+        /// Datagram or connected endpoints.
+        endpoint: ordo_runtime::OfiEndpoint,
         /// Cluster name shared with the coordinator.
         cluster: String,
         /// Member 0's contact address.
@@ -112,9 +114,9 @@ pub fn run(opts: PeerOptions) -> Result<(), String> {
             serve(f, &opts)
         }
         #[cfg(feature = "ofi")]
-        PeerBackend::Ofi { provider, cluster, coordinator } => {
+        PeerBackend::Ofi { provider, endpoint, cluster, coordinator } => {
             let secret = secret_from_env()?.ok_or("the ofi peer needs the cluster secret")?;
-            let binding = crate::fabric::ofi_bind(1, provider, cluster, secret)?;
+            let binding = crate::fabric::ofi_bind(1, provider, *endpoint, cluster, secret)?;
             announce(&format!("LISTEN {}", binding.contact_addr()));
             let f = binding.connect(vec![(0, *coordinator)]).map_err(|e| e.to_string())?;
             announce("READY");

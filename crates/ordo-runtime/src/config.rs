@@ -466,11 +466,26 @@ pub struct OfiConfig {
     /// (default `"tcp;ofi_rxm"`; `"verbs;ofi_rxm"` on InfiniBand or RoCE,
     /// `"shm"` on one host).
     pub provider: String,
+    /// `endpoint`: `"rdm"` (reliable datagrams, default; the providers
+    /// above) or `"msg"` (connected endpoints, RDMA's reliable connections:
+    /// providers `"verbs"`, `"tcp"`).
+    pub endpoint: OfiEndpoint,
+}
+
+/// `fabric.ofi.endpoint`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OfiEndpoint {
+    /// Reliable datagrams (`FI_EP_RDM`).
+    #[default]
+    Rdm,
+    /// Connected endpoints (`FI_EP_MSG`).
+    Msg,
 }
 
 impl Default for OfiConfig {
     fn default() -> Self {
-        OfiConfig { provider: "tcp;ofi_rxm".to_owned() }
+        OfiConfig { provider: "tcp;ofi_rxm".to_owned(), endpoint: OfiEndpoint::Rdm }
     }
 }
 

@@ -27,8 +27,9 @@ pub mod wiring;
 
 pub use config::{
     Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, KvConfig, KvDurability,
-    KvEngine, KvReads, MemberConfig, NodeConfig, NodeEngine, OrdoConfig, OverrideOrigin, RuntimeConfig,
-    SecurityConfig, ShmConfig, TcpConfig, TcpPeer, TlsFiles, ValidationError, VsyncConfig,
+    KvEngine, KvReads, MemberConfig, NodeConfig, NodeEngine, OfiConfig, OfiEndpoint, OrdoConfig,
+    OverrideOrigin, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, TlsFiles, ValidationError,
+    VsyncConfig,
 };
 pub use control::{ControlError, ControlPlane};
 pub use node::{DeliverFn, Node, NodeApp, NodeError, NodeExit, NodeStatus, ViewFn, ViewSender};

@@ -7,6 +7,8 @@
 //! - [`MemberFabric`] dispatches statically (an enum, not `dyn`), so the data
 //!   path stays monomorphic.
 
+#[cfg(feature = "ofi")]
+use crate::config::OfiEndpoint;
 use crate::config::{Backend, OrdoConfig};
 use crate::{Agent, ValidationError};
 use ordo_fabric::{
@@ -182,6 +184,7 @@ fn connect_fabric_with(
         Backend::Ofi => {
             let listen = resolve(f.tcp.listen_addr(me).unwrap_or_default())?;
             let mut o = ordo_fabric_ofi::OfiOptions::new(me, &f.ofi.provider, listen, f.region_bytes);
+            o.endpoint = ofi_endpoint(f.ofi.endpoint);
             o.write_timeout = f.write_timeout();
             o.connect_timeout = f.tcp.connect_timeout();
             o.handshake_timeout = f.tcp.handshake_timeout();
@@ -256,7 +259,7 @@ pub fn connect_local_group(
         }
         #[cfg(feature = "ofi")]
         Backend::Ofi => {
-            return connect_local_ofi_group("tcp;ofi_rxm", cluster, members, region_len);
+            return connect_local_ofi_group("tcp;ofi_rxm", OfiEndpoint::Rdm, cluster, members, region_len);
         }
         #[cfg(not(feature = "ofi"))]
         Backend::Ofi => {
@@ -268,12 +271,22 @@ pub fn connect_local_group(
     results.into_iter().collect()
 }
 
+/// The ofi backend's endpoint type for `fabric.ofi.endpoint`.
+#[cfg(feature = "ofi")]
+pub fn ofi_endpoint(e: OfiEndpoint) -> ordo_fabric_ofi::EndpointType {
+    match e {
+        OfiEndpoint::Rdm => ordo_fabric_ofi::EndpointType::Rdm,
+        OfiEndpoint::Msg => ordo_fabric_ofi::EndpointType::Msg,
+    }
+}
+
 /// [`connect_local_group`] on libfabric's `provider`: every member binds a
 /// loopback contact port, then all connect (authenticated with a secret
 /// generated for this group).
 #[cfg(feature = "ofi")]
 pub fn connect_local_ofi_group(
     provider: &str,
+    endpoint: OfiEndpoint,
     cluster: &str,
     members: &[MemberId],
     region_len: usize,
@@ -287,6 +300,7 @@ pub fn connect_local_ofi_group(
             "127.0.0.1:0".parse().expect("address"),
             region_len,
         );
+        o.endpoint = ofi_endpoint(endpoint);
         o.cluster = cluster.to_string();
         o.secret = Some(secret.clone());
         bindings.push(ordo_fabric_ofi::OfiFabric::bind(o)?);

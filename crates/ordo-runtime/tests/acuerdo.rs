@@ -24,11 +24,30 @@ struct Member {
     log: Log,
 }
 
+type Connect = fn(&str, &[MemberId], usize) -> Vec<ordo_runtime::MemberFabric>;
+
 fn start_group(backend: Backend, tag: &str) -> Vec<Member> {
+    start_group_with(
+        tag,
+        match backend {
+            Backend::Shm => {
+                |c, ids, len| connect_local_group(Backend::Shm, c, ids, len).expect("group connects")
+            }
+            Backend::Tcp => {
+                |c, ids, len| connect_local_group(Backend::Tcp, c, ids, len).expect("group connects")
+            }
+            Backend::Ofi => {
+                |c, ids, len| connect_local_group(Backend::Ofi, c, ids, len).expect("group connects")
+            }
+        },
+    )
+}
+
+fn start_group_with(tag: &str, connect: Connect) -> Vec<Member> {
     let ids: Vec<MemberId> = vec![0, 1, 2];
     let cfg0 = runtime_config(ids.clone(), 0);
     let cluster = format!("acuerdo-rt-{tag}-{}", std::process::id());
-    let fabrics = connect_local_group(backend, &cluster, &ids, region_len(&cfg0)).expect("group connects");
+    let fabrics = connect(&cluster, &ids, region_len(&cfg0));
     fabrics
         .into_iter()
         .zip(&ids)
@@ -125,7 +144,10 @@ fn wait_delivered(members: &[Member], n: usize) {
 }
 
 fn crash_and_continue(backend: Backend, tag: &str) {
-    let mut members = start_group(backend, tag);
+    crash_and_continue_with(start_group(backend, tag));
+}
+
+fn crash_and_continue_with(mut members: Vec<Member>) {
     let l = wait_for_leader(&members, Duration::from_secs(10));
     // Followers are refused with a redirect to the leader.
     let f = (l + 1) % 3;
@@ -186,4 +208,13 @@ fn tcp_three_members_commit_in_order_and_survive_a_leader_crash() {
 #[test]
 fn ofi_three_members_commit_in_order_and_survive_a_leader_crash() {
     crash_and_continue(Backend::Ofi, "ofi");
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_connected_endpoints_three_members_commit_in_order_and_survive_a_leader_crash() {
+    crash_and_continue_with(start_group_with("ofi-msg", |c, ids, len| {
+        ordo_runtime::wiring::connect_local_ofi_group("tcp", ordo_runtime::OfiEndpoint::Msg, c, ids, len)
+            .expect("group connects")
+    }));
 }

@@ -432,6 +432,7 @@ fn the_ofi_backend_takes_a_provider_and_the_tcp_addresses() {
         let config = config.unwrap();
         assert_eq!(config.fabric.backend, Backend::Ofi);
         assert_eq!(config.fabric.ofi.provider, "verbs;ofi_rxm");
+        assert_eq!(config.fabric.ofi.endpoint, ordo_runtime::OfiEndpoint::Rdm, "datagrams by default");
     } else {
         let err = config.unwrap_err().to_string();
         assert!(err.contains("--features ofi"), "{err}");
@@ -442,4 +443,28 @@ fn the_ofi_backend_takes_a_provider_and_the_tcp_addresses() {
     // The set-up path needs the tcp addresses.
     let err = load_text("", &[args[0], args[1], args[2], args[6]]).unwrap_err().to_string();
     assert!(err.contains("fabric.tcp") || err.contains("--features ofi"), "{err}");
+}
+
+#[test]
+fn the_ofi_endpoint_is_rdm_or_msg() {
+    let base = [
+        "group.members=[0, 1]",
+        "member.id=0",
+        "fabric.backend=ofi",
+        "fabric.tcp.listen=127.0.0.1:7000",
+        r#"fabric.tcp.peers=[{ id = 1, addr = "127.0.0.1:7001" }]"#,
+        "security.allow_unauthenticated=true",
+    ];
+    let with = |e: &str| {
+        let mut a: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+        a.push(format!("fabric.ofi.endpoint={e}"));
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        load_text("", &refs)
+    };
+    if cfg!(feature = "ofi") {
+        assert_eq!(with("msg").unwrap().fabric.ofi.endpoint, ordo_runtime::OfiEndpoint::Msg);
+        assert_eq!(with("rdm").unwrap().fabric.ofi.endpoint, ordo_runtime::OfiEndpoint::Rdm);
+    }
+    let err = with("dgram").unwrap_err().to_string();
+    assert!(err.contains("endpoint") || err.contains("dgram"), "{err}");
 }

@@ -176,6 +176,7 @@ fn three_members_over_libfabric_tcp_rxm_deliver_one_total_order() {
     let cluster = format!("vsync-rt-{}-ofi", std::process::id());
     let f = ordo_runtime::wiring::connect_local_ofi_group(
         "tcp;ofi_rxm",
+        ordo_runtime::config::OfiEndpoint::Rdm,
         &cluster,
         &[0, 1, 2],
         region_len(Switches::SPINDLE),
@@ -192,6 +193,7 @@ fn three_members_over_libfabric_shm_deliver_one_total_order() {
     let cluster = format!("vsync-rt-{}-ofi-shm", std::process::id());
     let f = ordo_runtime::wiring::connect_local_ofi_group(
         "shm",
+        ordo_runtime::config::OfiEndpoint::Rdm,
         &cluster,
         &[0, 1, 2],
         region_len(Switches::SPINDLE),
@@ -199,4 +201,20 @@ fn three_members_over_libfabric_shm_deliver_one_total_order() {
     .expect("group connects");
     let logs = run_group(f, Switches::SPINDLE, false, 300);
     check_same_total_order(&logs, 300);
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn three_members_over_libfabric_connected_endpoints_deliver_one_total_order() {
+    let cluster = format!("vsync-rt-{}-ofi-msg", std::process::id());
+    let f = ordo_runtime::wiring::connect_local_ofi_group(
+        "tcp",
+        ordo_runtime::config::OfiEndpoint::Msg,
+        &cluster,
+        &[0, 1, 2],
+        region_len(Switches::SPINDLE),
+    )
+    .expect("group connects");
+    let logs = run_group(f, Switches::SPINDLE, false, 1000);
+    check_same_total_order(&logs, 1000);
 }

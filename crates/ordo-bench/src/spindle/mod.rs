@@ -187,9 +187,9 @@ pub struct Point {
 pub enum PointFabric {
     /// ordo's shm backend (every figure of the paper runs on it).
     Shm,
-    /// The libfabric backend on a provider (`--figures ofi`; needs a build
-    /// with the `ofi` feature).
-    Ofi(&'static str),
+    /// The libfabric backend on a provider and endpoint type
+    /// (`--figures ofi`; needs a build with the `ofi` feature).
+    Ofi(&'static str, ordo_runtime::OfiEndpoint),
 }
 
 impl PointFabric {
@@ -197,7 +197,8 @@ impl PointFabric {
     pub fn name(self) -> String {
         match self {
             PointFabric::Shm => "shm".into(),
-            PointFabric::Ofi(p) => format!("ofi {p}"),
+            PointFabric::Ofi(p, ordo_runtime::OfiEndpoint::Rdm) => format!("ofi {p}"),
+            PointFabric::Ofi(p, ordo_runtime::OfiEndpoint::Msg) => format!("ofi {p} msg"),
         }
     }
 }
@@ -528,7 +529,13 @@ fn jobs(figure: &'static str, members: &[u32], max: u32) -> Vec<Job> {
         "ofi" => {
             // The headline point (3 members, all senders, 10 KiB, Spindle
             // on) on ordo's shm beside libfabric's tcp;ofi_rxm and shm.
-            for fabric in [PointFabric::Shm, PointFabric::Ofi("tcp;ofi_rxm"), PointFabric::Ofi("shm")] {
+            use ordo_runtime::OfiEndpoint::{Msg, Rdm};
+            for fabric in [
+                PointFabric::Shm,
+                PointFabric::Ofi("tcp;ofi_rxm", Rdm),
+                PointFabric::Ofi("tcp", Msg),
+                PointFabric::Ofi("shm", Rdm),
+            ] {
                 push(
                     &fabric.name(),
                     All,

@@ -191,12 +191,12 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
             handles.into_iter().map(|h| h.join().expect("fabric thread")).collect::<Result<Vec<_>, _>>()
         })?,
         #[cfg(feature = "ofi")]
-        super::PointFabric::Ofi(provider) => {
-            ordo_runtime::wiring::connect_local_ofi_group(provider, cluster, &ids, region_len)
+        super::PointFabric::Ofi(provider, endpoint) => {
+            ordo_runtime::wiring::connect_local_ofi_group(provider, endpoint, cluster, &ids, region_len)
                 .map_err(|e| format!("ofi {provider}: {e}"))?
         }
         #[cfg(not(feature = "ofi"))]
-        super::PointFabric::Ofi(provider) => {
+        super::PointFabric::Ofi(provider, _) => {
             return Err(format!("ofi {provider}: this ordo was built without the `ofi` feature"));
         }
     };
