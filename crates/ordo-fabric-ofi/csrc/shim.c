@@ -55,15 +55,19 @@ struct ordo_ofi_attr {
 	uint64_t mr_mode;
 	uint64_t data_progress_manual;
 	uint64_t key;
+	uint64_t cq_data_size;
 	char prov_name[64];
 	char fabric_name[64];
 };
 
-/* One completion: the context ordo posted with, or an error. */
+/* One completion: the context ordo posted with, or an error; `remote`:
+ * a peer's write carrying remote CQ data landed here (the doorbell). */
 struct ordo_ofi_comp {
 	uint64_t context;
 	int32_t err;  /* 0, or a positive FI_E* / errno */
 	int32_t prov_errno;
+	uint64_t remote;
+	uint64_t data;
 };
 
 static void set_err(char *err, size_t errlen, const char *what, int ret) {
@@ -149,7 +153,7 @@ int ordo_ofi_open(const char *prov, int msg, const char *node, void *base, size_
 		}
 		if (ret) { set_err(err, errlen, "fi_av_open", ret); goto fail; }
 	}
-	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE,
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE,
 				      .size = o->info->tx_attr->size * 2 };
 	ret = fi_cq_open(o->domain, &cq_attr, &o->cq, NULL);
 	if (ret) { set_err(err, errlen, "fi_cq_open", ret); goto fail; }
@@ -199,6 +203,7 @@ registered:
 	attr->mr_mode = (uint64_t)o->info->domain_attr->mr_mode;
 	attr->data_progress_manual = o->info->domain_attr->data_progress == FI_PROGRESS_MANUAL;
 	attr->key = o->key;
+	attr->cq_data_size = o->info->domain_attr->cq_data_size;
 	snprintf(attr->prov_name, sizeof(attr->prov_name), "%s",
 		 o->info->fabric_attr->prov_name ? o->info->fabric_attr->prov_name : "");
 	snprintf(attr->fabric_name, sizeof(attr->fabric_name), "%s",
@@ -378,13 +383,14 @@ int ordo_ofi_av_remove(struct ordo_ofi *o, uint64_t fi_addr) {
  * `key` at peer `dest`. `flags`: FI_COMPLETION, FI_DELIVERY_COMPLETE,
  * FI_INJECT as the caller decides. Returns 0, -FI_EAGAIN, or < 0. */
 ssize_t ordo_ofi_write(struct ordo_ofi *o, size_t offset, size_t len, uint64_t dest,
-		       uint64_t remote_addr, uint64_t key, uint64_t context, uint64_t flags) {
+		       uint64_t remote_addr, uint64_t key, uint64_t context, uint64_t flags,
+		       uint64_t data) {
 	struct iovec iov = { .iov_base = (char *)o->base + offset, .iov_len = len };
 	void *desc = o->desc;
 	struct fi_rma_iov rma = { .addr = remote_addr, .len = len, .key = key };
 	struct fi_msg_rma msg = {
 		.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = o->msg ? FI_ADDR_UNSPEC : dest,
-		.rma_iov = &rma, .rma_iov_count = 1, .context = (void *)(uintptr_t)context, .data = 0,
+		.rma_iov = &rma, .rma_iov_count = 1, .context = (void *)(uintptr_t)context, .data = data,
 	};
 	struct fid_ep *ep = o->ep;
 	if (o->msg) {
@@ -400,7 +406,7 @@ ssize_t ordo_ofi_write(struct ordo_ofi *o, size_t offset, size_t len, uint64_t d
  * how many (>= 0); an error completion is returned as one entry with
  * `err` set. */
 ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t count) {
-	struct fi_cq_entry entries[32];
+	struct fi_cq_data_entry entries[32];
 	if (count > 32)
 		count = 32;
 	ssize_t n = fi_cq_read(o->cq, entries, count);
@@ -409,6 +415,8 @@ ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t coun
 			out[i].context = (uint64_t)(uintptr_t)entries[i].op_context;
 			out[i].err = 0;
 			out[i].prov_errno = 0;
+			out[i].remote = (entries[i].flags & FI_REMOTE_CQ_DATA) != 0;
+			out[i].data = entries[i].data;
 		}
 		return n;
 	}
@@ -422,6 +430,8 @@ ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t coun
 			out[0].context = (uint64_t)(uintptr_t)e.op_context;
 			out[0].err = e.err ? e.err : FI_EOTHER;
 			out[0].prov_errno = e.prov_errno;
+			out[0].remote = 0;
+			out[0].data = 0;
 			return 1;
 		}
 		return r < 0 ? r : -FI_EOTHER;
@@ -437,6 +447,7 @@ const char *ordo_ofi_strerror(int err) {
 uint64_t ordo_ofi_flag_completion(void) { return FI_COMPLETION; }
 uint64_t ordo_ofi_flag_delivery_complete(void) { return FI_DELIVERY_COMPLETE; }
 uint64_t ordo_ofi_flag_inject(void) { return FI_INJECT; }
+uint64_t ordo_ofi_flag_remote_cq_data(void) { return FI_REMOTE_CQ_DATA; }
 uint64_t ordo_ofi_order_waw(void) { return FI_ORDER_WAW | FI_ORDER_RMA_WAW; }
 uint64_t ordo_ofi_mr_virt_addr(void) { return FI_MR_VIRT_ADDR; }
 int ordo_ofi_eagain(void) { return -FI_EAGAIN; }

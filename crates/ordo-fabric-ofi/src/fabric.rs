@@ -251,7 +251,9 @@ impl OfiBinding {
         }
         let fence = self.shared.lock().fence;
         tracing::info!(member = me, provider = %self.attr.provider, fabric = %self.attr.fabric, fence, manual_progress = self.attr.manual_progress, "ofi fabric up");
+        let bell = self.shared.lock().bell.clone();
         Ok(OfiFabric {
+            bell,
             peer_ids: options.peers.iter().map(|p| p.0).collect(),
             region: self.region.clone(),
             shared: self.shared.clone(),
@@ -285,6 +287,7 @@ fn random_u64() -> u64 {
 /// contact port (peers see [`FailureCause::PeerDead`]) and the endpoint.
 pub struct OfiFabric {
     options: OfiOptions,
+    bell: Option<Doorbell>,
     attr: ProviderAttr,
     peer_ids: Vec<MemberId>,
     region: Region,
@@ -354,6 +357,7 @@ impl OfiFabric {
             incarnation,
             member: options.member,
             slots_free: (0..Endpoint::max_slots()).rev().collect(),
+            bell: (attr.cq_data_size >= 4).then(Doorbell::new_local),
             accepted: Vec::new(),
             links: Vec::new(),
             slots: Vec::new(),
@@ -481,6 +485,8 @@ struct Queued {
     offset: usize,
     len: usize,
     signal: Option<WriteTag>,
+    /// Ring the peer's doorbell when it lands (the last write of a post).
+    ring: bool,
 }
 
 struct Link {
@@ -547,6 +553,9 @@ struct Core {
     member: MemberId,
     /// Free connection slots.
     slots_free: Vec<usize>,
+    /// Rung when a peer's write lands (writes carry remote CQ data), where
+    /// the provider can carry it.
+    bell: Option<Doorbell>,
     /// Connections peers dialed to write to this member (their slots).
     accepted: Vec<usize>,
     links: Vec<Link>,
@@ -708,7 +717,7 @@ impl Core {
     /// A zero-length signaled write that completes on transmission: makes
     /// the provider set up its connection to the peer (rxm) at start-up.
     fn submit_probe(&mut self, link: usize, tag: WriteTag) -> Result<(), PostError> {
-        match self.issue(link, Queued { offset: 0, len: 0, signal: Some(tag) }, false) {
+        match self.issue(link, Queued { offset: 0, len: 0, signal: Some(tag), ring: false }, false) {
             Issue::Posted => Ok(()),
             Issue::Full => Err(PostError::Backpressure(self.links[link].id)),
             Issue::Failed => Err(PostError::PeerSuspected(self.links[link].id)),
@@ -729,7 +738,8 @@ impl Core {
         let (dest, key) =
             (self.links[link].fi_addr.expect("an up link has an address"), self.links[link].key);
         let remote = self.remote_addr(link, w.offset);
-        let flags = WriteFlags { completion: tracked, delivery: tracked && delivery };
+        let ring = (w.ring && self.bell.is_some()).then_some(u64::from(self.member));
+        let flags = WriteFlags { completion: tracked, delivery: tracked && delivery, ring };
         let mut tries = 0;
         loop {
             match self.ep.write(w.offset, w.len, dest, remote, key, context, flags) {
@@ -825,6 +835,13 @@ impl Core {
     }
 
     fn complete(&mut self, c: Completion) {
+        if c.remote != 0 && c.err == 0 {
+            // A peer's write landed here: its data is in the region.
+            if let Some(bell) = &self.bell {
+                bell.ring();
+            }
+            return;
+        }
         if c.context & UNTRACKED != 0 {
             // Only errors of untracked writes come back.
             let link = (c.context & !UNTRACKED) as usize;
@@ -963,7 +980,10 @@ impl Fabric for OfiFabric {
         if write.len as u64 > self.attr.max_msg_size {
             return Err(PostError::TooLarge { len: write.len, max: self.attr.max_msg_size as usize });
         }
-        self.shared.lock().submit(link, Queued { offset: write.offset, len: write.len, signal: write.signal })
+        self.shared.lock().submit(
+            link,
+            Queued { offset: write.offset, len: write.len, signal: write.signal, ring: true },
+        )
     }
 
     fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {
@@ -976,7 +996,7 @@ impl Fabric for OfiFabric {
                 if len as u64 > self.attr.max_msg_size {
                     return Err(PostError::TooLarge { len, max: self.attr.max_msg_size as usize });
                 }
-                core.submit(link, Queued { offset, len, signal: None })
+                core.submit(link, Queued { offset, len, signal: None, ring: posted + 1 == ranges.len() })
             });
             r.map_err(|error| PartialPost { posted, error })?;
         }
@@ -990,7 +1010,7 @@ impl Fabric for OfiFabric {
     }
 
     fn doorbell(&self) -> Option<&Doorbell> {
-        None
+        self.bell.as_ref()
     }
 
     fn is_suspected(&self, peer: MemberId) -> bool {

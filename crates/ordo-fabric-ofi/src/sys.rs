@@ -25,6 +25,7 @@ struct RawAttr {
     mr_mode: u64,
     data_progress_manual: u64,
     key: u64,
+    cq_data_size: u64,
     prov_name: [c_char; 64],
     fabric_name: [c_char; 64],
 }
@@ -39,6 +40,11 @@ pub struct Completion {
     pub err: i32,
     /// The provider's own error number (diagnostics only).
     pub prov_errno: i32,
+    /// Non-zero: not a completion of ours but a peer's write carrying
+    /// remote CQ data that landed in this member's region.
+    pub remote: u64,
+    /// The remote CQ data (the writer's member id).
+    pub data: u64,
 }
 
 #[repr(C)]
@@ -72,11 +78,13 @@ unsafe extern "C" {
         key: u64,
         context: u64,
         flags: u64,
+        data: u64,
     ) -> isize;
     fn ordo_ofi_poll(o: *mut RawOfi, out: *mut Completion, count: usize) -> isize;
     fn ordo_ofi_strerror(err: c_int) -> *const c_char;
     fn ordo_ofi_flag_completion() -> u64;
     fn ordo_ofi_flag_delivery_complete() -> u64;
+    fn ordo_ofi_flag_remote_cq_data() -> u64;
     fn ordo_ofi_order_waw() -> u64;
     fn ordo_ofi_mr_virt_addr() -> u64;
     fn ordo_ofi_eagain() -> c_int;
@@ -184,6 +192,9 @@ pub struct ProviderAttr {
     pub manual_progress: bool,
     /// The memory registration's key (requested, or the provider's).
     pub key: u64,
+    /// Bytes of remote CQ data a write may carry (0: none, so no
+    /// doorbell).
+    pub cq_data_size: u64,
 }
 
 /// Flags a write may carry.
@@ -194,6 +205,9 @@ pub struct WriteFlags {
     /// Report it only once the data is visible at the peer
     /// (`FI_DELIVERY_COMPLETE`).
     pub delivery: bool,
+    /// Carry remote CQ data (`FI_REMOTE_CQ_DATA`): the peer's completion
+    /// queue reports the write's arrival (its doorbell rings).
+    pub ring: Option<u64>,
 }
 
 /// An open RDM endpoint with the member's region registered.
@@ -204,6 +218,7 @@ pub struct Endpoint {
     attr: ProviderAttr,
     flag_completion: u64,
     flag_delivery: u64,
+    flag_remote_cq_data: u64,
     eagain: i64,
 }
 
@@ -264,12 +279,13 @@ impl Endpoint {
             unsafe { CStr::from_ptr(b.as_ptr()) }.to_string_lossy().into_owned()
         };
         // SAFETY: plain constant getters.
-        let (waw, virt, flag_completion, flag_delivery, eagain) = unsafe {
+        let (waw, virt, flag_completion, flag_delivery, flag_remote_cq_data, eagain) = unsafe {
             (
                 ordo_ofi_order_waw(),
                 ordo_ofi_mr_virt_addr(),
                 ordo_ofi_flag_completion(),
                 ordo_ofi_flag_delivery_complete(),
+                ordo_ofi_flag_remote_cq_data(),
                 ordo_ofi_eagain() as i64,
             )
         };
@@ -282,8 +298,9 @@ impl Endpoint {
             virt_addr: a.mr_mode & virt != 0,
             manual_progress: a.data_progress_manual != 0,
             key: a.key,
+            cq_data_size: a.cq_data_size,
         };
-        Ok(Endpoint { raw, kind, region, attr, flag_completion, flag_delivery, eagain })
+        Ok(Endpoint { raw, kind, region, attr, flag_completion, flag_delivery, flag_remote_cq_data, eagain })
     }
 
     /// What the provider promised.
@@ -349,9 +366,11 @@ impl Endpoint {
             "write outside the region"
         );
         let f = if flags.completion { self.flag_completion } else { 0 }
-            | if flags.delivery { self.flag_delivery } else { 0 };
+            | if flags.delivery { self.flag_delivery } else { 0 }
+            | if flags.ring.is_some() { self.flag_remote_cq_data } else { 0 };
+        let data = flags.ring.unwrap_or(0);
         // SAFETY: the range lies inside the registered region (asserted).
-        let ret = unsafe { ordo_ofi_write(self.raw, offset, len, dest, remote_addr, key, context, f) };
+        let ret = unsafe { ordo_ofi_write(self.raw, offset, len, dest, remote_addr, key, context, f, data) };
         match ret as i64 {
             0 => Ok(Posted::Yes),
             r if r == self.eagain => Ok(Posted::Again),

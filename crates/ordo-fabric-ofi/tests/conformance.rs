@@ -89,7 +89,8 @@ impl Harness for OfiHarness {
     }
 
     fn has_doorbell(&self) -> bool {
-        false
+        // Every provider tested here carries remote CQ data.
+        true
     }
 }
 
@@ -136,6 +137,7 @@ fn ofi_shm_passes_the_conformance_suite_but_peer_death() {
     conformance::address_order_within_a_write(&mut h);
     conformance::no_torn_words(&mut h);
     conformance::signaled_completion(&mut h);
+    conformance::doorbell_wakeup(&mut h);
 }
 
 /// FIFO across the providers' protocol switch: a small write (inlined,
