@@ -43,6 +43,7 @@ struct ordo_ofi {
 	size_t len;
 	void *desc;
 	uint64_t key;
+	int cq_fd; /* the completion queue's wait fd, or -1 */
 };
 
 /* What the provider promised, for the Rust side to decide on fences. */
@@ -153,9 +154,23 @@ int ordo_ofi_open(const char *prov, int msg, const char *node, void *base, size_
 		}
 		if (ret) { set_err(err, errlen, "fi_av_open", ret); goto fail; }
 	}
-	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE,
+	/* A completion queue with a wait fd where the provider has one (the
+	 * progress agent blocks on it when idle), else a polled one. */
+	o->cq_fd = -1;
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
 				      .size = o->info->tx_attr->size * 2 };
 	ret = fi_cq_open(o->domain, &cq_attr, &o->cq, NULL);
+	if (!ret && fi_control(&o->cq->fid, FI_GETWAIT, &o->cq_fd)) {
+		fi_close(&o->cq->fid);
+		o->cq = NULL;
+		o->cq_fd = -1;
+		ret = -FI_ENOSYS;
+	}
+	if (ret) {
+		o->cq_fd = -1;
+		cq_attr.wait_obj = FI_WAIT_NONE;
+		ret = fi_cq_open(o->domain, &cq_attr, &o->cq, NULL);
+	}
 	if (ret) { set_err(err, errlen, "fi_cq_open", ret); goto fail; }
 	if (msg) {
 		ret = fi_mr_reg(o->domain, base, len, FI_WRITE | FI_REMOTE_WRITE, 0, requested_key, 0, &o->mr, NULL);
@@ -437,6 +452,18 @@ ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t coun
 		return r < 0 ? r : -FI_EOTHER;
 	}
 	return n;
+}
+
+/* The completion queue's wait fd (-1: none; poll instead). */
+int ordo_ofi_wait_fd(struct ordo_ofi *o) {
+	return o->cq_fd;
+}
+
+/* 0 when it is safe to block on the wait fd (nothing pending), else
+ * -FI_EAGAIN (poll the completion queue first). */
+int ordo_ofi_trywait(struct ordo_ofi *o) {
+	struct fid *fids[1] = { &o->cq->fid };
+	return fi_trywait(o->fabric, fids, 1);
 }
 
 const char *ordo_ofi_strerror(int err) {

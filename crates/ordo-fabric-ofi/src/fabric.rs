@@ -936,11 +936,17 @@ impl Core {
     }
 }
 
+/// How long the progress agent keeps polling after its last work before it
+/// blocks on the wait fd (or sleeps).
+const SPIN_AFTER_WORK: Duration = Duration::from_micros(200);
+
 /// Drives the provider's progress (incoming writes land only while someone
 /// polls a manual-progress provider) and issues fenced writes: spins while
 /// writes are in flight, backs off to 50 µs sleeps when idle.
 fn progress_agent(shared: &Shared) {
     let mut idle = 0u32;
+    let mut last_work = Instant::now();
+    let fd = shared.lock().ep.wait_fd();
     while !shared.stop.load(Ordering::Acquire) {
         let (worked, busy) = {
             let mut core = shared.lock();
@@ -949,14 +955,29 @@ fn progress_agent(shared: &Shared) {
         };
         if worked || busy {
             idle = 0;
+            last_work = Instant::now();
             std::thread::yield_now();
-        } else {
-            idle = idle.saturating_add(1);
-            if idle < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(u64::from((idle - 64).min(50))));
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        // Recently busy: keep polling (yielding the core) for a while, since
+        // a wake-up from the wait fd costs tens of microseconds.
+        if idle < 64 || last_work.elapsed() < SPIN_AFTER_WORK {
+            std::thread::yield_now();
+            continue;
+        }
+        // Idle: block on the completion queue's wait fd where the provider
+        // has one (a peer's write with remote CQ data, or its socket
+        // turning readable, wakes it), at most a millisecond (connection
+        // events, liveness and timeouts are checked between waits).
+        match fd {
+            Some(fd) if shared.lock().ep.try_wait() => {
+                let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd; the fd lives as long as the endpoint.
+                unsafe { libc::poll(&mut p, 1, 1) };
             }
+            Some(_) => {}
+            None => std::thread::sleep(Duration::from_micros(u64::from((idle - 64).min(50)))),
         }
     }
 }
@@ -980,10 +1001,9 @@ impl Fabric for OfiFabric {
         if write.len as u64 > self.attr.max_msg_size {
             return Err(PostError::TooLarge { len: write.len, max: self.attr.max_msg_size as usize });
         }
-        self.shared.lock().submit(
-            link,
-            Queued { offset: write.offset, len: write.len, signal: write.signal, ring: true },
-        )
+        self.shared
+            .lock()
+            .submit(link, Queued { offset: write.offset, len: write.len, signal: write.signal, ring: true })
     }
 
     fn post_writes(&mut self, peer: MemberId, ranges: &[(usize, usize)]) -> Result<(), PartialPost> {

@@ -89,6 +89,8 @@ unsafe extern "C" {
     fn ordo_ofi_mr_virt_addr() -> u64;
     fn ordo_ofi_eagain() -> c_int;
     fn ordo_ofi_max_eps() -> usize;
+    fn ordo_ofi_wait_fd(o: *mut RawOfi) -> c_int;
+    fn ordo_ofi_trywait(o: *mut RawOfi) -> c_int;
     fn ordo_ofi_msg_connect(
         o: *mut RawOfi,
         slot: usize,
@@ -389,6 +391,21 @@ impl Endpoint {
         }
         out.extend_from_slice(&buf[..n as usize]);
         Ok(n as usize)
+    }
+
+    /// The completion queue's wait fd, where the provider has one: block
+    /// on it (readable) after [`Endpoint::try_wait`] said yes.
+    pub fn wait_fd(&self) -> Option<i32> {
+        // SAFETY: a getter on a live handle.
+        let fd = unsafe { ordo_ofi_wait_fd(self.raw) };
+        (fd >= 0).then_some(fd)
+    }
+
+    /// Whether blocking on the wait fd is safe now (`fi_trywait`: nothing
+    /// is pending that only polling would report).
+    pub fn try_wait(&mut self) -> bool {
+        // SAFETY: a call on a live handle, serialised by `&mut self`.
+        unsafe { ordo_ofi_trywait(self.raw) == 0 }
     }
 
     /// The kind of endpoint.
