@@ -277,6 +277,46 @@ fn check_card(card: &Card, region_len: usize) -> Result<(), OfiFabricError> {
     Ok(())
 }
 
+/// Removes the region files libfabric's `shm` provider left in `dir`
+/// (`/dev/shm`) for processes that no longer exist — a process killed with
+/// SIGKILL never closes its endpoint. Its files are named
+/// `<pid>:<domain>:<endpoint>`; only this user's files of dead pids are
+/// removed (a peer that still maps one keeps its mapping). Returns how many.
+pub fn remove_stale_shm_files(dir: &std::path::Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let mut parts = name.split(':');
+        let (Some(pid), Some(d), Some(e), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let (Ok(pid), true, true) = (
+            pid.parse::<i32>(),
+            d.bytes().all(|b| b.is_ascii_digit()),
+            e.bytes().all(|b| b.is_ascii_digit()),
+        ) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+        if !meta.file_type().is_file() || meta.uid() != uid || pid <= 0 {
+            continue;
+        }
+        // SAFETY: signal 0 only checks that the process exists.
+        let dead = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if dead && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 fn random_u64() -> u64 {
     let n = ordo_auth::handshake::nonce();
     u64::from_le_bytes(n[..8].try_into().expect("8 bytes"))
@@ -319,6 +359,10 @@ impl OfiFabric {
                 "region length {} is not a positive multiple of 64",
                 options.region_len
             )));
+        }
+        if options.provider.split(';').any(|p| p == "shm") {
+            // What killed processes left behind (as the shm backend does).
+            remove_stale_shm_files(std::path::Path::new("/dev/shm"));
         }
         let region = Region::new_heap(options.region_len);
         // Connected endpoints listen on the contact address's host.

@@ -86,6 +86,6 @@ mod fabric;
 pub mod sys;
 
 #[cfg(feature = "ofi")]
-pub use fabric::{OfiBinding, OfiFabric, OfiFabricError, OfiOptions};
+pub use fabric::{OfiBinding, OfiFabric, OfiFabricError, OfiOptions, remove_stale_shm_files};
 #[cfg(feature = "ofi")]
 pub use sys::{EndpointType, OfiError, ProviderAttr};
