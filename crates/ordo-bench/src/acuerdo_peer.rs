@@ -207,7 +207,7 @@ fn connect(args: &PeerArgs, region: usize) -> Result<MemberFabric, String> {
             o.secret = Some(secret);
             let binding = ordo_fabric_ofi::OfiFabric::bind(o).map_err(|e| e.to_string())?;
             let peers = exchange_addresses(args, binding.contact_addr())?;
-            Ok(MemberFabric::Ofi(binding.connect(peers).map_err(|e| e.to_string())?))
+            Ok(MemberFabric::Ofi(Box::new(binding.connect(peers).map_err(|e| e.to_string())?)))
         }
         other => Err(format!("unknown backend {other:?} (shm, tcp, or ofi in a build with the ofi feature)")),
     }

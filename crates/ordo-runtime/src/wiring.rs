@@ -27,7 +27,7 @@ pub enum MemberFabric {
     Tcp(TcpFabric),
     /// `fabric.backend = "ofi"` (with the `ofi` feature).
     #[cfg(feature = "ofi")]
-    Ofi(ordo_fabric_ofi::OfiFabric),
+    Ofi(Box<ordo_fabric_ofi::OfiFabric>),
 }
 
 macro_rules! dispatch {
@@ -197,7 +197,7 @@ fn connect_fabric_with(
             for &p in config.group.members.iter().filter(|p| **p != me) {
                 o.peers.push((p, resolve(f.tcp.peer_addr(p).unwrap_or_default())?));
             }
-            Ok(MemberFabric::Ofi(ordo_fabric_ofi::OfiFabric::connect(o)?))
+            Ok(MemberFabric::Ofi(Box::new(ordo_fabric_ofi::OfiFabric::connect(o)?)))
         }
         #[cfg(not(feature = "ofi"))]
         Backend::Ofi => Err(WiringError::Config(ValidationError::Ofi {
@@ -310,7 +310,7 @@ pub fn connect_local_ofi_group(
     let mut out = Vec::new();
     for (b, &m) in bindings.into_iter().zip(members) {
         let peers = addrs.iter().copied().filter(|p| p.0 != m).collect();
-        out.push(MemberFabric::Ofi(b.connect(peers)?));
+        out.push(MemberFabric::Ofi(Box::new(b.connect(peers)?)));
     }
     Ok(out)
 }
