@@ -989,6 +989,7 @@ const SPIN_AFTER_WORK: Duration = Duration::from_micros(200);
 /// writes are in flight, backs off to 50 µs sleeps when idle.
 fn progress_agent(shared: &Shared) {
     let mut idle = 0u32;
+    let mut nap = 0u64;
     let mut last_work = Instant::now();
     let fd = shared.lock().ep.wait_fd();
     while !shared.stop.load(Ordering::Acquire) {
@@ -999,6 +1000,7 @@ fn progress_agent(shared: &Shared) {
         };
         if worked || busy {
             idle = 0;
+            nap = 0;
             last_work = Instant::now();
             std::thread::yield_now();
             continue;
@@ -1021,7 +1023,11 @@ fn progress_agent(shared: &Shared) {
                 unsafe { libc::poll(&mut p, 1, 1) };
             }
             Some(_) => {}
-            None => std::thread::sleep(Duration::from_micros(u64::from((idle - 64).min(50)))),
+            // No wait fd (shm): naps growing by a microsecond up to 50.
+            None => {
+                nap = (nap + 1).min(50);
+                std::thread::sleep(Duration::from_micros(nap));
+            }
         }
     }
 }
