@@ -1,8 +1,10 @@
 //! The `ofi` backend of the ordo fabric (DESIGN.md §2): one-sided RMA
 //! writes through libfabric, the interface Derecho uses for RDMA. It runs
-//! on any provider that offers reliable datagram endpoints (`FI_EP_RDM`)
-//! with `FI_RMA`: `verbs;ofi_rxm` (InfiniBand, RoCE), `tcp;ofi_rxm` and
-//! `tcp` (any network), `shm` (one host).
+//! on reliable-datagram endpoints (`FI_EP_RDM`: `verbs;ofi_rxm` for
+//! InfiniBand and RoCE, `tcp;ofi_rxm` and `tcp` on any network, `shm` on
+//! one host) or on connected endpoints (`FI_EP_MSG`: `verbs` — RDMA's
+//! reliable connections, what Derecho uses — and `tcp`), chosen by
+//! [`EndpointType`].
 //!
 //! Built only with the `ofi` cargo feature (off by default): without it
 //! the crate is empty and the workspace needs nothing beyond cargo. With
@@ -42,14 +44,26 @@
 //!   base).
 //! - **Progress.** Providers with manual data progress (`shm`, `rxm`)
 //!   move data — incoming writes included — only while the endpoint polls
-//!   its completion queue, so each endpoint runs a progress agent thread
-//!   that polls (spinning while writes are in flight, backing off to 50 µs
-//!   sleeps when idle); `poll_events` polls too. Every libfabric call is
-//!   made under one mutex (`FI_THREAD_DOMAIN`).
-//! - **No doorbell.** One-sided writes raise no event at the target; the
-//!   backend has no [`Doorbell`](ordo_fabric::Doorbell) and pollers back
-//!   off on their own.
-//!
+//!   its completion queue, so each endpoint runs a progress agent thread:
+//!   it polls while writes are in flight and for 200 µs after its last
+//!   work, then blocks on the completion queue's wait fd (`FI_WAIT_FD`:
+//!   the tcp providers) for at most a millisecond, or, without one (`shm`),
+//!   naps that grow a microsecond at a time up to 50 µs; `poll_events`
+//!   polls too. Every libfabric call is made under one mutex
+//!   (`FI_THREAD_DOMAIN`).
+//! - **Doorbell.** One-sided writes raise no event at the target, so the
+//!   last write of every post carries remote CQ data (`FI_REMOTE_CQ_DATA`,
+//!   the writer's id): the target's provider reports its arrival — after
+//!   the data is in place — as a completion, and whoever reaps it (the
+//!   progress agent) rings the member's [`Doorbell`](ordo_fabric::Doorbell).
+//!   Providers without CQ data get no doorbell.
+//! - **Connected endpoints.** Each member listens on a passive endpoint
+//!   (its address is in the card) and dials one connection to every peer,
+//!   on which it writes; the peer accepts a request only if its private
+//!   data carries a MAC under the set-up key naming the acceptor's current
+//!   incarnation, and holds at most 256 accepted connections. A
+//!   connection's shutdown or error takes the dialer's link down.
+
 //! # Set-up and security
 //! Addresses, memory keys and region bases travel over the set-up path of
 //! [`contact`]: each member's contact port hands its card only to a dialer
@@ -68,13 +82,15 @@
 //!   endpoint's completions in order: a write outstanding to a peer that
 //!   died holds back every later completion, so after a peer's death the
 //!   endpoint's writes to live peers time out too. Use ordo's own `shm`
-//!   backend on one host; `ofi` with `shm` is for testing the ofi path.
+//!   backend on one host; `ofi` with `shm` is for testing the ofi path. A
+//!   killed process leaves its `shm` region file in `/dev/shm`:
+//!   [`remove_stale_shm_files`] (run at every `shm` bind) removes those of
+//!   dead processes.
 //! - In one process, providers may share peer mappings between endpoints;
 //!   tests kill in-process members with [`OfiFabric::crash`].
-//!
-//! # Not built
-//! Connected endpoints (`FI_EP_MSG`, `verbs` without `ofi_rxm`) and
-//! target-side events (`FI_RMA_EVENT`) for a doorbell.
+//! - Not built: target-side events without CQ data (`FI_RMA_EVENT`),
+//!   shared receive contexts, memory registration per endpoint on connected
+//!   endpoints (`FI_MR_ENDPOINT` is honoured on RDM only).
 
 #![warn(missing_docs)]
 
