@@ -371,6 +371,31 @@ void ordo_ofi_msg_reject(struct ordo_ofi *o, void *request) {
 	fi_freeinfo(info);
 }
 
+/* Reliable datagrams: a send endpoint in `slot` (bound to the shared
+ * address vector and completion queue) for the writes to one peer, so a
+ * provider that reports an endpoint's completions in order (shm) cannot
+ * let one dead peer hold back the completions of writes to the others.
+ * -FI_ENOSYS where the registration must be bound per endpoint. */
+int ordo_ofi_rdm_send_ep(struct ordo_ofi *o, size_t slot) {
+	struct fid_ep *ep;
+	int ret;
+	if (o->msg || slot >= ORDO_OFI_MAX_EPS || o->eps[slot])
+		return -FI_EINVAL;
+	if (o->info->domain_attr->mr_mode & FI_MR_ENDPOINT)
+		return -FI_ENOSYS;
+	ret = fi_endpoint(o->domain, o->info, &ep, NULL);
+	if (ret)
+		return ret;
+	if ((ret = fi_ep_bind(ep, &o->av->fid, 0)) ||
+	    (ret = fi_ep_bind(ep, &o->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) ||
+	    (ret = fi_enable(ep))) {
+		fi_close(&ep->fid);
+		return ret;
+	}
+	o->eps[slot] = ep;
+	return 0;
+}
+
 /* Closes the endpoint in `slot`. */
 void ordo_ofi_msg_close(struct ordo_ofi *o, size_t slot) {
 	if (slot < ORDO_OFI_MAX_EPS && o->eps[slot]) {
@@ -397,7 +422,7 @@ int ordo_ofi_av_remove(struct ordo_ofi *o, uint64_t fi_addr) {
 /* Writes [offset, offset+len) of the local region to `remote_addr` under
  * `key` at peer `dest`. `flags`: FI_COMPLETION, FI_DELIVERY_COMPLETE,
  * FI_INJECT as the caller decides. Returns 0, -FI_EAGAIN, or < 0. */
-ssize_t ordo_ofi_write(struct ordo_ofi *o, size_t offset, size_t len, uint64_t dest,
+ssize_t ordo_ofi_write(struct ordo_ofi *o, int64_t via, size_t offset, size_t len, uint64_t dest,
 		       uint64_t remote_addr, uint64_t key, uint64_t context, uint64_t flags,
 		       uint64_t data) {
 	struct iovec iov = { .iov_base = (char *)o->base + offset, .iov_len = len };
@@ -408,6 +433,12 @@ ssize_t ordo_ofi_write(struct ordo_ofi *o, size_t offset, size_t len, uint64_t d
 		.rma_iov = &rma, .rma_iov_count = 1, .context = (void *)(uintptr_t)context, .data = data,
 	};
 	struct fid_ep *ep = o->ep;
+	if (!o->msg && via >= 0) {
+		/* a peer's own send endpoint (RDM) */
+		if (via >= ORDO_OFI_MAX_EPS || !o->eps[via])
+			return -FI_ENOTCONN;
+		ep = o->eps[via];
+	}
 	if (o->msg) {
 		/* dest names the slot of the connection to write on */
 		if (dest >= ORDO_OFI_MAX_EPS || !o->eps[dest])

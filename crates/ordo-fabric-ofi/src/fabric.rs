@@ -543,6 +543,9 @@ struct Link {
     /// Whether writes can go: always for datagrams once the address is
     /// in; for connections once the dialed connection is up.
     connected: bool,
+    /// Reliable datagrams: the slot of this peer's own send endpoint
+    /// (`None`: the main endpoint sends).
+    send_slot: Option<usize>,
     key: u64,
     base: u64,
     incarnation: u64,
@@ -559,6 +562,7 @@ impl Link {
             suspected: true,
             fi_addr: None,
             connected: false,
+            send_slot: None,
             key: 0,
             base: 0,
             incarnation: 0,
@@ -658,6 +662,19 @@ impl Core {
                 && old != fi_addr
             {
                 self.ep.remove_peer(old);
+            }
+            // A fresh send endpoint for this peer (a dead incarnation's may
+            // be stuck behind a write that will never complete).
+            if let Some(old) = link.send_slot.take() {
+                self.ep.close_slot(old);
+                self.slots_free.push(old);
+            }
+            if let Some(slot) = self.slots_free.pop() {
+                if self.ep.open_send_endpoint(slot)? {
+                    link.send_slot = Some(slot);
+                } else {
+                    self.slots_free.push(slot);
+                }
             }
             link.connected = true;
         }
@@ -786,7 +803,16 @@ impl Core {
         let flags = WriteFlags { completion: tracked, delivery: tracked && delivery, ring };
         let mut tries = 0;
         loop {
-            match self.ep.write(w.offset, w.len, dest, remote, key, context, flags) {
+            match self.ep.write(
+                self.links[link].send_slot,
+                w.offset,
+                w.len,
+                dest,
+                remote,
+                key,
+                context,
+                flags,
+            ) {
                 Ok(Posted::Yes) => {
                     if tracked {
                         self.links[link].in_flight += 1;
@@ -929,6 +955,10 @@ impl Core {
             self.ep.close_slot(slot as usize);
             self.slots_free.push(slot as usize);
             self.links[link].connected = false;
+        }
+        if let Some(slot) = self.links[link].send_slot.take() {
+            self.ep.close_slot(slot);
+            self.slots_free.push(slot);
         }
         self.events.push(FabricEvent::Suspected { peer, cause });
         for i in 0..self.slots.len() {
@@ -1120,6 +1150,45 @@ impl Fabric for OfiFabric {
             }
             drop(core);
             std::thread::sleep(Duration::from_micros(200));
+            core = self.shared.lock();
+        }
+        // And the provider must have set up its path to the new
+        // incarnation (a zero-length write completing), so the caller's
+        // first write does not meet back-pressure.
+        let tag = WriteTag(u64::MAX - 1);
+        let probe_done = |core: &mut Core| {
+            core.events.iter().position(|e| {
+                matches!(e, FabricEvent::Completed { peer: p, tag: t } | FabricEvent::Failed { peer: p, tag: t, .. }
+                    if *p == peer && *t == tag)
+            })
+        };
+        let mut posted = false;
+        loop {
+            if !posted {
+                match core.submit_probe(link, tag) {
+                    Ok(()) => posted = true,
+                    Err(PostError::Backpressure(_)) => {}
+                    Err(e) => return Err(ReconnectError::Unreachable(peer, e.to_string())),
+                }
+            }
+            core.progress();
+            if posted && let Some(i) = probe_done(&mut core) {
+                let e = core.events.remove(i);
+                if !matches!(e, FabricEvent::Completed { .. }) {
+                    return Err(ReconnectError::Unreachable(peer, format!("the first write failed: {e:?}")));
+                }
+                break;
+            }
+            if core.links[link].suspected || Instant::now() > deadline {
+                core.fail_link(link, FailureCause::ConnectionLost);
+                core.events.retain(|e| {
+                    !matches!(e, FabricEvent::Suspected { peer: p, .. } | FabricEvent::Failed { peer: p, .. }
+                        if *p == peer)
+                });
+                return Err(ReconnectError::Unreachable(peer, "the first write did not complete".into()));
+            }
+            drop(core);
+            std::thread::sleep(Duration::from_micros(100));
             core = self.shared.lock();
         }
         core.events.push(FabricEvent::Reconnected { peer, incarnation });

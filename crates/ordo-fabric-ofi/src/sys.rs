@@ -71,6 +71,7 @@ unsafe extern "C" {
     fn ordo_ofi_av_remove(o: *mut RawOfi, fi_addr: u64) -> c_int;
     fn ordo_ofi_write(
         o: *mut RawOfi,
+        via: i64,
         offset: usize,
         len: usize,
         dest: u64,
@@ -103,6 +104,7 @@ unsafe extern "C" {
     fn ordo_ofi_msg_accept(o: *mut RawOfi, request: *mut c_void, slot: usize) -> c_int;
     fn ordo_ofi_msg_reject(o: *mut RawOfi, request: *mut c_void);
     fn ordo_ofi_msg_close(o: *mut RawOfi, slot: usize);
+    fn ordo_ofi_rdm_send_ep(o: *mut RawOfi, slot: usize) -> c_int;
 }
 
 #[repr(C)]
@@ -355,6 +357,7 @@ impl Endpoint {
     #[allow(clippy::too_many_arguments)]
     pub fn write(
         &mut self,
+        via: Option<usize>,
         offset: usize,
         len: usize,
         dest: u64,
@@ -372,7 +375,9 @@ impl Endpoint {
             | if flags.ring.is_some() { self.flag_remote_cq_data } else { 0 };
         let data = flags.ring.unwrap_or(0);
         // SAFETY: the range lies inside the registered region (asserted).
-        let ret = unsafe { ordo_ofi_write(self.raw, offset, len, dest, remote_addr, key, context, f, data) };
+        let via = via.map_or(-1, |s| s as i64);
+        let ret =
+            unsafe { ordo_ofi_write(self.raw, via, offset, len, dest, remote_addr, key, context, f, data) };
         match ret as i64 {
             0 => Ok(Posted::Yes),
             r if r == self.eagain => Ok(Posted::Again),
@@ -481,7 +486,21 @@ impl Endpoint {
         unsafe { ordo_ofi_msg_reject(self.raw, request.0) }
     }
 
-    /// Closes the connection in `slot`.
+    /// Reliable datagrams: opens a send endpoint in `slot` for the writes
+    /// to one peer (pass the slot to [`Endpoint::write`]). `Ok(false)`
+    /// where the provider needs registrations bound per endpoint (then
+    /// every write goes through the main endpoint).
+    pub fn open_send_endpoint(&mut self, slot: usize) -> Result<bool, OfiError> {
+        // SAFETY: a call on a live handle; the shim checks the slot.
+        let ret = unsafe { ordo_ofi_rdm_send_ep(self.raw, slot) };
+        match ret {
+            0 => Ok(true),
+            r if -r == libc::ENOSYS => Ok(false),
+            r => Err(OfiError(format!("fi_endpoint (send): {}", strerror(r as i64)))),
+        }
+    }
+
+    /// Closes the connection (or send endpoint) in `slot`.
     pub fn close_slot(&mut self, slot: usize) {
         // SAFETY: closing an empty or out-of-range slot is a no-op.
         unsafe { ordo_ofi_msg_close(self.raw, slot) }
