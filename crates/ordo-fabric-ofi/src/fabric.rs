@@ -402,6 +402,7 @@ impl OfiFabric {
             member: options.member,
             slots_free: (0..Endpoint::max_slots()).rev().collect(),
             bell: (attr.cq_data_size >= 4).then(Doorbell::new_local),
+            send_endpoint_per_peer: !msg && attr.provider == "shm",
             accepted: Vec::new(),
             links: Vec::new(),
             slots: Vec::new(),
@@ -604,6 +605,14 @@ struct Core {
     /// Rung when a peer's write lands (writes carry remote CQ data), where
     /// the provider can carry it.
     bell: Option<Doorbell>,
+    /// Reliable datagrams on `shm`: every peer gets its own send endpoint.
+    /// libfabric 1.17's `shm` returns an endpoint's completions in order,
+    /// so with one endpoint a write outstanding to a peer that died (and
+    /// never answers) held back the completion of every later write, and
+    /// live peers timed out. Not done elsewhere: `rxm` reports a dead
+    /// peer's writes as errors, and extra endpoints there crashed inside
+    /// `fi_trywait` (which the progress agent blocks with).
+    send_endpoint_per_peer: bool,
     /// Connections peers dialed to write to this member (their slots).
     accepted: Vec<usize>,
     links: Vec<Link>,
@@ -669,7 +678,9 @@ impl Core {
                 self.ep.close_slot(old);
                 self.slots_free.push(old);
             }
-            if let Some(slot) = self.slots_free.pop() {
+            if self.send_endpoint_per_peer
+                && let Some(slot) = self.slots_free.pop()
+            {
                 if self.ep.open_send_endpoint(slot)? {
                     link.send_slot = Some(slot);
                 } else {
