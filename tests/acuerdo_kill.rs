@@ -29,6 +29,9 @@ impl Drop for Peers {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = ordo_fabric_shm::remove_stale_files(Path::new("/dev/shm"), &self.cluster);
+        // What libfabric's shm provider left for killed members (ofi-shm).
+        #[cfg(feature = "ofi")]
+        ordo_fabric_ofi::remove_stale_shm_files(Path::new("/dev/shm"));
     }
 }
 
@@ -188,4 +191,16 @@ fn tcp_kill_9_the_leader_under_load() {
 #[test]
 fn ofi_kill_9_the_leader_under_load() {
     kill_the_leader("ofi");
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_shm_kill_9_the_leader_under_load() {
+    kill_the_leader("ofi-shm");
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_connected_endpoints_kill_9_the_leader_under_load() {
+    kill_the_leader("ofi-tcp-msg");
 }

@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 #[derive(Parser, Debug, Clone)]
 #[command(name = "ordo acuerdo-peer", about = "One Acuerdo member process (tests)")]
 pub struct PeerArgs {
-    /// Fabric backend: shm, tcp, or ofi (libfabric tcp;ofi_rxm; a build
-    /// with the `ofi` feature).
+    /// Fabric backend: shm, tcp, or ofi (libfabric tcp;ofi_rxm), ofi-shm,
+    /// ofi-tcp-msg (connected endpoints) in a build with the `ofi` feature.
     #[arg(long, default_value = "shm")]
     pub backend: String,
     /// Cluster name (shm file names, tcp handshake).
@@ -191,25 +191,35 @@ fn connect(args: &PeerArgs, region: usize) -> Result<MemberFabric, String> {
             Ok(MemberFabric::Tcp(binding.connect(peers).map_err(|e| e.to_string())?))
         }
         #[cfg(feature = "ofi")]
-        "ofi" => {
-            // libfabric's tcp;ofi_rxm; the addresses exchanged are the
-            // members' contact (set-up) ports.
+        "ofi" | "ofi-shm" | "ofi-tcp-msg" => {
+            // libfabric's tcp;ofi_rxm (or shm, or connected tcp); the
+            // addresses exchanged are the members' contact (set-up) ports.
             let secret = crate::peer::secret_from_env()?.ok_or_else(|| {
                 format!("the ofi backend needs the cluster secret in {}", ordo_runtime::SECRET_ENV)
             })?;
+            let provider = match args.backend.as_str() {
+                "ofi-shm" => "shm",
+                "ofi-tcp-msg" => "tcp",
+                _ => "tcp;ofi_rxm",
+            };
             let mut o = ordo_fabric_ofi::OfiOptions::new(
                 args.id,
-                "tcp;ofi_rxm",
+                provider,
                 "127.0.0.1:0".parse().expect("address"),
                 region,
             );
+            if args.backend == "ofi-tcp-msg" {
+                o.endpoint = ordo_fabric_ofi::EndpointType::Msg;
+            }
             o.cluster = args.cluster.clone();
             o.secret = Some(secret);
             let binding = ordo_fabric_ofi::OfiFabric::bind(o).map_err(|e| e.to_string())?;
             let peers = exchange_addresses(args, binding.contact_addr())?;
             Ok(MemberFabric::Ofi(Box::new(binding.connect(peers).map_err(|e| e.to_string())?)))
         }
-        other => Err(format!("unknown backend {other:?} (shm, tcp, or ofi in a build with the ofi feature)")),
+        other => Err(format!(
+            "unknown backend {other:?} (shm, tcp, or ofi, ofi-shm, ofi-tcp-msg in a build with the ofi feature)"
+        )),
     }
 }
 

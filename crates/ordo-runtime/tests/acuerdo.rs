@@ -44,6 +44,10 @@ fn start_group(backend: Backend, tag: &str) -> Vec<Member> {
 }
 
 fn start_group_with(tag: &str, connect: Connect) -> Vec<Member> {
+    start_group_tuned(tag, connect, |_| {})
+}
+
+fn start_group_tuned(tag: &str, connect: Connect, tune: fn(&mut ordo_acuerdo::Config)) -> Vec<Member> {
     let ids: Vec<MemberId> = vec![0, 1, 2];
     let cfg0 = runtime_config(ids.clone(), 0);
     let cluster = format!("acuerdo-rt-{tag}-{}", std::process::id());
@@ -58,8 +62,9 @@ fn start_group_with(tag: &str, connect: Connect) -> Vec<Member> {
                 on_deliver: Some(Box::new(move |h, p| l2.lock().unwrap().push((h, p.to_vec())))),
                 ..MemberOptions::default()
             };
-            let (runner, client) =
-                start_member(fabric, runtime_config(ids.clone(), id), options).expect("starts");
+            let mut cfg = runtime_config(ids.clone(), id);
+            tune(&mut cfg);
+            let (runner, client) = start_member(fabric, cfg, options).expect("starts");
             Member { id, runner: Some(runner), client, log }
         })
         .collect()
@@ -217,4 +222,39 @@ fn ofi_connected_endpoints_three_members_commit_in_order_and_survive_a_leader_cr
         ordo_runtime::wiring::connect_local_ofi_group("tcp", ordo_runtime::OfiEndpoint::Msg, c, ids, len)
             .expect("group connects")
     }));
+}
+
+/// Acuerdo on libfabric's shm provider (in one process): commits in order
+/// at every member. (Killing a member of an in-process shm group would pull
+/// shared mappings from under the others; `tests/acuerdo_kill.rs` kills a
+/// member process on ofi shm instead.)
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_shm_three_members_commit_in_order() {
+    // Every write on ofi shm waits for the previous one's delivery through
+    // the peer's progress agent; with other tests on two cores a 30 ms
+    // heartbeat timeout can expire, so this group tolerates a second.
+    let mut members = start_group_tuned(
+        "ofi-shm",
+        |c, ids, len| {
+            ordo_runtime::wiring::connect_local_ofi_group("shm", ordo_runtime::OfiEndpoint::Rdm, c, ids, len)
+                .expect("group connects")
+        },
+        |c| {
+            c.heartbeat_timeout_ns = 1_000_000_000;
+            c.election_timeout_ns = 1_200_000_000;
+        },
+    );
+    let l = wait_for_leader(&members, Duration::from_secs(10));
+    let committed = broadcast(&mut members[l].client, 0, 300, 16);
+    assert!(committed.windows(2).all(|w| w[0].0 < w[1].0), "commit notifications in header order");
+    wait_delivered(&members, committed.len());
+    for m in &members {
+        assert_eq!(*m.log.lock().unwrap(), committed, "member {} delivered another order", m.id);
+    }
+    // Stop every member before any endpoint closes: in one process the shm
+    // provider shares its mappings of peers between endpoints, so a member
+    // still writing to a closed one would touch unmapped memory.
+    let stopped: Vec<_> = members.iter_mut().filter_map(|m| m.runner.take()).map(|r| r.join()).collect();
+    drop(stopped);
 }
