@@ -5,7 +5,7 @@
 //! per poll; `counter` as the second argument turns stamped slots off. The
 //! Acuerdo counterpart is `ordo-acuerdo`'s example of the same name.
 //!
-//! `cargo run --release -p ordo-vsync --example window1_loopback -- [MESSAGES] [counter]`
+//! `cargo run --release -p ordo-vsync --example vsync_window1_loopback -- [MESSAGES] [counter]`
 
 use ordo_fabric::loopback::loopback_group;
 use ordo_vsync::{Delivered, DeliveryMode, GroupConfig, GroupLayout, SubgroupConfig, Switches, VsyncDriver};

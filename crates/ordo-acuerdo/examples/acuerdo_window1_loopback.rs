@@ -6,7 +6,7 @@
 //! nothing to do at each member. The vsync counterpart is
 //! `ordo-vsync`'s example of the same name (issue 12's profile).
 //!
-//! `cargo run --release -p ordo-acuerdo --example window1_loopback -- [COMMITS] [idle]`
+//! `cargo run --release -p ordo-acuerdo --example acuerdo_window1_loopback -- [COMMITS] [idle]`
 
 use ordo_acuerdo::{AcuerdoDriver, Config, Header, Layout, Role};
 use ordo_fabric::loopback::loopback_group;
