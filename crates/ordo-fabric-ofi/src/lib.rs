@@ -78,12 +78,13 @@
 //! # Known limits
 //! - libfabric 1.17's `shm` provider reports no write-after-write order, so
 //!   every write waits for the previous one's delivery (one round trip
-//!   through the peer's progress agent per write), and it returns an
-//!   endpoint's completions in order: a write outstanding to a peer that
-//!   died holds back every later completion, so after a peer's death the
-//!   endpoint's writes to live peers time out too. Use ordo's own `shm`
-//!   backend on one host; `ofi` with `shm` is for testing the ofi path. A
-//!   killed process leaves its `shm` region file in `/dev/shm`:
+//!   through the peer's progress agent per write). It also returns an
+//!   endpoint's completions in order — a write outstanding to a peer that
+//!   died would hold back every later completion and live peers would time
+//!   out — so on `shm` every peer gets its own send endpoint (the conformance
+//!   suite's death checks fail without them). Use ordo's own `shm` backend
+//!   on one host; `ofi` with `shm` is for testing the ofi path. A killed
+//!   process leaves its `shm` region files in `/dev/shm`:
 //!   [`remove_stale_shm_files`] (run at every `shm` bind) removes those of
 //!   dead processes.
 //! - In one process, providers may share peer mappings between endpoints;
