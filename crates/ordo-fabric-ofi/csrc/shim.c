@@ -43,6 +43,11 @@ struct ordo_ofi {
 	size_t len;
 	void *desc;
 	uint64_t key;
+	/* The staging buffer writes are sent from (bytes captured at post). */
+	struct fid_mr *smr;
+	void *sbase;
+	size_t slen;
+	void *sdesc;
 	int cq_fd; /* the completion queue's wait fd, or -1 */
 };
 
@@ -88,6 +93,8 @@ void ordo_ofi_close(struct ordo_ofi *o) {
 		fi_close(&o->ep->fid);
 	if (o->mr)
 		fi_close(&o->mr->fid);
+	if (o->smr)
+		fi_close(&o->smr->fid);
 	if (o->cq)
 		fi_close(&o->cq->fid);
 	if (o->av)
@@ -108,8 +115,8 @@ void ordo_ofi_close(struct ordo_ofi *o) {
  * `requested_key` (ignored where the provider picks keys). Returns 0 or a
  * negative FI_E* code with a message in `err`. */
 int ordo_ofi_open(const char *prov, int msg, const char *node, void *base, size_t len,
-		  uint64_t requested_key, struct ordo_ofi **out, struct ordo_ofi_attr *attr, char *err,
-		  size_t errlen) {
+		  void *sbase, size_t slen, uint64_t requested_key, struct ordo_ofi **out,
+		  struct ordo_ofi_attr *attr, char *err, size_t errlen) {
 	struct fi_info *hints = fi_allocinfo();
 	struct ordo_ofi *o = calloc(1, sizeof(*o));
 	int ret;
@@ -200,6 +207,18 @@ int ordo_ofi_open(const char *prov, int msg, const char *node, void *base, size_
 	ret = fi_enable(o->ep);
 	if (ret) { set_err(err, errlen, "fi_enable", ret); goto fail; }
 registered:
+	/* The staging buffer: local source of writes only (no remote access). */
+	ret = fi_mr_reg(o->domain, sbase, slen, FI_WRITE, 0, requested_key ^ 1, 0, &o->smr, NULL);
+	if (ret) { set_err(err, errlen, "fi_mr_reg(staging)", ret); goto fail; }
+	if (!msg && (o->info->domain_attr->mr_mode & FI_MR_ENDPOINT)) {
+		ret = fi_mr_bind(o->smr, &o->ep->fid, 0);
+		if (ret) { set_err(err, errlen, "fi_mr_bind(staging)", ret); goto fail; }
+		ret = fi_mr_enable(o->smr);
+		if (ret) { set_err(err, errlen, "fi_mr_enable(staging)", ret); goto fail; }
+	}
+	o->sbase = sbase;
+	o->slen = slen;
+	o->sdesc = fi_mr_desc(o->smr);
 	o->base = base;
 	o->len = len;
 	o->desc = fi_mr_desc(o->mr);
@@ -422,11 +441,14 @@ int ordo_ofi_av_remove(struct ordo_ofi *o, uint64_t fi_addr) {
 /* Writes [offset, offset+len) of the local region to `remote_addr` under
  * `key` at peer `dest`. `flags`: FI_COMPLETION, FI_DELIVERY_COMPLETE,
  * FI_INJECT as the caller decides. Returns 0, -FI_EAGAIN, or < 0. */
-ssize_t ordo_ofi_write(struct ordo_ofi *o, int64_t via, size_t offset, size_t len, uint64_t dest,
-		       uint64_t remote_addr, uint64_t key, uint64_t context, uint64_t flags,
-		       uint64_t data) {
-	struct iovec iov = { .iov_base = (char *)o->base + offset, .iov_len = len };
-	void *desc = o->desc;
+ssize_t ordo_ofi_write(struct ordo_ofi *o, int64_t via, int64_t staged, size_t offset, size_t len,
+		       uint64_t dest, uint64_t remote_addr, uint64_t key, uint64_t context,
+		       uint64_t flags, uint64_t data) {
+	/* staged >= 0: the bytes were captured at that offset of the staging
+	 * buffer; else they are sent from the region at `offset`. */
+	struct iovec iov = { .iov_base = staged >= 0 ? (char *)o->sbase + staged : (char *)o->base + offset,
+			     .iov_len = len };
+	void *desc = staged >= 0 ? o->sdesc : o->desc;
 	struct fi_rma_iov rma = { .addr = remote_addr, .len = len, .key = key };
 	struct fi_msg_rma msg = {
 		.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = o->msg ? FI_ADDR_UNSPEC : dest,

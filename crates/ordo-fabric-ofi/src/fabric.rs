@@ -368,11 +368,15 @@ impl OfiFabric {
         // Connected endpoints listen on the contact address's host.
         let node = (options.endpoint == EndpointType::Msg && !options.listen.ip().is_unspecified())
             .then(|| options.listen.ip().to_string());
+        // Writes are sent from a staging copy taken when they are posted;
+        // room for two regions' worth in flight (at least 4 MiB).
+        let staging = Region::new_heap((2 * options.region_len).max(4 << 20));
         let mut ep = Endpoint::open(
             &options.provider,
             options.endpoint,
             node.as_deref(),
             region.clone(),
+            staging.clone(),
             random_u64(),
         )?;
         let name = ep.name()?;
@@ -403,6 +407,8 @@ impl OfiFabric {
             slots_free: (0..Endpoint::max_slots()).rev().collect(),
             bell: (attr.cq_data_size >= 4).then(Doorbell::new_local),
             send_endpoint_per_peer: !msg && attr.provider == "shm",
+            staging: Staging::new(staging.len()),
+            staged: std::collections::HashMap::new(),
             accepted: Vec::new(),
             links: Vec::new(),
             slots: Vec::new(),
@@ -613,6 +619,13 @@ struct Core {
     /// peer's writes as errors, and extra endpoints there crashed inside
     /// `fi_trywait` (which the progress agent blocks with).
     send_endpoint_per_peer: bool,
+    /// Where the bytes of writes in flight were captured.
+    staging: Staging,
+    /// Context of each write in flight → (its link, its staging chunk).
+    /// A chunk is released only when the provider reports the write done
+    /// (or the endpoint it was posted on is closed), never when its link
+    /// merely goes down: the provider may still be reading it.
+    staged: std::collections::HashMap<u64, (usize, u64)>,
     /// Connections peers dialed to write to this member (their slots).
     accepted: Vec<usize>,
     links: Vec<Link>,
@@ -630,6 +643,73 @@ enum Issue {
     Posted,
     Full,
     Failed,
+}
+
+/// A ring of byte chunks in the staging buffer, allocated at post time and
+/// released (in any order) when their write completes; space is reclaimed
+/// from the oldest chunk on.
+struct Staging {
+    len: usize,
+    head: usize,
+    used: usize,
+    /// Chunks from the oldest: (start, length counted in `used`, done).
+    chunks: std::collections::VecDeque<(usize, usize, bool)>,
+    /// Id of `chunks[0]`.
+    first_id: u64,
+}
+
+impl Staging {
+    fn new(len: usize) -> Staging {
+        Staging { len, head: 0, used: 0, chunks: std::collections::VecDeque::new(), first_id: 0 }
+    }
+
+    /// A contiguous chunk of `n` bytes: (id, start), or `None` when full.
+    fn alloc(&mut self, n: usize) -> Option<(u64, usize)> {
+        let n = n.next_multiple_of(64);
+        if n > self.len {
+            return None;
+        }
+        if self.chunks.is_empty() {
+            self.head = 0;
+        }
+        let tail = self.chunks.front().map_or(0, |c| c.0);
+        let (start, counted) = if self.chunks.is_empty() {
+            (0, n)
+        } else if self.head >= tail && self.used < self.len {
+            // Free: [head, len) and [0, tail).
+            if self.head + n <= self.len {
+                (self.head, n)
+            } else if n <= tail {
+                (0, n + (self.len - self.head)) // the skipped end counts as used
+            } else {
+                return None;
+            }
+        } else if self.head < tail && self.head + n <= tail {
+            (self.head, n)
+        } else {
+            return None;
+        };
+        if self.used + counted > self.len {
+            return None;
+        }
+        self.used += counted;
+        self.head = start + n;
+        self.chunks.push_back((start, counted, false));
+        Some((self.first_id + self.chunks.len() as u64 - 1, start))
+    }
+
+    fn release(&mut self, id: u64) {
+        if let Some(i) = id.checked_sub(self.first_id)
+            && let Some(c) = self.chunks.get_mut(i as usize)
+        {
+            c.2 = true;
+        }
+        while self.chunks.front().is_some_and(|c| c.2) {
+            let (_, counted, _) = self.chunks.pop_front().expect("front");
+            self.used -= counted;
+            self.first_id += 1;
+        }
+    }
 }
 
 /// Most connections peers may hold open to one member.
@@ -798,7 +878,35 @@ impl Core {
 
     /// Hands one write to the provider. On `Full` nothing was posted.
     fn issue(&mut self, link: usize, w: Queued, delivery: bool) -> Issue {
-        let tracked = self.fence || w.signal.is_some();
+        // Every write with bytes is sent from a copy taken now (providers
+        // read their source when they transmit, which may be after the
+        // caller stored a later value — a guard overtaking the data it
+        // guards); its completion releases the copy.
+        let stage = if w.len > 0 {
+            match self.staging.alloc(w.len) {
+                Some(s) => Some(s),
+                None => {
+                    self.reap();
+                    match self.staging.alloc(w.len) {
+                        Some(s) => Some(s),
+                        None => return Issue::Full,
+                    }
+                }
+            }
+        } else {
+            None
+        };
+        if let Some((_, start)) = stage {
+            let region = self.ep.region();
+            let staging = self.ep.staging();
+            // SAFETY: both ranges lie inside their (distinct) buffers: the
+            // write's range was checked against the region, the chunk was
+            // allocated inside the staging buffer.
+            unsafe {
+                ordo_fabric::copy_untorn(staging.as_ptr().add(start), region.as_ptr().add(w.offset), w.len)
+            };
+        }
+        let tracked = self.fence || w.signal.is_some() || stage.is_some();
         let context = if tracked {
             match self.alloc_slot(Pending { link, tag: w.signal, posted: Instant::now() }) {
                 Some(c) => c,
@@ -814,19 +922,15 @@ impl Core {
         let flags = WriteFlags { completion: tracked, delivery: tracked && delivery, ring };
         let mut tries = 0;
         loop {
-            match self.ep.write(
-                self.links[link].send_slot,
-                w.offset,
-                w.len,
-                dest,
-                remote,
-                key,
-                context,
-                flags,
-            ) {
+            let staged_at = stage.map(|s| s.1);
+            let via = self.links[link].send_slot;
+            match self.ep.write(via, staged_at, w.offset, w.len, dest, remote, key, context, flags) {
                 Ok(Posted::Yes) => {
                     if tracked {
                         self.links[link].in_flight += 1;
+                    }
+                    if let Some((id, _)) = stage {
+                        self.staged.insert(context, (link, id));
                     }
                     return Issue::Posted;
                 }
@@ -834,21 +938,40 @@ impl Core {
                     tries += 1;
                     self.reap();
                     if self.links[link].suspected {
-                        self.drop_context(context, tracked);
+                        self.unpost(context, tracked, stage);
                         return Issue::Failed;
                     }
                 }
                 Ok(Posted::Again) => {
-                    self.drop_context(context, tracked);
+                    self.unpost(context, tracked, stage);
                     return Issue::Full;
                 }
                 Err(e) => {
                     tracing::warn!(peer = self.links[link].id, %e, "ofi write refused; suspecting the peer");
-                    self.drop_context(context, tracked);
+                    self.unpost(context, tracked, stage);
                     self.fail_link(link, FailureCause::ConnectionLost);
                     return Issue::Failed;
                 }
             }
+        }
+    }
+
+    /// Undoes the bookkeeping of a write the provider did not take.
+    fn unpost(&mut self, context: u64, tracked: bool, stage: Option<(u64, usize)>) {
+        self.drop_context(context, tracked);
+        if let Some((id, _)) = stage {
+            self.staging.release(id);
+        }
+    }
+
+    /// Releases the staging chunks of every write posted on `link`'s
+    /// endpoint, which was just closed (the provider reads them no more).
+    fn release_staged_of(&mut self, link: usize) {
+        let ids: Vec<(u64, u64)> =
+            self.staged.iter().filter(|(_, (l, _))| *l == link).map(|(c, (_, id))| (*c, *id)).collect();
+        for (context, id) in ids {
+            self.staged.remove(&context);
+            self.staging.release(id);
         }
     }
 
@@ -916,6 +1039,11 @@ impl Core {
     }
 
     fn complete(&mut self, c: Completion) {
+        if c.remote == 0
+            && let Some((_, id)) = self.staged.remove(&c.context)
+        {
+            self.staging.release(id);
+        }
         if c.remote != 0 && c.err == 0 {
             // A peer's write landed here: its data is in the region.
             if let Some(bell) = &self.bell {
@@ -966,10 +1094,12 @@ impl Core {
             self.ep.close_slot(slot as usize);
             self.slots_free.push(slot as usize);
             self.links[link].connected = false;
+            self.release_staged_of(link);
         }
         if let Some(slot) = self.links[link].send_slot.take() {
             self.ep.close_slot(slot);
             self.slots_free.push(slot);
+            self.release_staged_of(link);
         }
         self.events.push(FabricEvent::Suspected { peer, cause });
         for i in 0..self.slots.len() {
@@ -1204,5 +1334,45 @@ impl Fabric for OfiFabric {
         }
         core.events.push(FabricEvent::Reconnected { peer, incarnation });
         Ok(incarnation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Staging;
+
+    #[test]
+    fn staging_allocates_contiguously_and_reclaims_from_the_oldest() {
+        let mut s = Staging::new(1024);
+        let (a, pa) = s.alloc(300).unwrap(); // 320 bytes
+        let (b, pb) = s.alloc(300).unwrap();
+        let (c, pc) = s.alloc(300).unwrap();
+        assert_eq!((pa, pb, pc), (0, 320, 640));
+        assert!(s.alloc(200).is_none(), "only 64 bytes left at the end");
+        // Released out of order: nothing is reclaimed until the oldest is.
+        s.release(b);
+        assert!(s.alloc(200).is_none());
+        s.release(a);
+        // [0, 640) free now; the end (64 bytes) cannot hold 200: wrap to 0.
+        let (d, pd) = s.alloc(200).unwrap();
+        assert_eq!(pd, 0);
+        assert!(s.alloc(500).is_none(), "[256, 640) holds 384 bytes");
+        let (_, pe) = s.alloc(300).unwrap();
+        assert_eq!(pe, 256);
+        s.release(c);
+        s.release(d);
+        assert!(s.alloc(1024).is_none(), "one chunk still in use");
+        assert!(s.alloc(2048).is_none(), "larger than the buffer");
+    }
+
+    #[test]
+    fn staging_empties_completely() {
+        let mut s = Staging::new(4096);
+        let ids: Vec<u64> = (0..64).map(|_| s.alloc(64).unwrap().0).collect();
+        assert!(s.alloc(64).is_none());
+        for id in ids.into_iter().rev() {
+            s.release(id);
+        }
+        assert_eq!(s.alloc(4096).unwrap().1, 0);
     }
 }

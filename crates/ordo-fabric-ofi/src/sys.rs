@@ -59,6 +59,8 @@ unsafe extern "C" {
         node: *const c_char,
         base: *mut c_void,
         len: usize,
+        sbase: *mut c_void,
+        slen: usize,
         requested_key: u64,
         out: *mut *mut RawOfi,
         attr: *mut RawAttr,
@@ -72,6 +74,7 @@ unsafe extern "C" {
     fn ordo_ofi_write(
         o: *mut RawOfi,
         via: i64,
+        staged: i64,
         offset: usize,
         len: usize,
         dest: u64,
@@ -218,6 +221,7 @@ pub struct WriteFlags {
 pub struct Endpoint {
     raw: *mut RawOfi,
     kind: EndpointType,
+    staging: Region,
     region: Region,
     attr: ProviderAttr,
     flag_completion: u64,
@@ -249,6 +253,7 @@ impl Endpoint {
         kind: EndpointType,
         node: Option<&str>,
         region: Region,
+        staging: Region,
         requested_key: u64,
     ) -> Result<Endpoint, OfiError> {
         let prov = CString::new(provider).map_err(|_| OfiError(format!("bad provider name {provider:?}")))?;
@@ -266,6 +271,8 @@ impl Endpoint {
                 node.as_ptr(),
                 region.as_ptr().cast(),
                 region.len(),
+                staging.as_ptr().cast(),
+                staging.len(),
                 requested_key,
                 &mut raw,
                 &mut a,
@@ -304,7 +311,17 @@ impl Endpoint {
             key: a.key,
             cq_data_size: a.cq_data_size,
         };
-        Ok(Endpoint { raw, kind, region, attr, flag_completion, flag_delivery, flag_remote_cq_data, eagain })
+        Ok(Endpoint {
+            raw,
+            kind,
+            staging,
+            region,
+            attr,
+            flag_completion,
+            flag_delivery,
+            flag_remote_cq_data,
+            eagain,
+        })
     }
 
     /// What the provider promised.
@@ -358,6 +375,7 @@ impl Endpoint {
     pub fn write(
         &mut self,
         via: Option<usize>,
+        staged: Option<usize>,
         offset: usize,
         len: usize,
         dest: u64,
@@ -374,10 +392,19 @@ impl Endpoint {
             | if flags.delivery { self.flag_delivery } else { 0 }
             | if flags.ring.is_some() { self.flag_remote_cq_data } else { 0 };
         let data = flags.ring.unwrap_or(0);
-        // SAFETY: the range lies inside the registered region (asserted).
+        if let Some(s) = staged {
+            assert!(
+                s.checked_add(len).is_some_and(|end| end <= self.staging.len()),
+                "staged outside the buffer"
+            );
+        }
         let via = via.map_or(-1, |s| s as i64);
-        let ret =
-            unsafe { ordo_ofi_write(self.raw, via, offset, len, dest, remote_addr, key, context, f, data) };
+        let staged = staged.map_or(-1, |s| s as i64);
+        // SAFETY: the source range lies inside the registered region or
+        // staging buffer (asserted).
+        let ret = unsafe {
+            ordo_ofi_write(self.raw, via, staged, offset, len, dest, remote_addr, key, context, f, data)
+        };
         match ret as i64 {
             0 => Ok(Posted::Yes),
             r if r == self.eagain => Ok(Posted::Again),
@@ -504,6 +531,11 @@ impl Endpoint {
     pub fn close_slot(&mut self, slot: usize) {
         // SAFETY: closing an empty or out-of-range slot is a no-op.
         unsafe { ordo_ofi_msg_close(self.raw, slot) }
+    }
+
+    /// The staging buffer writes are sent from.
+    pub fn staging(&self) -> &Region {
+        &self.staging
     }
 
     /// The region this endpoint registered.

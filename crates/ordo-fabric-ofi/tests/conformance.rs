@@ -191,3 +191,67 @@ fn ofi_shm_keeps_a_small_write_ahead_of_a_later_large_one() {
 fn ofi_tcp_rxm_keeps_a_small_write_ahead_of_a_later_large_one() {
     small_then_large("tcp;ofi_rxm");
 }
+
+/// Bytes are taken when a write is posted: the writer overwrites a block
+/// with poison right after posting it (as an engine overwrites a counter
+/// or a reused slot after posting it); providers read their source when
+/// they transmit, which under load is later, so without the staging copy
+/// the peer receives poison.
+fn bytes_are_taken_when_posted(provider: &'static str, endpoint: ordo_fabric_ofi::EndpointType) {
+    const BLOCK: usize = 64 * 1024;
+    const BLOCKS: usize = 8;
+    const ROUNDS: u64 = 400;
+    const POISON: u64 = 0xDEAD_BEEF_DEAD_BEEF;
+    let mut h = OfiHarness::new(provider);
+    h.endpoint = endpoint;
+    let g = h.group(2, BLOCKS * BLOCK + 64);
+    let writer: Part<OfiFabric> = {
+        let mut k = 1u64;
+        let mut events = Vec::new();
+        Box::new(move |f| {
+            if k > ROUNDS {
+                // Let the last writes drain.
+                f.poll_events(&mut events);
+                return true;
+            }
+            let at = ((k as usize) % BLOCKS) * BLOCK;
+            for w in 0..BLOCK / 8 {
+                f.region().atomic_u64(at + w * 8).store(k, std::sync::atomic::Ordering::Relaxed);
+            }
+            conformance::post_retrying(f, ordo_fabric::Write::new(1, at, BLOCK), &mut events).unwrap();
+            for w in 0..BLOCK / 8 {
+                f.region().atomic_u64(at + w * 8).store(POISON, std::sync::atomic::Ordering::Relaxed);
+            }
+            k += 1;
+            false
+        })
+    };
+    let reader: Part<OfiFabric> = {
+        let start = std::time::Instant::now();
+        Box::new(move |f| {
+            for b in 0..BLOCKS {
+                for w in (0..BLOCK / 8).step_by(61) {
+                    let v = f.region().load_acquire(b * BLOCK + w * 8);
+                    assert_ne!(v, POISON, "block {b} word {w}: bytes stored after the post were sent");
+                }
+            }
+            start.elapsed() > Duration::from_millis(1500)
+        })
+    };
+    h.run(g, vec![writer, reader], Duration::from_secs(60));
+}
+
+#[test]
+fn ofi_tcp_rxm_takes_the_bytes_when_posted() {
+    bytes_are_taken_when_posted("tcp;ofi_rxm", ordo_fabric_ofi::EndpointType::Rdm);
+}
+
+#[test]
+fn ofi_tcp_connected_takes_the_bytes_when_posted() {
+    bytes_are_taken_when_posted("tcp", ordo_fabric_ofi::EndpointType::Msg);
+}
+
+#[test]
+fn ofi_shm_takes_the_bytes_when_posted() {
+    bytes_are_taken_when_posted("shm", ordo_fabric_ofi::EndpointType::Rdm);
+}

@@ -89,8 +89,15 @@ fn a_connection_request_without_a_valid_mac_is_rejected() {
         ordo_fabric_ofi::contact::fetch_card(a.contact_addr(), 1, 0, cluster, &key, Duration::from_secs(1))
             .unwrap();
     let attempt = |param: Vec<u8>| -> bool {
-        let mut ep =
-            Endpoint::open("tcp", EndpointType::Msg, None, ordo_fabric::Region::new_heap(4096), 7).unwrap();
+        let mut ep = Endpoint::open(
+            "tcp",
+            EndpointType::Msg,
+            None,
+            ordo_fabric::Region::new_heap(4096),
+            ordo_fabric::Region::new_heap(4096),
+            7,
+        )
+        .unwrap();
         ep.connect(0, &card.name, &param).unwrap();
         let start = std::time::Instant::now();
         loop {
