@@ -191,16 +191,17 @@ fn connect(args: &PeerArgs, region: usize) -> Result<MemberFabric, String> {
             Ok(MemberFabric::Tcp(binding.connect(peers).map_err(|e| e.to_string())?))
         }
         #[cfg(feature = "ofi")]
-        "ofi" | "ofi-shm" | "ofi-tcp-msg" => {
-            // libfabric's tcp;ofi_rxm (or shm, or connected tcp); the
-            // addresses exchanged are the members' contact (set-up) ports.
+        "ofi" | "ofi-rxm" | "ofi-shm" | "ofi-tcp-msg" => {
+            // libfabric: `ofi` as the configuration's default (connected
+            // tcp endpoints), or tcp;ofi_rxm, shm; the addresses exchanged
+            // are the members' contact (set-up) ports.
             let secret = crate::peer::secret_from_env()?.ok_or_else(|| {
                 format!("the ofi backend needs the cluster secret in {}", ordo_runtime::SECRET_ENV)
             })?;
             let provider = match args.backend.as_str() {
                 "ofi-shm" => "shm",
-                "ofi-tcp-msg" => "tcp",
-                _ => "tcp;ofi_rxm",
+                "ofi-rxm" => "tcp;ofi_rxm",
+                _ => "tcp",
             };
             let mut o = ordo_fabric_ofi::OfiOptions::new(
                 args.id,
@@ -208,7 +209,7 @@ fn connect(args: &PeerArgs, region: usize) -> Result<MemberFabric, String> {
                 "127.0.0.1:0".parse().expect("address"),
                 region,
             );
-            if args.backend == "ofi-tcp-msg" {
+            if matches!(args.backend.as_str(), "ofi" | "ofi-tcp-msg") {
                 o.endpoint = ordo_fabric_ofi::EndpointType::Msg;
             }
             o.cluster = args.cluster.clone();

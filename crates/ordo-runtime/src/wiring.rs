@@ -209,7 +209,7 @@ fn connect_fabric_with(
 /// Connects every member of a group inside this process (one thread per
 /// member while connecting, since each endpoint waits for the others):
 /// shm files in `/dev/shm` named by `cluster`, or tcp (or libfabric's
-/// `tcp;ofi_rxm`) on loopback ephemeral ports, authenticated with a secret
+/// `tcp`, connected endpoints) on loopback ephemeral ports, authenticated with a secret
 /// generated for this group. Returns the
 /// endpoints in the order of `members`.
 pub fn connect_local_group(
@@ -259,7 +259,7 @@ pub fn connect_local_group(
         }
         #[cfg(feature = "ofi")]
         Backend::Ofi => {
-            return connect_local_ofi_group("tcp;ofi_rxm", OfiEndpoint::Rdm, cluster, members, region_len);
+            return connect_local_ofi_group("tcp", OfiEndpoint::Msg, cluster, members, region_len);
         }
         #[cfg(not(feature = "ofi"))]
         Backend::Ofi => {

@@ -422,7 +422,7 @@ fn the_ofi_backend_takes_a_provider_and_the_tcp_addresses() {
         "group.members=[0, 1]",
         "member.id=0",
         "fabric.backend=ofi",
-        r#"fabric.ofi.provider="verbs;ofi_rxm""#,
+        r#"fabric.ofi.provider="verbs""#,
         "fabric.tcp.listen=127.0.0.1:7000",
         r#"fabric.tcp.peers=[{ id = 1, addr = "127.0.0.1:7001" }]"#,
         "security.secret_file=/etc/ordo/secret",
@@ -431,8 +431,12 @@ fn the_ofi_backend_takes_a_provider_and_the_tcp_addresses() {
     if cfg!(feature = "ofi") {
         let config = config.unwrap();
         assert_eq!(config.fabric.backend, Backend::Ofi);
-        assert_eq!(config.fabric.ofi.provider, "verbs;ofi_rxm");
-        assert_eq!(config.fabric.ofi.endpoint, ordo_runtime::OfiEndpoint::Rdm, "datagrams by default");
+        assert_eq!(config.fabric.ofi.provider, "verbs");
+        assert_eq!(
+            config.fabric.ofi.endpoint,
+            ordo_runtime::OfiEndpoint::Msg,
+            "connected endpoints by default"
+        );
     } else {
         let err = config.unwrap_err().to_string();
         assert!(err.contains("--features ofi"), "{err}");
