@@ -111,7 +111,9 @@ impl Card {
 /// Why reaching a peer failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ContactError {
-    /// The peer's contact address could not be reached (yet).
+    /// The peer's contact address could not be reached (yet), or the
+    /// connection broke before the handshake ended (a listener closing,
+    /// as an old view's does while the new one opens): worth a retry.
     #[error("cannot reach {0}: {1}")]
     Unreachable(SocketAddr, String),
     /// The peer did not prove the cluster secret, or we were refused.
@@ -170,8 +172,8 @@ pub fn fetch_card(
     s.write_all(&h_d).map_err(unreachable)?;
     let mut h_a = [0u8; HELLO_LEN];
     let mut p_a = [0u8; PROOF_LEN];
-    s.read_exact(&mut h_a).map_err(|e| refused(format!("no hello: {e}")))?;
-    s.read_exact(&mut p_a).map_err(|e| refused(format!("no proof: {e}")))?;
+    s.read_exact(&mut h_a).map_err(|e| ContactError::Unreachable(addr, format!("no hello: {e}")))?;
+    s.read_exact(&mut p_a).map_err(|e| ContactError::Unreachable(addr, format!("no proof: {e}")))?;
     let (id, _, their_cluster) = parse_hello(&h_a).map_err(refused)?;
     if id != want {
         return Err(refused(format!("member {id} answered where member {want} was expected")));
@@ -185,8 +187,11 @@ pub fn fetch_card(
     s.write_all(&handshake::proof(key, Role::Dialer, &h_d, &h_a)).map_err(unreachable)?;
     let mut card = [0u8; CARD_LEN];
     let mut tag = [0u8; 32];
-    s.read_exact(&mut card).map_err(|e| refused(format!("no card: {e}")))?;
-    s.read_exact(&mut tag).map_err(|e| refused(format!("no card tag: {e}")))?;
+    // A peer that refused our proof closes the connection here too; it
+    // logged why. Ours was valid if we hold the secret, so a broken
+    // connection here is retried like an unreachable peer.
+    s.read_exact(&mut card).map_err(|e| ContactError::Unreachable(addr, format!("no card: {e}")))?;
+    s.read_exact(&mut tag).map_err(|e| ContactError::Unreachable(addr, format!("no card tag: {e}")))?;
     if !key.verify(&[b"ordo ofi card", &h_d, &h_a, &card], &tag) {
         return Err(refused("the card's MAC does not verify".into()));
     }
