@@ -32,6 +32,10 @@ struct ordo_ofi {
 	struct fid_eq *eq;
 	struct fid_pep *pep;
 	struct fid_ep *eps[ORDO_OFI_MAX_EPS];
+	/* Send endpoints (RDM) have their own completion queue: reading it is
+	 * what drives that endpoint's progress (shm). */
+	struct fid_cq *scq[ORDO_OFI_MAX_EPS];
+	size_t nscq; /* slots below this may hold one */
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
@@ -84,9 +88,12 @@ static void set_err(char *err, size_t errlen, const char *what, int ret) {
 void ordo_ofi_close(struct ordo_ofi *o) {
 	if (!o)
 		return;
-	for (int i = 0; i < ORDO_OFI_MAX_EPS; i++)
+	for (int i = 0; i < ORDO_OFI_MAX_EPS; i++) {
 		if (o->eps[i])
 			fi_close(&o->eps[i]->fid);
+		if (o->scq[i])
+			fi_close(&o->scq[i]->fid);
+	}
 	if (o->pep)
 		fi_close(&o->pep->fid);
 	if (o->ep)
@@ -402,16 +409,28 @@ int ordo_ofi_rdm_send_ep(struct ordo_ofi *o, size_t slot) {
 		return -FI_EINVAL;
 	if (o->info->domain_attr->mr_mode & FI_MR_ENDPOINT)
 		return -FI_ENOSYS;
-	ret = fi_endpoint(o->domain, o->info, &ep, NULL);
+	struct fid_cq *cq;
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE,
+				      .size = o->info->tx_attr->size * 2 };
+	ret = fi_cq_open(o->domain, &cq_attr, &cq, NULL);
 	if (ret)
 		return ret;
+	ret = fi_endpoint(o->domain, o->info, &ep, NULL);
+	if (ret) {
+		fi_close(&cq->fid);
+		return ret;
+	}
 	if ((ret = fi_ep_bind(ep, &o->av->fid, 0)) ||
-	    (ret = fi_ep_bind(ep, &o->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) ||
+	    (ret = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) ||
 	    (ret = fi_enable(ep))) {
 		fi_close(&ep->fid);
+		fi_close(&cq->fid);
 		return ret;
 	}
 	o->eps[slot] = ep;
+	o->scq[slot] = cq;
+	if (slot + 1 > o->nscq)
+		o->nscq = slot + 1;
 	return 0;
 }
 
@@ -420,6 +439,10 @@ void ordo_ofi_msg_close(struct ordo_ofi *o, size_t slot) {
 	if (slot < ORDO_OFI_MAX_EPS && o->eps[slot]) {
 		fi_close(&o->eps[slot]->fid);
 		o->eps[slot] = NULL;
+	}
+	if (slot < ORDO_OFI_MAX_EPS && o->scq[slot]) {
+		fi_close(&o->scq[slot]->fid);
+		o->scq[slot] = NULL;
 	}
 }
 
@@ -470,14 +493,13 @@ ssize_t ordo_ofi_write(struct ordo_ofi *o, int64_t via, int64_t staged, size_t o
 	return fi_writemsg(ep, &msg, flags);
 }
 
-/* Drives progress and reads up to `count` completions into `out`. Returns
- * how many (>= 0); an error completion is returned as one entry with
- * `err` set. */
-ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t count) {
+static ssize_t poll_cq(struct fid_cq *cq, struct ordo_ofi_comp *out, size_t count) {
 	struct fi_cq_data_entry entries[32];
 	if (count > 32)
 		count = 32;
-	ssize_t n = fi_cq_read(o->cq, entries, count);
+	if (count == 0)
+		return 0;
+	ssize_t n = fi_cq_read(cq, entries, count);
 	if (n > 0) {
 		for (ssize_t i = 0; i < n; i++) {
 			out[i].context = (uint64_t)(uintptr_t)entries[i].op_context;
@@ -493,7 +515,7 @@ ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t coun
 	if (n == -FI_EAVAIL) {
 		struct fi_cq_err_entry e;
 		memset(&e, 0, sizeof(e));
-		ssize_t r = fi_cq_readerr(o->cq, &e, 0);
+		ssize_t r = fi_cq_readerr(cq, &e, 0);
 		if (r == 1 || r == 0) {
 			out[0].context = (uint64_t)(uintptr_t)e.op_context;
 			out[0].err = e.err ? e.err : FI_EOTHER;
@@ -505,6 +527,27 @@ ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t coun
 		return r < 0 ? r : -FI_EOTHER;
 	}
 	return n;
+}
+
+/* Drives progress and reads up to `count` completions into `out`: from the
+ * main completion queue, then from every send endpoint's. Returns how many
+ * (>= 0); an error completion is returned as one entry with `err` set. */
+ssize_t ordo_ofi_poll(struct ordo_ofi *o, struct ordo_ofi_comp *out, size_t count) {
+	if (count > 32)
+		count = 32;
+	ssize_t n = poll_cq(o->cq, out, count);
+	if (n < 0)
+		return n;
+	size_t got = (size_t)n;
+	for (size_t i = 0; i < o->nscq && got < count; i++) {
+		if (!o->scq[i])
+			continue;
+		ssize_t m = poll_cq(o->scq[i], out + got, count - got);
+		if (m < 0)
+			return got ? (ssize_t)got : m;
+		got += (size_t)m;
+	}
+	return (ssize_t)got;
 }
 
 /* The completion queue's wait fd (-1: none; poll instead). */
