@@ -25,6 +25,12 @@
 //!   and guard are always separate writes (Derecho issue #47): nothing
 //!   relies on the order of bytes within a write, and the backend says no
 //!   to capability 8 ([`Fabric::address_ordered`](ordo_fabric::Fabric)).
+//! - **Bytes are taken at post time.** Providers read a write's source
+//!   when they transmit it, possibly after the caller stored a later value
+//!   (a guard would then overtake the data it guards), so every write is
+//!   sent from a copy in a registered staging ring (local access only),
+//!   released by the write's completion — or when the endpoint it was
+//!   posted on is closed — never merely because its link went down.
 //! - **Untorn words** rest on the provider copying aligned words whole
 //!   (memcpy, the kernel's copy for CMA, a NIC's DMA): what RDMA gives
 //!   Derecho's SST. The conformance suite checks it on every provider
@@ -81,8 +87,9 @@
 //!   through the peer's progress agent per write). It also returns an
 //!   endpoint's completions in order — a write outstanding to a peer that
 //!   died would hold back every later completion and live peers would time
-//!   out — so on `shm` every peer gets its own send endpoint (the conformance
-//!   suite's death checks fail without them). Use ordo's own `shm` backend
+//!   out — so on `shm` every peer gets its own send endpoint, each with its
+//!   own completion queue (the conformance suite's death checks fail
+//!   without them; sharing one queue left their progress undriven). Use ordo's own `shm` backend
 //!   on one host; `ofi` with `shm` is for testing the ofi path. A killed
 //!   process leaves its `shm` region files in `/dev/shm`:
 //!   [`remove_stale_shm_files`] (run at every `shm` bind) removes those of
