@@ -133,12 +133,29 @@ fn kill_the_leader(backend: &str) {
     let newer = |lines: &[DeliveredLine]| {
         lines.iter().filter(|l| (l.header.epoch.round, l.header.epoch.leader) > old_epoch).count()
     };
-    wait_until("a new leader and 100 commits of its epoch at the survivors", Duration::from_secs(15), || {
+    let start = Instant::now();
+    loop {
         let s: Vec<PeerStatus> = survivors.iter().filter_map(|&i| peers.status(i)).collect();
-        s.len() == 2
+        if s.len() == 2
             && s.iter().any(|s| s.role == "Leader" && s.epoch > old_epoch)
             && survivors.iter().all(|&i| newer(&peers.delivered(i)) >= 100)
-    });
+        {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            let logs: String = (0..3)
+                .map(|i| {
+                    let err =
+                        std::fs::read_to_string(peers.dir.join(format!("m{i}.err"))).unwrap_or_default();
+                    format!("member {i}: {:?}\n{err}", peers.status(i))
+                })
+                .collect();
+            panic!(
+                "timed out waiting for a new leader and 100 commits of its epoch at the survivors:\n{logs}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     std::fs::write(peers.dir.join("stop"), b"").unwrap();
     for &i in &survivors {
         let mut c = peers.children[i].take().unwrap();
