@@ -373,20 +373,9 @@ struct Timing {
     duration: Duration,
 }
 
-fn acuerdo_curve(
-    members: u32,
-    size: usize,
-    windows: &[u64],
-    t: &Timing,
-    attempts: usize,
-    progress: &mut impl FnMut(&str),
-) -> Result<Vec<(Row, crate::noise::Load)>, String> {
-    acuerdo_curve_on(None, members, size, windows, t, attempts, progress)
-}
-
-/// [`acuerdo_curve`] on ordo's shm (`ofi: None`) or on libfabric's
+/// Acuerdo's window curve on ordo's shm (`ofi: None`) or on libfabric's
 /// provider `ofi` (rows' engine `acuerdo-ofi <provider>`).
-fn acuerdo_curve_on(
+fn acuerdo_curve(
     ofi: Option<(&str, ordo_runtime::OfiEndpoint)>,
     members: u32,
     size: usize,
@@ -572,7 +561,7 @@ fn window1_headline(
         || {
             let mut quiet = |_: &str| {};
             let (row, load) =
-                acuerdo_curve(members, size, &[1], t, 1, &mut quiet)?.pop().ok_or("no point")?;
+                acuerdo_curve(None, members, size, &[1], t, 1, &mut quiet)?.pop().ok_or("no point")?;
             Ok((row.latency_ns_p50.map(|v| v as f64), load))
         },
     )?;
@@ -782,7 +771,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             for size in [10usize, 1000] {
                 progress(&format!("fig8: {members} members, {size} B"));
                 rows.extend(
-                    acuerdo_curve(members, size, &windows, &timing, ATTEMPTS, &mut progress)?
+                    acuerdo_curve(None, members, size, &windows, &timing, ATTEMPTS, &mut progress)?
                         .into_iter()
                         .map(|(r, _)| r),
                 );
@@ -810,7 +799,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
                 Some((p, Msg)) => format!("ofi {p} (connected endpoints)"),
             };
             progress(&format!("ofi: 3 members, 10 B, on {name}"));
-            let curve = acuerdo_curve_on(ofi, 3, 10, &ofi_windows, &timing, ATTEMPTS, &mut progress)?;
+            let curve = acuerdo_curve(ofi, 3, 10, &ofi_windows, &timing, ATTEMPTS, &mut progress)?;
             rows.extend(curve.into_iter().map(|(mut r, _)| {
                 r.figure = "ofi".into();
                 r

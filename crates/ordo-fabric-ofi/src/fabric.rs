@@ -230,42 +230,9 @@ impl OfiBinding {
                     core = self.shared.lock();
                 }
             }
-            let tag = WriteTag(u64::MAX);
-            let posted = loop {
-                match core.submit_probe(link, tag) {
-                    Ok(()) => break true,
-                    Err(PostError::Backpressure(_)) if Instant::now() < deadline => {
-                        drop(core);
-                        std::thread::sleep(Duration::from_micros(100));
-                        core = self.shared.lock();
-                    }
-                    Err(_) => break false,
-                }
-            };
-            if !posted {
-                return Err(OfiFabricError::Options(format!("cannot post the first write to member {peer}")));
-            }
             drop(core);
-            loop {
-                let mut core = self.shared.lock();
-                core.progress();
-                if let Some(i) = core.events.iter().position(|e| {
-                    matches!(e, FabricEvent::Completed { peer: p, tag: t } | FabricEvent::Failed { peer: p, tag: t, .. } if *p == peer && *t == tag)
-                }) {
-                    let e = core.events.remove(i);
-                    if !matches!(e, FabricEvent::Completed { .. }) {
-                        return Err(OfiFabricError::Options(format!("the first write to member {peer} failed: {e:?}")));
-                    }
-                    break;
-                }
-                drop(core);
-                if Instant::now() > deadline {
-                    return Err(OfiFabricError::Options(format!(
-                        "the first write to member {peer} never completed"
-                    )));
-                }
-                std::thread::sleep(Duration::from_micros(50));
-            }
+            probe(&self.shared, link, WriteTag(u64::MAX), deadline)
+                .map_err(|why| OfiFabricError::Options(format!("the first write to member {peer}: {why}")))?;
         }
         let fence = self.shared.lock().fence;
         tracing::info!(member = me, provider = %self.attr.provider, fabric = %self.attr.fabric, fence, manual_progress = self.attr.manual_progress, "ofi fabric up");
@@ -1158,13 +1125,12 @@ impl Core {
             }
         }
         let timeout = self.write_timeout;
-        let late: Vec<usize> = self
-            .slots
-            .iter()
-            .filter_map(|s| s.pending.filter(|p| now.duration_since(p.posted) > timeout).map(|p| p.link))
-            .collect();
-        for link in late {
-            self.fail_link(link, FailureCause::TimedOut);
+        for i in 0..self.slots.len() {
+            if let Some(p) = self.slots[i].pending
+                && now.duration_since(p.posted) > timeout
+            {
+                self.fail_link(p.link, FailureCause::TimedOut);
+            }
         }
     }
 
@@ -1178,6 +1144,44 @@ impl Core {
 
     fn busy(&self) -> bool {
         self.links.iter().any(|l| l.in_flight > 0)
+    }
+}
+
+/// Posts a zero-length signaled write to `link` (retrying back-pressure)
+/// and waits until it completes, by `deadline`: the provider has then set
+/// up its path to the peer (rxm's connection, shm's mapping) and the
+/// peer's doorbell data names this member. The probe's event is consumed.
+fn probe(shared: &Shared, link: usize, tag: WriteTag, deadline: Instant) -> Result<(), String> {
+    let mut posted = false;
+    loop {
+        let mut core = shared.lock();
+        let peer = core.links[link].id;
+        if !posted {
+            match core.submit_probe(link, tag) {
+                Ok(()) => posted = true,
+                Err(PostError::Backpressure(_)) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        core.progress();
+        let done = core.events.iter().position(|e| {
+            matches!(e, FabricEvent::Completed { peer: p, tag: t } | FabricEvent::Failed { peer: p, tag: t, .. }
+                if *p == peer && *t == tag)
+        });
+        if let Some(i) = done {
+            return match core.events.remove(i) {
+                FabricEvent::Completed { .. } => Ok(()),
+                e => Err(format!("failed: {e:?}")),
+            };
+        }
+        if core.links[link].suspected {
+            return Err("the link went down".into());
+        }
+        drop(core);
+        if Instant::now() > deadline {
+            return Err(if posted { "never completed" } else { "never posted" }.into());
+        }
+        std::thread::sleep(Duration::from_micros(100));
     }
 }
 
@@ -1326,41 +1330,17 @@ impl Fabric for OfiFabric {
         // And the provider must have set up its path to the new
         // incarnation (a zero-length write completing), so the caller's
         // first write does not meet back-pressure.
-        let tag = WriteTag(u64::MAX - 1);
-        let probe_done = |core: &mut Core| {
-            core.events.iter().position(|e| {
-                matches!(e, FabricEvent::Completed { peer: p, tag: t } | FabricEvent::Failed { peer: p, tag: t, .. }
-                    if *p == peer && *t == tag)
-            })
-        };
-        let mut posted = false;
-        loop {
-            if !posted {
-                match core.submit_probe(link, tag) {
-                    Ok(()) => posted = true,
-                    Err(PostError::Backpressure(_)) => {}
-                    Err(e) => return Err(ReconnectError::Unreachable(peer, e.to_string())),
-                }
-            }
-            core.progress();
-            if posted && let Some(i) = probe_done(&mut core) {
-                let e = core.events.remove(i);
-                if !matches!(e, FabricEvent::Completed { .. }) {
-                    return Err(ReconnectError::Unreachable(peer, format!("the first write failed: {e:?}")));
-                }
-                break;
-            }
-            if core.links[link].suspected || Instant::now() > deadline {
-                core.fail_link(link, FailureCause::ConnectionLost);
-                core.events.retain(|e| {
-                    !matches!(e, FabricEvent::Suspected { peer: p, .. } | FabricEvent::Failed { peer: p, .. }
-                        if *p == peer)
-                });
-                return Err(ReconnectError::Unreachable(peer, "the first write did not complete".into()));
-            }
-            drop(core);
-            std::thread::sleep(Duration::from_micros(100));
-            core = self.shared.lock();
+        drop(core);
+        let probed = probe(&self.shared, link, WriteTag(u64::MAX - 1), deadline);
+        let mut core = self.shared.lock();
+        if let Err(why) = probed {
+            // Back down, without a second suspicion or failure report.
+            core.fail_link(link, FailureCause::ConnectionLost);
+            core.events.retain(|e| {
+                !matches!(e, FabricEvent::Suspected { peer: p, .. } | FabricEvent::Failed { peer: p, .. }
+                    if *p == peer)
+            });
+            return Err(ReconnectError::Unreachable(peer, format!("the first write: {why}")));
         }
         core.events.push(FabricEvent::Reconnected { peer, incarnation });
         Ok(incarnation)

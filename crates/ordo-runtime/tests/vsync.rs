@@ -169,52 +169,40 @@ fn three_members_over_tcp_deliver_one_total_order() {
     check_same_total_order(&logs, 1000);
 }
 
+/// Three members on libfabric's `provider`, `per_sender` messages each:
+/// one total order (ofi promises no address order, so the rings keep
+/// their counters).
 #[cfg(feature = "ofi")]
-#[test]
-fn three_members_over_libfabric_tcp_rxm_deliver_one_total_order() {
+fn ofi_total_order(provider: &str, endpoint: ordo_runtime::OfiEndpoint, tag: &str, per_sender: u64) {
     use ordo_fabric::Fabric as _;
-    let cluster = format!("vsync-rt-{}-ofi", std::process::id());
+    let cluster = format!("vsync-rt-{}-{tag}", std::process::id());
     let f = ordo_runtime::wiring::connect_local_ofi_group(
-        "tcp;ofi_rxm",
-        ordo_runtime::config::OfiEndpoint::Rdm,
+        provider,
+        endpoint,
         &cluster,
         &[0, 1, 2],
         region_len(Switches::SPINDLE),
     )
     .expect("group connects");
     assert!(!f[0].address_ordered(), "ofi promises no address order: stamped rings stay off");
-    let logs = run_group(f, Switches::SPINDLE, false, 1000);
-    check_same_total_order(&logs, 1000);
+    let logs = run_group(f, Switches::SPINDLE, false, per_sender);
+    check_same_total_order(&logs, per_sender);
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn three_members_over_libfabric_tcp_rxm_deliver_one_total_order() {
+    ofi_total_order("tcp;ofi_rxm", ordo_runtime::OfiEndpoint::Rdm, "ofi", 1000);
 }
 
 #[cfg(feature = "ofi")]
 #[test]
 fn three_members_over_libfabric_shm_deliver_one_total_order() {
-    let cluster = format!("vsync-rt-{}-ofi-shm", std::process::id());
-    let f = ordo_runtime::wiring::connect_local_ofi_group(
-        "shm",
-        ordo_runtime::config::OfiEndpoint::Rdm,
-        &cluster,
-        &[0, 1, 2],
-        region_len(Switches::SPINDLE),
-    )
-    .expect("group connects");
-    let logs = run_group(f, Switches::SPINDLE, false, 300);
-    check_same_total_order(&logs, 300);
+    ofi_total_order("shm", ordo_runtime::OfiEndpoint::Rdm, "ofi-shm", 300);
 }
 
 #[cfg(feature = "ofi")]
 #[test]
 fn three_members_over_libfabric_connected_endpoints_deliver_one_total_order() {
-    let cluster = format!("vsync-rt-{}-ofi-msg", std::process::id());
-    let f = ordo_runtime::wiring::connect_local_ofi_group(
-        "tcp",
-        ordo_runtime::config::OfiEndpoint::Msg,
-        &cluster,
-        &[0, 1, 2],
-        region_len(Switches::SPINDLE),
-    )
-    .expect("group connects");
-    let logs = run_group(f, Switches::SPINDLE, false, 1000);
-    check_same_total_order(&logs, 1000);
+    ofi_total_order("tcp", ordo_runtime::OfiEndpoint::Msg, "ofi-msg", 1000);
 }
