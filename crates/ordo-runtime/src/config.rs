@@ -58,6 +58,156 @@ pub struct OrdoConfig {
     /// `[kv]`: the key-value service (`ordo kv serve`): its RESP address,
     /// every replica's, reads, bounds.
     pub kv: KvConfig,
+    /// `[dds]`: `ordo-dds` publish/subscribe — its topics, their QoS levels,
+    /// publishers and subscribers (one vsync subgroup per topic).
+    pub dds: DdsConfig,
+}
+
+/// `[dds]`: the topics of an `ordo-dds` domain. Each topic is one vsync
+/// subgroup (spindle §IV-F) of its publishers (the senders) and
+/// subscribers; the DDS builds `vsync.subgroups` from this list, so the two
+/// are never set together.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DdsConfig {
+    /// `data_dir`: where `logged-storage` topics keep their logs, one
+    /// directory per member and topic (default `ordo-dds`, relative to the
+    /// working directory).
+    pub data_dir: PathBuf,
+    /// `fsync`: logged samples are fsynced before they count as stable
+    /// (default true; false keeps them in the page cache only — benchmarks).
+    pub fsync: bool,
+    /// `relay`: `[{ id, addr }]`, the address each member's relay for
+    /// external clients listens on (empty: no relay).
+    pub relay: Vec<TcpPeer>,
+    /// `max_relay_queue`: samples a relay holds for one external
+    /// subscriber before it drops that subscriber (default 4096).
+    pub max_relay_queue: usize,
+    /// `[[dds.topics]]`.
+    pub topics: Vec<TopicConfig>,
+}
+
+impl Default for DdsConfig {
+    fn default() -> Self {
+        DdsConfig {
+            data_dir: PathBuf::from("ordo-dds"),
+            fsync: true,
+            relay: Vec::new(),
+            max_relay_queue: 4096,
+            topics: Vec::new(),
+        }
+    }
+}
+
+impl DdsConfig {
+    /// The relay address of `member`, if it has one.
+    pub fn relay_addr(&self, member: MemberId) -> Option<&str> {
+        self.relay.iter().find(|p| p.id == member).map(|p| p.addr.as_str())
+    }
+}
+
+/// The four QoS levels of spindle §IV-F (`dds.topics[].qos`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QosLevel {
+    /// Delivered on receipt, then discarded (DDS BEST_EFFORT-like order:
+    /// per publisher only; VOLATILE durability).
+    Unordered,
+    /// Total order and failure atomicity, discarded after delivery
+    /// (RELIABLE, VOLATILE durability, plus total order).
+    #[default]
+    AtomicMulticast,
+    /// As atomic multicast, and kept in every member's memory up to
+    /// `history` samples; late joiners catch up (TRANSIENT durability).
+    VolatileStorage,
+    /// As volatile storage, and appended to a checksummed log on disk before
+    /// a sample counts as stable; replayed after a restart (PERSISTENT).
+    LoggedStorage,
+}
+
+impl QosLevel {
+    /// All four, in the paper's order.
+    pub const ALL: [QosLevel; 4] =
+        [QosLevel::Unordered, QosLevel::AtomicMulticast, QosLevel::VolatileStorage, QosLevel::LoggedStorage];
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            QosLevel::Unordered => "unordered",
+            QosLevel::AtomicMulticast => "atomic-multicast",
+            QosLevel::VolatileStorage => "volatile-storage",
+            QosLevel::LoggedStorage => "logged-storage",
+        }
+    }
+
+    /// Whether members keep samples (volatile and logged storage).
+    pub fn stores(self) -> bool {
+        matches!(self, QosLevel::VolatileStorage | QosLevel::LoggedStorage)
+    }
+
+    /// Whether delivery is totally ordered (all but unordered).
+    pub fn ordered(self) -> bool {
+        self != QosLevel::Unordered
+    }
+}
+
+impl std::str::FromStr for QosLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        QosLevel::ALL.into_iter().find(|q| q.name() == s).ok_or_else(|| {
+            format!("unknown QoS level {s:?} (unordered, atomic-multicast, volatile-storage, logged-storage)")
+        })
+    }
+}
+
+fn default_max_sample() -> usize {
+    10 * 1024
+}
+fn default_window() -> usize {
+    100
+}
+fn default_history() -> usize {
+    1000
+}
+
+/// `[[dds.topics]]`: one topic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    /// `name`: 1..=255 bytes, unique in the domain.
+    pub name: String,
+    /// `qos`: `unordered`, `atomic-multicast` (default), `volatile-storage`
+    /// or `logged-storage`.
+    #[serde(default)]
+    pub qos: QosLevel,
+    /// `publishers`: members that may write (the subgroup's senders, in
+    /// this rank order); at least one.
+    pub publishers: Vec<MemberId>,
+    /// `subscribers`: members that read (and, for the storage levels, keep
+    /// the history).
+    #[serde(default)]
+    pub subscribers: Vec<MemberId>,
+    /// `max_sample`: the largest serialized sample, key included, in bytes
+    /// (default 10240).
+    #[serde(default = "default_max_sample")]
+    pub max_sample: usize,
+    /// `window`: ring slots per publisher (default 100).
+    #[serde(default = "default_window")]
+    pub window: usize,
+    /// `history`: samples every member keeps (storage levels; default 1000).
+    #[serde(default = "default_history")]
+    pub history: usize,
+    /// `type_name`: the sample type participants must declare the topic
+    /// with (empty, the default: any).
+    #[serde(default)]
+    pub type_name: String,
+}
+
+impl TopicConfig {
+    /// Publishers and subscribers, each once, in `group` order.
+    pub fn members(&self, group: &[MemberId]) -> Vec<MemberId> {
+        group.iter().copied().filter(|m| self.publishers.contains(m) || self.subscribers.contains(m)).collect()
+    }
 }
 
 /// `[kv]`: `ordo kv serve`, the replicated hash table (acuerdo §4.3)
@@ -825,6 +975,12 @@ pub enum ValidationError {
         /// What is wrong.
         reason: String,
     },
+    /// The `[dds]` section is wrong.
+    #[error("`dds`: {reason}")]
+    Dds {
+        /// What is wrong.
+        reason: String,
+    },
     /// `group.members` is empty.
     #[error("`group.members` is empty; a group needs at least one member")]
     EmptyGroup,
@@ -965,6 +1121,7 @@ impl ValidationError {
             ValidationError::SecretTwice => "security.secret_env".into(),
             ValidationError::NodeControl { .. } => "node".into(),
             ValidationError::Kv { .. } => "kv".into(),
+            ValidationError::Dds { .. } => "dds".into(),
         }
     }
 }
@@ -1354,6 +1511,67 @@ impl OrdoConfig {
         let sec = &self.security;
         if sec.client_secret_file.is_some() && sec.client_secret_env.is_some() {
             return bad("set security.client_secret_file or security.client_secret_env, not both".into());
+        }
+        Ok(())
+    }
+
+    /// Checks what an `ordo-dds` participant needs beyond
+    /// [`validate`](Self::validate): at least one topic, unique names of
+    /// 1..=255 bytes, publishers (at least one) and subscribers in the
+    /// group, sizes above zero and below the region, a control address for
+    /// every member, relay addresses of group members, and no hand-made
+    /// `vsync.subgroups` (the topics are the layout).
+    pub fn validate_dds(&self) -> Result<(), ValidationError> {
+        self.validate()?;
+        let dds = &self.dds;
+        let bad = |reason: String| Err(ValidationError::Dds { reason });
+        if dds.topics.is_empty() {
+            return bad("no `[[dds.topics]]`".into());
+        }
+        if !self.vsync.subgroups.is_empty() {
+            return bad("`vsync.subgroups` is set: with `[dds]` the topics are the subgroups".into());
+        }
+        if let Some(&id) = self.group.members.iter().find(|&&id| self.node.control_addr(id).is_none()) {
+            return bad(format!("member {id} has no node.control address"));
+        }
+        let mut names = HashSet::new();
+        for t in &dds.topics {
+            if t.name.is_empty() || t.name.len() > 255 || t.name.chars().any(char::is_control) {
+                return bad(format!("topic name {:?}: 1..=255 bytes, no control characters", t.name));
+            }
+            if !names.insert(t.name.as_str()) {
+                return bad(format!("topic {:?} is declared twice", t.name));
+            }
+            if t.publishers.is_empty() {
+                return bad(format!("topic {:?} has no publishers", t.name));
+            }
+            for m in t.publishers.iter().chain(&t.subscribers) {
+                if !self.group.members.contains(m) {
+                    return bad(format!("topic {:?}: member {m} is not in group.members", t.name));
+                }
+            }
+            let mut seen = HashSet::new();
+            if let Some(m) = t.publishers.iter().find(|m| !seen.insert(**m)) {
+                return bad(format!("topic {:?}: publisher {m} listed twice", t.name));
+            }
+            if t.max_sample == 0 || t.max_sample > 64 << 20 {
+                return bad(format!("topic {:?}: max_sample {} is not in 1..=64 MiB", t.name, t.max_sample));
+            }
+            if t.window == 0 {
+                return bad(format!("topic {:?}: window is 0", t.name));
+            }
+            if t.qos.stores() && t.history == 0 {
+                return bad(format!("topic {:?}: history is 0 for a storage QoS", t.name));
+            }
+        }
+        for (i, r) in dds.relay.iter().enumerate() {
+            if !self.group.members.contains(&r.id) {
+                return bad(format!("dds.relay[{i}]: member {} is not in group.members", r.id));
+            }
+            check_address(&format!("dds.relay[{i}].addr"), &r.addr)?;
+        }
+        if dds.max_relay_queue == 0 {
+            return bad("max_relay_queue is 0".into());
         }
         Ok(())
     }

@@ -26,9 +26,9 @@ pub mod vsync;
 pub mod wiring;
 
 pub use config::{
-    Backend, ConfigError, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, KvConfig, KvDurability,
+    Backend, ConfigError, DdsConfig, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, KvConfig, KvDurability,
     KvEngine, KvReads, MemberConfig, NodeConfig, NodeEngine, OfiConfig, OfiEndpoint, OrdoConfig,
-    OverrideOrigin, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, TlsFiles, ValidationError,
+    OverrideOrigin, QosLevel, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, TlsFiles, TopicConfig, ValidationError,
     VsyncConfig,
 };
 pub use control::{ControlError, ControlPlane};

@@ -1,0 +1,824 @@
+//! The sans-I/O heart of a participant: per topic, what it delivered, the
+//! history it keeps, its log, and the reader queues samples go to. The
+//! member's delivery upcall, state transfer and the simulator's `dds`
+//! workload all drive this same [`DomainCore`].
+//!
+//! # Invariants
+//! - **Positions**: an ordered topic's samples are numbered 1, 2, … in the
+//!   subgroup's total order; `delivered` counts every delivered message
+//!   (one that does not decode too — every member skips it alike), so all
+//!   members give a sample the same position, and a joiner continues from
+//!   the snapshot's count. Unordered topics number samples in receipt order
+//!   at this member only.
+//! - **History** (storage levels): the last `history` samples by position,
+//!   contiguous; it is the state a joiner restores (late-joiner catch-up).
+//! - **Logged before seen**: a logged topic's samples are appended to its
+//!   log and synced — one sync per topic per delivered batch — before any
+//!   reader gets them; a sample whose log write failed is never handed to
+//!   a reader (the topic reports the error), so a sample a reader took
+//!   survives a crash of this member. The log holds positions `1..=n`
+//!   (a gap a joiner skipped is a snapshot marker), entry index = position.
+//! - **Readers** get each sample at most once: ordered readers only
+//!   positions above the last they got (history at creation, a restored
+//!   history after a join, then live samples); what a reader holds is
+//!   bounded by its QoS (`KeepLast(n)` per instance, `KeepAll` up to
+//!   `max_samples`, then rejected and counted).
+//! - Bad input (an undecodable sample, a snapshot that does not decode, a
+//!   log record that does not decode) is counted or an error and changes
+//!   no state.
+
+use crate::sample::Envelope;
+use ordo_fabric::MemberId;
+use ordo_raft::storage::{Disk, LogOptions, LogStore, StorageError};
+use ordo_raft::{Entry, EntryKind, Snapshot, SnapshotMeta};
+use ordo_runtime::{QosLevel, TopicConfig};
+use ordo_vsync::Delivered;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+/// One delivered sample, as members keep and readers get it (the payload
+/// is shared: one copy out of the ring per member).
+#[derive(Clone, Debug)]
+pub struct StoredSample {
+    /// Position in the topic's total order (ordered topics), or receipt
+    /// count at this member (unordered).
+    pub position: u64,
+    /// The view it was delivered in.
+    pub view: u64,
+    /// The publishing member.
+    pub sender: MemberId,
+    /// Its decoded envelope.
+    pub envelope: Envelope,
+    /// The whole payload (envelope and data).
+    pub bytes: Arc<[u8]>,
+}
+
+impl StoredSample {
+    fn new(position: u64, view: u64, sender: MemberId, bytes: &[u8]) -> Result<StoredSample, &'static str> {
+        let envelope = Envelope::decode(bytes)?;
+        Ok(StoredSample { position, view, sender, envelope, bytes: Arc::from(bytes) })
+    }
+
+    /// The instance key.
+    pub fn key(&self) -> &[u8] {
+        self.envelope.key(&self.bytes)
+    }
+
+    /// The serialized sample.
+    pub fn data(&self) -> &[u8] {
+        self.envelope.data(&self.bytes)
+    }
+
+    fn log_record(&self) -> Vec<u8> {
+        let mut r = Vec::with_capacity(12 + self.bytes.len());
+        r.extend_from_slice(&self.view.to_le_bytes());
+        r.extend_from_slice(&self.sender.to_le_bytes());
+        r.extend_from_slice(&self.bytes);
+        r
+    }
+
+    fn from_log_record(position: u64, r: &[u8]) -> Result<StoredSample, &'static str> {
+        if r.len() < 12 {
+            return Err("log record shorter than its header");
+        }
+        let view = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
+        let sender = u32::from_le_bytes(r[8..12].try_into().expect("4 bytes"));
+        StoredSample::new(position, view, sender, &r[12..])
+    }
+}
+
+/// A reader's history QoS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum History {
+    /// The last `n` samples per instance (DDS `KEEP_LAST`; `n ≥ 1`).
+    KeepLast(usize),
+    /// Every sample up to [`ReaderQos::max_samples`], then new ones are
+    /// rejected and counted (DDS `KEEP_ALL` with `RESOURCE_LIMITS`; the
+    /// group never waits for a slow reader).
+    KeepAll,
+}
+
+/// A reader's QoS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReaderQos {
+    /// `KeepLast(n)` or `KeepAll`.
+    pub history: History,
+    /// Most samples held at once (all instances).
+    pub max_samples: usize,
+}
+
+impl Default for ReaderQos {
+    /// DDS's default: `KEEP_LAST(1)`.
+    fn default() -> Self {
+        ReaderQos { history: History::KeepLast(1), max_samples: 65_536 }
+    }
+}
+
+impl ReaderQos {
+    /// `KEEP_ALL` up to `max_samples`.
+    pub fn keep_all(max_samples: usize) -> ReaderQos {
+        ReaderQos { history: History::KeepAll, max_samples: max_samples.max(1) }
+    }
+
+    /// `KEEP_LAST(n)` per instance.
+    pub fn keep_last(n: usize) -> ReaderQos {
+        ReaderQos { history: History::KeepLast(n.max(1)), ..ReaderQos::default() }
+    }
+}
+
+/// A reader's counters (DDS's sample-lost / sample-rejected statuses).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReaderStatus {
+    /// Samples queued for this reader.
+    pub received: u64,
+    /// Samples pushed out by newer ones of their instance (`KeepLast`).
+    pub replaced: u64,
+    /// Samples not queued because the reader held `max_samples` (`KeepAll`).
+    pub rejected: u64,
+}
+
+/// Wakes a [`crate::WaitSet`].
+#[derive(Default)]
+pub(crate) struct Signal {
+    generation: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Signal {
+    pub(crate) fn ring(&self) {
+        *lock(&self.generation) += 1;
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        *lock(&self.generation)
+    }
+
+    /// Waits until the generation passes `seen` or `timeout` elapses.
+    pub(crate) fn wait_past(&self, seen: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut g = lock(&self.generation);
+        while *g == seen {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            g = self.cv.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct ReaderState {
+    queue: VecDeque<(StoredSample, bool)>,
+    per_key: HashMap<Vec<u8>, usize>,
+    last_position: u64,
+    status: ReaderStatus,
+}
+
+/// An application's listener: called on the member's thread after samples
+/// were queued for the reader; must not block.
+pub type Listener = Box<dyn FnMut() + Send>;
+
+/// The queue of one data reader: filled by the member's thread, emptied by
+/// the application.
+pub struct ReaderQueue {
+    qos: ReaderQos,
+    ordered: bool,
+    state: Mutex<ReaderState>,
+    signal: Signal,
+    listener: Mutex<Option<Listener>>,
+    waitsets: Mutex<Vec<Weak<Signal>>>,
+}
+
+impl ReaderQueue {
+    fn new(qos: ReaderQos, ordered: bool, after: u64) -> ReaderQueue {
+        ReaderQueue {
+            qos,
+            ordered,
+            state: Mutex::new(ReaderState {
+                queue: VecDeque::new(),
+                per_key: HashMap::new(),
+                last_position: after,
+                status: ReaderStatus::default(),
+            }),
+            signal: Signal::default(),
+            listener: Mutex::new(None),
+            waitsets: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Queues what is new to this reader; rings its signal and waitsets and
+    /// calls its listener when anything was queued.
+    fn push_all(&self, samples: &[StoredSample]) {
+        let mut queued = false;
+        {
+            let mut st = lock(&self.state);
+            for s in samples {
+                if self.ordered {
+                    if s.position <= st.last_position {
+                        continue;
+                    }
+                    st.last_position = s.position;
+                }
+                queued |= self.push_one(&mut st, s);
+            }
+        }
+        if queued {
+            self.signal.ring();
+            lock(&self.waitsets).retain(|w| w.upgrade().map(|s| s.ring()).is_some());
+            if let Some(f) = lock(&self.listener).as_mut() {
+                f();
+            }
+        }
+    }
+
+    fn push_one(&self, st: &mut ReaderState, s: &StoredSample) -> bool {
+        match self.qos.history {
+            History::KeepAll => {
+                if st.queue.len() >= self.qos.max_samples {
+                    st.status.rejected += 1;
+                    return false;
+                }
+            }
+            History::KeepLast(n) => {
+                let held = st.per_key.get(s.key()).copied().unwrap_or(0);
+                if held >= n {
+                    let oldest = st.queue.iter().position(|(q, _)| q.key() == s.key()).expect("a held sample");
+                    st.queue.remove(oldest);
+                    *st.per_key.get_mut(s.key()).expect("held") -= 1;
+                    st.status.replaced += 1;
+                } else if st.queue.len() >= self.qos.max_samples {
+                    st.status.rejected += 1;
+                    return false;
+                }
+                *st.per_key.entry(s.key().to_vec()).or_default() += 1;
+            }
+        }
+        st.queue.push_back((s.clone(), false));
+        st.status.received += 1;
+        true
+    }
+
+    /// Removes and returns up to `max` samples, oldest first.
+    pub fn take(&self, max: usize) -> Vec<StoredSample> {
+        let mut st = lock(&self.state);
+        let n = max.min(st.queue.len());
+        let out: Vec<StoredSample> = st.queue.drain(..n).map(|(s, _)| s).collect();
+        if matches!(self.qos.history, History::KeepLast(_)) {
+            for s in &out {
+                if let Some(c) = st.per_key.get_mut(s.key()) {
+                    *c -= 1;
+                    if *c == 0 {
+                        st.per_key.remove(s.key());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Returns up to `max` samples without removing them, each with whether
+    /// an earlier `read` returned it (DDS sample state), and marks them read.
+    pub fn read(&self, max: usize) -> Vec<(StoredSample, bool)> {
+        let mut st = lock(&self.state);
+        st.queue
+            .iter_mut()
+            .take(max)
+            .map(|(s, read)| {
+                let was = *read;
+                *read = true;
+                (s.clone(), was)
+            })
+            .collect()
+    }
+
+    /// Samples held.
+    pub fn len(&self) -> usize {
+        lock(&self.state).queue.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its counters.
+    pub fn status(&self) -> ReaderStatus {
+        lock(&self.state).status
+    }
+
+    /// Waits up to `timeout` for a sample; whether one is held.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.signal.generation();
+            if !self.is_empty() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.signal.wait_past(seen, left);
+        }
+    }
+
+    pub(crate) fn set_listener(&self, f: Option<Listener>) {
+        *lock(&self.listener) = f;
+    }
+
+    pub(crate) fn attach(&self, s: &Arc<Signal>) {
+        lock(&self.waitsets).push(Arc::downgrade(s));
+    }
+}
+
+/// A topic's counters at this member.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TopicStats {
+    /// Messages delivered (= the last position, ordered topics).
+    pub delivered: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Delivered messages that were no sample (skipped).
+    pub undecodable: u64,
+    /// Samples appended to the log.
+    pub logged: u64,
+    /// Log syncs.
+    pub syncs: u64,
+    /// Samples held in the history.
+    pub history: u64,
+}
+
+/// One topic at one member.
+pub struct TopicCore<D: Disk> {
+    config: TopicConfig,
+    delivered: u64,
+    history: VecDeque<StoredSample>,
+    log: Option<LogStore<D>>,
+    log_error: Option<String>,
+    readers: Vec<Weak<ReaderQueue>>,
+    stats: TopicStats,
+}
+
+/// The state a snapshot carries is bounded by this many bytes per sample
+/// on top of the topic's `max_sample`.
+const SNAPSHOT_SAMPLE_OVERHEAD: usize = 24 + crate::sample::HEADER + crate::sample::MAX_KEY + 8;
+
+impl<D: Disk> TopicCore<D> {
+    /// A topic without a log.
+    pub fn new(config: TopicConfig) -> TopicCore<D> {
+        TopicCore {
+            config,
+            delivered: 0,
+            history: VecDeque::new(),
+            log: None,
+            log_error: None,
+            readers: Vec::new(),
+            stats: TopicStats::default(),
+        }
+    }
+
+    /// A `logged-storage` topic over `disk`: opens (recovers) its log and
+    /// replays its tail into the history.
+    pub fn with_log(config: TopicConfig, disk: D, durable: bool) -> Result<TopicCore<D>, StorageError> {
+        let options = LogOptions {
+            segment_bytes: 64 << 20,
+            max_record_bytes: (config.max_sample + SNAPSHOT_SAMPLE_OVERHEAD) as u32,
+            durable,
+        };
+        let (log, recovered) = LogStore::open(disk, options)?;
+        let mut t = TopicCore::new(config);
+        t.delivered = log.last_index().max(recovered.snapshot.as_ref().map_or(0, |s| s.meta.index));
+        let keep = recovered.entries.len().saturating_sub(t.config.history);
+        for e in &recovered.entries[keep..] {
+            let s = StoredSample::from_log_record(e.index, &e.data)
+                .map_err(|_| StorageError::Corrupt { file: "log".into(), offset: e.index, reason: "record is no sample" })?;
+            t.history.push_back(s);
+        }
+        t.log = Some(log);
+        t.stats.delivered = t.delivered;
+        t.stats.history = t.history.len() as u64;
+        Ok(t)
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &TopicConfig {
+        &self.config
+    }
+
+    /// Its QoS level.
+    pub fn qos(&self) -> QosLevel {
+        self.config.qos
+    }
+
+    /// Messages delivered (the last position, ordered topics).
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// The history held (storage levels), oldest first.
+    pub fn history(&self) -> impl Iterator<Item = &StoredSample> {
+        self.history.iter()
+    }
+
+    /// Why the log stopped, if it did.
+    pub fn log_error(&self) -> Option<&str> {
+        self.log_error.as_deref()
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> TopicStats {
+        self.stats
+    }
+
+    /// The log (logged topics).
+    pub fn log(&self) -> Option<&LogStore<D>> {
+        self.log.as_ref()
+    }
+
+    /// A new reader: a stored topic's reader starts with the history
+    /// (TRANSIENT durability), any other with the next sample delivered.
+    pub fn add_reader(&mut self, qos: ReaderQos) -> Arc<ReaderQueue> {
+        let ordered = self.config.qos.ordered();
+        let r = Arc::new(ReaderQueue::new(qos, ordered, 0));
+        if self.config.qos.stores() {
+            let h: Vec<StoredSample> = self.history.iter().cloned().collect();
+            r.push_all(&h);
+        }
+        if ordered {
+            let mut st = lock(&r.state);
+            st.last_position = st.last_position.max(self.delivered);
+        }
+        self.readers.retain(|w| w.strong_count() > 0);
+        self.readers.push(Arc::downgrade(&r));
+        r
+    }
+
+    fn hand_out(&mut self, samples: &[StoredSample]) {
+        if samples.is_empty() {
+            return;
+        }
+        self.readers.retain(|w| match w.upgrade() {
+            Some(r) => {
+                r.push_all(samples);
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// Takes one delivered message: its sample, or `None` (skipped).
+    fn accept(&mut self, view: u64, d: &Delivered<'_>) -> Option<StoredSample> {
+        self.delivered += 1;
+        self.stats.delivered = self.delivered;
+        self.stats.bytes += d.payload.len() as u64;
+        match StoredSample::new(self.delivered, view, d.sender, d.payload) {
+            Ok(s) => {
+                if self.config.qos.stores() {
+                    self.history.push_back(s.clone());
+                    while self.history.len() > self.config.history {
+                        self.history.pop_front();
+                    }
+                    self.stats.history = self.history.len() as u64;
+                }
+                Some(s)
+            }
+            Err(why) => {
+                self.stats.undecodable += 1;
+                tracing::warn!(topic = %self.config.name, sender = d.sender, %why, "a delivered message is no sample; skipped");
+                None
+            }
+        }
+    }
+
+    /// Appends `samples` and syncs; false (and the error kept) if the log
+    /// failed now or before.
+    fn log_batch(&mut self, samples: &[StoredSample]) -> bool {
+        let Some(log) = self.log.as_mut() else { return true };
+        if self.log_error.is_some() {
+            return false;
+        }
+        let entries: Vec<Entry> = samples
+            .iter()
+            .map(|s| Entry { term: 1, index: s.position, kind: EntryKind::Normal, data: s.log_record() })
+            .collect();
+        let r = log.append(&entries).and_then(|()| log.sync());
+        match r {
+            Ok(()) => {
+                self.stats.logged += entries.len() as u64;
+                self.stats.syncs += 1;
+                true
+            }
+            Err(e) => {
+                tracing::error!(topic = %self.config.name, error = %e, "the topic's log failed: its samples are no longer handed to readers");
+                self.log_error = Some(e.to_string());
+                false
+            }
+        }
+    }
+
+    /// The state a joiner restores: the delivered count and the history.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&self.delivered.to_le_bytes());
+        out.extend_from_slice(&(self.history.len() as u32).to_le_bytes());
+        for s in &self.history {
+            out.extend_from_slice(&s.position.to_le_bytes());
+            out.extend_from_slice(&s.view.to_le_bytes());
+            out.extend_from_slice(&s.sender.to_le_bytes());
+            out.extend_from_slice(&(s.bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(&s.bytes);
+        }
+        out
+    }
+
+    fn decode_snapshot(&self, b: &[u8]) -> Result<(u64, VecDeque<StoredSample>), &'static str> {
+        let mut at = 0;
+        let mut take = |n: usize| -> Result<&[u8], &'static str> {
+            let s = b.get(at..at + n).ok_or("snapshot cut short")?;
+            at += n;
+            Ok(s)
+        };
+        let u64_ = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
+        let u32_ = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4 bytes"));
+        let delivered = u64_(take(8)?);
+        let n = u32_(take(4)?) as usize;
+        if n > self.config.history || (n > 0 && !self.config.qos.stores()) {
+            return Err("snapshot holds more samples than the topic keeps");
+        }
+        let mut history = VecDeque::with_capacity(n);
+        let mut prev: Option<u64> = None;
+        for _ in 0..n {
+            let position = u64_(take(8)?);
+            let view = u64_(take(8)?);
+            let sender = u32_(take(4)?);
+            let len = u32_(take(4)?) as usize;
+            if len > self.config.max_sample + SNAPSHOT_SAMPLE_OVERHEAD {
+                return Err("snapshot sample longer than the topic allows");
+            }
+            if prev.is_some_and(|p| position != p + 1) || position > delivered || position == 0 {
+                return Err("snapshot positions are not contiguous up to its count");
+            }
+            prev = Some(position);
+            history.push_back(StoredSample::new(position, view, sender, take(len)?)?);
+        }
+        if prev.is_some_and(|p| p != delivered) {
+            return Err("snapshot history does not end at its count");
+        }
+        if at != b.len() {
+            return Err("bytes after the snapshot");
+        }
+        Ok((delivered, history))
+    }
+
+    /// Replaces the state with a snapshot (a joiner, before it delivers):
+    /// the log is brought to the snapshot (missing samples appended, a gap
+    /// marked, a stale tail cut) and readers get what is new to them.
+    pub fn restore(&mut self, b: &[u8]) -> Result<(), String> {
+        let (delivered, history) = self.decode_snapshot(b).map_err(str::to_owned)?;
+        if let Some(log) = self.log.as_mut() {
+            let r = (|| -> Result<(), StorageError> {
+                if log.last_index() > delivered {
+                    log.truncate(delivered + 1)?;
+                }
+                let first = history.front().map_or(delivered + 1, |s| s.position);
+                if log.last_index() + 1 < first {
+                    let meta = SnapshotMeta { index: first - 1, term: 1, membership: Default::default() };
+                    log.install_snapshot(&Snapshot { meta, data: Vec::new() })?;
+                }
+                let from = log.last_index();
+                let entries: Vec<Entry> = history
+                    .iter()
+                    .filter(|s| s.position > from)
+                    .map(|s| Entry { term: 1, index: s.position, kind: EntryKind::Normal, data: s.log_record() })
+                    .collect();
+                log.append(&entries)?;
+                log.sync()
+            })();
+            if let Err(e) = r {
+                self.log_error = Some(e.to_string());
+                return Err(format!("the log could not take the restored history: {e}"));
+            }
+        }
+        self.delivered = delivered;
+        self.history = history;
+        self.stats.delivered = delivered;
+        self.stats.history = self.history.len() as u64;
+        let h: Vec<StoredSample> = self.history.iter().cloned().collect();
+        self.hand_out(&h);
+        Ok(())
+    }
+}
+
+/// Every topic of the domain at one member, indexed like the vsync
+/// subgroups they are.
+pub struct DomainCore<D: Disk> {
+    topics: Vec<TopicCore<D>>,
+    stray: u64,
+}
+
+impl<D: Disk> DomainCore<D> {
+    /// Over topics built by the caller (with or without logs).
+    pub fn new(topics: Vec<TopicCore<D>>) -> DomainCore<D> {
+        DomainCore { topics, stray: 0 }
+    }
+
+    /// Topic `g`.
+    pub fn topic(&self, g: usize) -> &TopicCore<D> {
+        &self.topics[g]
+    }
+
+    /// Topic `g`, to add readers.
+    pub fn topic_mut(&mut self, g: usize) -> &mut TopicCore<D> {
+        &mut self.topics[g]
+    }
+
+    /// The topics.
+    pub fn topics(&self) -> &[TopicCore<D>] {
+        &self.topics
+    }
+
+    /// Messages of a subgroup that is no topic (never, unless a peer lies).
+    pub fn stray(&self) -> u64 {
+        self.stray
+    }
+
+    /// One delivered batch (the member's upcall): positions, histories,
+    /// then per topic one log append and sync, then the readers.
+    pub fn deliver(&mut self, view: u64, batch: &[Delivered<'_>]) {
+        let mut out: Vec<Vec<StoredSample>> = Vec::new();
+        for d in batch {
+            let Some(t) = self.topics.get_mut(d.subgroup) else {
+                self.stray += 1;
+                continue;
+            };
+            if let Some(s) = t.accept(view, d) {
+                if out.len() <= d.subgroup {
+                    out.resize_with(d.subgroup + 1, Vec::new);
+                }
+                out[d.subgroup].push(s);
+            }
+        }
+        for (g, samples) in out.iter().enumerate() {
+            if samples.is_empty() {
+                continue;
+            }
+            let t = &mut self.topics[g];
+            if t.log_batch(samples) {
+                t.hand_out(samples);
+            }
+        }
+    }
+
+    /// Topic `g`'s state for a joiner.
+    pub fn snapshot(&self, g: usize) -> Vec<u8> {
+        self.topics.get(g).map(TopicCore::snapshot).unwrap_or_default()
+    }
+
+    /// A joiner's restore of topic `g`.
+    pub fn restore(&mut self, g: usize, state: &[u8]) -> Result<(), String> {
+        match self.topics.get_mut(g) {
+            Some(t) => t.restore(state),
+            None => Err(format!("no topic {g}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::{data_offset, encoded_len, write_header};
+    use ordo_raft::storage::MemDisk;
+
+    fn topic(qos: QosLevel, history: usize) -> TopicConfig {
+        TopicConfig {
+            name: "t".into(),
+            qos,
+            publishers: vec![0],
+            subscribers: vec![1],
+            max_sample: 64,
+            window: 8,
+            history,
+            type_name: String::new(),
+        }
+    }
+
+    fn sample(seq: u64, key: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut b = vec![0; encoded_len(key.len(), data.len())];
+        write_header(&mut b, seq, 0, key);
+        b[data_offset(key.len())..].copy_from_slice(data);
+        b
+    }
+
+    fn deliver(core: &mut DomainCore<MemDisk>, view: u64, msgs: &[(MemberId, Vec<u8>)]) {
+        let batch: Vec<Delivered<'_>> = msgs
+            .iter()
+            .map(|(s, p)| Delivered { subgroup: 0, sender: *s, seq: 0, round: 0, payload: p })
+            .collect();
+        core.deliver(view, &batch);
+    }
+
+    #[test]
+    fn keep_last_is_per_instance_and_keep_all_rejects_beyond_its_bound() {
+        let mut core = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
+        let last2 = core.topic_mut(0).add_reader(ReaderQos::keep_last(2));
+        let all3 = core.topic_mut(0).add_reader(ReaderQos::keep_all(3));
+        let msgs: Vec<_> = (1..=5u64).map(|i| (0, sample(i, if i % 2 == 0 { b"b" } else { b"a" }, b"x"))).collect();
+        deliver(&mut core, 0, &msgs);
+        let got: Vec<u64> = last2.take(10).iter().map(|s| s.envelope.seq).collect();
+        assert_eq!(got, vec![2, 3, 4, 5], "a: 3 and 5 (1 replaced), b: 2 and 4");
+        assert_eq!(last2.status().replaced, 1);
+        let got: Vec<u64> = all3.take(10).iter().map(|s| s.envelope.seq).collect();
+        assert_eq!(got, vec![1, 2, 3]);
+        assert_eq!(all3.status().rejected, 2);
+    }
+
+    #[test]
+    fn read_marks_and_take_removes() {
+        let mut core = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
+        let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(10));
+        deliver(&mut core, 0, &[(0, sample(1, b"", b"a")), (0, sample(2, b"", b"b"))]);
+        assert!(r.wait(Duration::ZERO));
+        assert_eq!(r.read(10).iter().map(|(_, was)| *was).collect::<Vec<_>>(), vec![false, false]);
+        assert_eq!(r.read(10).iter().map(|(_, was)| *was).collect::<Vec<_>>(), vec![true, true]);
+        assert_eq!(r.take(1)[0].data(), b"a");
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn garbage_is_skipped_but_counted_in_positions() {
+        let mut core = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 10))]);
+        let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(10));
+        deliver(&mut core, 0, &[(0, vec![1, 2, 3]), (0, sample(1, b"", b"ok"))]);
+        let got = r.take(10);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].position, 2);
+        assert_eq!(core.topic(0).stats().undecodable, 1);
+    }
+
+    #[test]
+    fn a_late_reader_and_a_joiner_get_the_history_once() {
+        let mut a = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
+        let msgs: Vec<_> = (1..=5u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect();
+        deliver(&mut a, 0, &msgs);
+        let late = a.topic_mut(0).add_reader(ReaderQos::keep_all(10));
+        assert_eq!(late.take(10).iter().map(|s| s.position).collect::<Vec<_>>(), vec![3, 4, 5]);
+        // A joiner with a reader created before its state arrived.
+        let mut b = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
+        let early = b.topic_mut(0).add_reader(ReaderQos::keep_all(10));
+        b.restore(0, &a.snapshot(0)).unwrap();
+        assert_eq!(b.snapshot(0), a.snapshot(0));
+        deliver(&mut b, 1, &[(0, sample(6, b"", &[6]))]);
+        assert_eq!(early.take(10).iter().map(|s| s.position).collect::<Vec<_>>(), vec![3, 4, 5, 6]);
+        // A snapshot cut anywhere is refused and changes nothing.
+        let snap = a.snapshot(0);
+        let mut c = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
+        for cut in 0..snap.len() {
+            assert!(c.restore(0, &snap[..cut]).is_err(), "cut {cut}");
+        }
+        assert_eq!(c.topic(0).delivered(), 0);
+        // More samples than the topic keeps: refused.
+        let mut small = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 2))]);
+        assert!(small.restore(0, &snap).is_err());
+    }
+
+    #[test]
+    fn logged_samples_are_synced_before_a_reader_sees_them_and_survive_a_crash() {
+        let disk = MemDisk::new();
+        let mut core =
+            DomainCore::new(vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap()]);
+        let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(100));
+        let msgs: Vec<_> = (1..=6u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect();
+        deliver(&mut core, 0, &msgs[..3]);
+        deliver(&mut core, 0, &msgs[3..]);
+        assert_eq!(core.topic(0).stats().syncs, 2, "one sync per batch");
+        let seen = r.take(100).len();
+        assert_eq!(seen, 6);
+        disk.crash(7);
+        let again = TopicCore::<MemDisk>::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap();
+        assert_eq!(again.delivered(), 6, "every sample a reader saw was synced");
+        assert_eq!(again.history().map(|s| s.position).collect::<Vec<_>>(), vec![3, 4, 5, 6]);
+        assert_eq!(again.history().last().unwrap().data(), &[6]);
+    }
+
+    #[test]
+    fn a_joiner_log_takes_the_restored_history_with_a_gap_marker() {
+        let mut a = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::LoggedStorage, 3))]);
+        let msgs: Vec<_> = (1..=7u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect();
+        deliver(&mut a, 0, &msgs);
+        let disk = MemDisk::new();
+        let mut j = TopicCore::with_log(topic(QosLevel::LoggedStorage, 3), disk.clone(), true).unwrap();
+        j.restore(&a.snapshot(0)).unwrap();
+        assert_eq!(j.log().unwrap().first_index(), 5);
+        assert_eq!(j.log().unwrap().last_index(), 7);
+        drop(j);
+        let back = TopicCore::<MemDisk>::with_log(topic(QosLevel::LoggedStorage, 3), disk, true).unwrap();
+        assert_eq!(back.delivered(), 7);
+        assert_eq!(back.history().map(|s| s.position).collect::<Vec<_>>(), vec![5, 6, 7]);
+    }
+}

@@ -1,0 +1,575 @@
+//! The DCPS-shaped API over one `ordo node` member: [`DomainParticipant`],
+//! [`Topic`], [`DataWriter`], [`DataReader`], [`WaitSet`].
+//!
+//! # Invariants
+//! - A participant is one vsync member (its [`Node`]): the topics of
+//!   `[dds]` are its subgroups, in order ([`vsync_layout`]); its delivery
+//!   upcall, snapshots and restores go to one [`DomainCore`].
+//! - A writer builds each sample in the ring slot (one copy for `write`,
+//!   none for `loan`/`write_with`), numbers it when the slot is taken (a
+//!   refused send consumes no number), and never loses a sample it
+//!   reported written unless this member fails (the view change resends).
+//! - A reader decodes on `take`/`read`, never on the member's thread; a
+//!   sample that does not decode as `T` is counted and skipped.
+
+use crate::core::{DomainCore, ReaderQos, ReaderQueue, ReaderStatus, Signal, StoredSample, TopicCore, TopicStats};
+use crate::sample::{self, MAX_KEY};
+use crate::types::{Pod, TopicType};
+use ordo_fabric::MemberId;
+use ordo_r2p2::disk::FsDisk;
+use ordo_runtime::{Node, NodeApp, NodeStatus, OrdoConfig, QosLevel, ViewSender};
+use ordo_vsync::{DeliveryMode, SendError, SubgroupConfig};
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum DdsError {
+    /// The configuration is wrong.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The member did not start.
+    #[error("the member did not start: {0}")]
+    Start(String),
+    /// A logged topic's log did not open.
+    #[error("topic {topic:?}: its log did not open: {why}")]
+    Log {
+        /// The topic.
+        topic: String,
+        /// Why.
+        why: String,
+    },
+    /// No such topic in `[dds]`.
+    #[error("no topic {0:?} in the domain")]
+    UnknownTopic(String),
+    /// The topic's `type_name` is another type's.
+    #[error("topic {topic:?} carries {expected:?}, not {got:?}")]
+    TypeMismatch {
+        /// The topic.
+        topic: String,
+        /// Its type.
+        expected: String,
+        /// The type asked for.
+        got: String,
+    },
+    /// This member is not among the topic's publishers.
+    #[error("member {member} is not a publisher of {topic:?}")]
+    NotAPublisher {
+        /// This member.
+        member: MemberId,
+        /// The topic.
+        topic: String,
+    },
+    /// This member is neither publisher nor subscriber of the topic.
+    #[error("member {member} is not a member of topic {topic:?}")]
+    NotASubscriber {
+        /// This member.
+        member: MemberId,
+        /// The topic.
+        topic: String,
+    },
+    /// The sample and its key do not fit the topic's `max_sample`.
+    #[error("sample of {len} bytes (key {key} bytes) exceeds the topic's max_sample {max} (key at most {MAX_KEY})")]
+    TooLarge {
+        /// Data bytes.
+        len: usize,
+        /// Key bytes.
+        key: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// The window is full or a view change is under way: try again.
+    #[error("the ring is full or a view change is under way")]
+    WouldBlock,
+    /// The writer waited its `max_blocking_time` in vain.
+    #[error("no slot within {0:?}")]
+    Timeout(Duration),
+    /// This member left the group or failed.
+    #[error("the member is no longer in the group: {0}")]
+    Stopped(String),
+    /// A loan of a type whose alignment the slot does not give.
+    #[error("a {0}-aligned type cannot be loaned in place (at most 8)")]
+    Alignment(usize),
+}
+
+/// Bytes a slot needs around a topic's largest sample.
+pub fn slot_payload(max_sample: usize) -> usize {
+    sample::HEADER + MAX_KEY + max_sample
+}
+
+/// The vsync subgroups of `config`'s topics, in order: members = its
+/// publishers and subscribers in group order, senders = its publishers,
+/// unordered delivery for `unordered`.
+pub fn vsync_layout(config: &OrdoConfig) -> Vec<SubgroupConfig> {
+    config
+        .dds
+        .topics
+        .iter()
+        .map(|t| SubgroupConfig {
+            members: t.members(&config.group.members),
+            senders: t.publishers.clone(),
+            window: t.window,
+            max_payload: slot_payload(t.max_sample),
+            mode: if t.qos.ordered() { DeliveryMode::Ordered } else { DeliveryMode::Unordered },
+        })
+        .collect()
+}
+
+/// The directory of `topic`'s log at `member`.
+pub fn log_dir(config: &OrdoConfig, member: MemberId, topic: &str) -> PathBuf {
+    let safe: String = if topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) && topic != "." && topic != ".." {
+        topic.to_owned()
+    } else {
+        topic.bytes().map(|b| format!("{b:02x}")).collect()
+    };
+    config.dds.data_dir.join(format!("member-{member}")).join(safe)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct WriterShared {
+    sender: ViewSender,
+    next_seq: Mutex<u64>,
+}
+
+/// One member of a DDS domain: an `ordo node` vsync member whose subgroups
+/// are the domain's topics.
+pub struct DomainParticipant {
+    config: OrdoConfig,
+    me: MemberId,
+    core: Arc<Mutex<DomainCore<FsDisk>>>,
+    writers: Vec<Option<Arc<WriterShared>>>,
+    node: Option<Node>,
+}
+
+impl DomainParticipant {
+    /// Validates `config` (`[dds]` included), opens the logged topics' logs
+    /// (replaying them), and starts the member (joining a running group when
+    /// `node.join`, which restores every topic's state first).
+    pub fn new(config: &OrdoConfig) -> Result<DomainParticipant, DdsError> {
+        config.validate_dds().map_err(|e| DdsError::Config(e.to_string()))?;
+        let me = config.member.id;
+        let mut c = config.clone();
+        c.node.engine = ordo_runtime::NodeEngine::Vsync;
+        c.node.send_rate = 0;
+        c.vsync.subgroups = vsync_layout(config);
+        let mut topics = Vec::new();
+        for t in &config.dds.topics {
+            let topic = if t.qos == QosLevel::LoggedStorage && t.members(&config.group.members).contains(&me) {
+                let dir = log_dir(config, me, &t.name);
+                let open = || -> Result<TopicCore<FsDisk>, String> {
+                    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                    let disk = FsDisk::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                    TopicCore::with_log(t.clone(), disk, config.dds.fsync).map_err(|e| e.to_string())
+                };
+                open().map_err(|why| DdsError::Log { topic: t.name.clone(), why })?
+            } else {
+                TopicCore::new(t.clone())
+            };
+            topics.push(topic);
+        }
+        let core = Arc::new(Mutex::new(DomainCore::new(topics)));
+        let (a, b, d) = (core.clone(), core.clone(), core.clone());
+        let app = NodeApp {
+            on_deliver: Some(Box::new(move |view, batch| lock(&a).deliver(view, batch))),
+            on_view: None,
+            snapshot: Some(Box::new(move |g| lock(&b).snapshot(g))),
+            restore: Some(Box::new(move |g, bytes| {
+                if let Err(why) = lock(&d).restore(g, bytes) {
+                    tracing::error!(topic = g, %why, "the group's state of a topic does not restore; kept what was here");
+                }
+            })),
+        };
+        let node = Node::start_with(&c, app).map_err(|e| DdsError::Start(e.to_string()))?;
+        let writers = (0..config.dds.topics.len())
+            .map(|g| node.sender(g).map(|sender| Arc::new(WriterShared { sender, next_seq: Mutex::new(1) })))
+            .collect();
+        Ok(DomainParticipant { config: config.clone(), me, core, writers, node: Some(node) })
+    }
+
+    /// This member's id.
+    pub fn member(&self) -> MemberId {
+        self.me
+    }
+
+    /// The configuration it runs.
+    pub fn config(&self) -> &OrdoConfig {
+        &self.config
+    }
+
+    /// The member's status (view, members, state).
+    pub fn status(&self) -> NodeStatus {
+        self.node.as_ref().map(Node::status).unwrap_or_default()
+    }
+
+    /// Waits until the member runs in a view (a joiner: with its state).
+    pub fn wait_running(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.status().state == "running" {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The topic `name` as type `T` (its `type_name`, when set, must be
+    /// `T`'s).
+    pub fn topic<T: TopicType>(&self, name: &str) -> Result<Topic<T>, DdsError> {
+        let (index, t) = self
+            .config
+            .dds
+            .topics
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.name == name)
+            .ok_or_else(|| DdsError::UnknownTopic(name.to_owned()))?;
+        if !t.type_name.is_empty() && t.type_name != T::type_name() {
+            return Err(DdsError::TypeMismatch {
+                topic: name.to_owned(),
+                expected: t.type_name.clone(),
+                got: T::type_name(),
+            });
+        }
+        Ok(Topic { name: name.to_owned(), index, qos: t.qos, max_sample: t.max_sample, _t: PhantomData })
+    }
+
+    /// A writer of `topic` (this member must be one of its publishers).
+    pub fn create_writer<T: TopicType>(&self, topic: &Topic<T>) -> Result<DataWriter<T>, DdsError> {
+        let shared = self.writers[topic.index]
+            .clone()
+            .ok_or(DdsError::NotAPublisher { member: self.me, topic: topic.name.clone() })?;
+        Ok(DataWriter {
+            shared,
+            max_sample: topic.max_sample,
+            max_blocking: Duration::from_secs(1),
+            _t: PhantomData,
+        })
+    }
+
+    /// A reader of `topic` (this member must publish or subscribe it). On a
+    /// storage topic it starts with the history this member holds.
+    pub fn create_reader<T: TopicType>(&self, topic: &Topic<T>, qos: ReaderQos) -> Result<DataReader<T>, DdsError> {
+        let t = &self.config.dds.topics[topic.index];
+        if !t.members(&self.config.group.members).contains(&self.me) {
+            return Err(DdsError::NotASubscriber { member: self.me, topic: topic.name.clone() });
+        }
+        let queue = lock(&self.core).topic_mut(topic.index).add_reader(qos);
+        Ok(DataReader { queue, topic: topic.name.clone(), decode_errors: AtomicU64::new(0), _t: PhantomData })
+    }
+
+    /// Counters of `topic` at this member.
+    pub fn topic_stats<T>(&self, topic: &Topic<T>) -> TopicStats {
+        lock(&self.core).topic(topic.index).stats()
+    }
+
+    /// Why `topic`'s log stopped, if it did.
+    pub fn log_error<T>(&self, topic: &Topic<T>) -> Option<String> {
+        lock(&self.core).topic(topic.index).log_error().map(str::to_owned)
+    }
+
+    /// Leaves the group gracefully (the others install a view without it).
+    pub fn leave(&self) {
+        if let Some(n) = &self.node {
+            n.leave();
+        }
+    }
+
+    /// Waits up to `timeout` for the member to stop; why it did.
+    pub fn wait(&self, timeout: Duration) -> Option<ordo_runtime::NodeExit> {
+        self.node.as_ref().and_then(|n| n.wait(timeout))
+    }
+
+    /// Stops the member.
+    pub fn stop(mut self) {
+        if let Some(n) = self.node.take() {
+            n.stop();
+        }
+    }
+}
+
+/// A topic of the domain, typed.
+pub struct Topic<T> {
+    name: String,
+    index: usize,
+    qos: QosLevel,
+    max_sample: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Topic<T> {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Its QoS level.
+    pub fn qos(&self) -> QosLevel {
+        self.qos
+    }
+    /// Its largest sample (data and key).
+    pub fn max_sample(&self) -> usize {
+        self.max_sample
+    }
+}
+
+/// Writes samples of one topic.
+pub struct DataWriter<T> {
+    shared: Arc<WriterShared>,
+    max_sample: usize,
+    max_blocking: Duration,
+    _t: PhantomData<fn(&T)>,
+}
+
+impl<T: TopicType> DataWriter<T> {
+    /// How long `write` waits for a slot (DDS reliability
+    /// `max_blocking_time`; default 1 s).
+    pub fn set_max_blocking_time(&mut self, d: Duration) {
+        self.max_blocking = d;
+    }
+
+    /// Publishes `sample` (serialized straight into the ring slot), waiting
+    /// up to the max blocking time for a slot; its sequence number.
+    pub fn write(&self, sample: &T) -> Result<u64, DdsError> {
+        let key = sample.key();
+        self.write_with(&key, sample.encoded_len(), |out| sample.encode(out))
+    }
+
+    /// As [`write`](Self::write), but never waits: `WouldBlock` when no slot
+    /// is free now.
+    pub fn try_write(&self, sample: &T) -> Result<u64, DdsError> {
+        let key = sample.key();
+        self.try_write_with(&key, sample.encoded_len(), |out| sample.encode(out))
+    }
+
+    /// Publishes a `len`-byte sample of instance `key` that `build`
+    /// constructs in place in the ring slot (spindle §IV-F: no copy).
+    pub fn write_with(&self, key: &[u8], len: usize, build: impl FnOnce(&mut [u8])) -> Result<u64, DdsError> {
+        let mut build = Some(build);
+        let deadline = Instant::now() + self.max_blocking;
+        let mut pause = Duration::from_micros(1);
+        loop {
+            match self.try_write_with(key, len, |b| (build.take().expect("built once"))(b)) {
+                Err(DdsError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_micros(200));
+                }
+                Err(DdsError::WouldBlock) => return Err(DdsError::Timeout(self.max_blocking)),
+                r => return r,
+            }
+        }
+    }
+
+    /// As [`write_with`](Self::write_with), never waiting.
+    pub fn try_write_with(&self, key: &[u8], len: usize, build: impl FnOnce(&mut [u8])) -> Result<u64, DdsError> {
+        if key.len() > MAX_KEY || len + key.len() > self.max_sample {
+            return Err(DdsError::TooLarge { len, key: key.len(), max: self.max_sample });
+        }
+        let total = sample::encoded_len(key.len(), len);
+        let mut next = lock(&self.shared.next_seq);
+        let seq = *next;
+        let now = ordo_runtime::node::unix_ns();
+        let r = self.shared.sender.try_send_with(total, |buf| {
+            sample::write_header(buf, seq, now, key);
+            build(&mut buf[sample::data_offset(key.len())..]);
+        });
+        match r {
+            Ok(()) => {
+                *next += 1;
+                Ok(seq)
+            }
+            Err(SendError::WouldBlock | SendError::Wedged) => Err(DdsError::WouldBlock),
+            Err(e) => Err(DdsError::Stopped(e.to_string())),
+        }
+    }
+}
+
+impl<P: bytemuck::Pod + Send> DataWriter<Pod<P>> {
+    /// Constructs the sample in place in the ring slot and publishes it (the
+    /// loan API: `build` gets the slot's bytes as a `P`, holding unspecified
+    /// values — set every field). Waits like [`write`](Self::write).
+    pub fn loan(&self, build: impl FnOnce(&mut P)) -> Result<u64, DdsError> {
+        if std::mem::align_of::<P>() > 8 {
+            return Err(DdsError::Alignment(std::mem::align_of::<P>()));
+        }
+        self.write_with(&[], std::mem::size_of::<P>(), |b| build(bytemuck::from_bytes_mut(b)))
+    }
+}
+
+/// What a reader knows of a sample besides its data (DDS `SampleInfo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SampleInfo {
+    /// The publishing member.
+    pub source: MemberId,
+    /// The writer's sequence number.
+    pub sequence: u64,
+    /// Position in the topic's total order (ordered topics; receipt order
+    /// at this member for `unordered`).
+    pub position: u64,
+    /// The view it was delivered in.
+    pub view: u64,
+    /// The writer's clock when written (Unix ns).
+    pub source_timestamp_ns: u64,
+    /// The instance key (empty: keyless).
+    pub key: Vec<u8>,
+    /// Whether an earlier `read` returned it (DDS `READ` sample state).
+    pub was_read: bool,
+}
+
+impl SampleInfo {
+    fn of(s: &StoredSample, was_read: bool) -> SampleInfo {
+        SampleInfo {
+            source: s.sender,
+            sequence: s.envelope.seq,
+            position: s.position,
+            view: s.view,
+            source_timestamp_ns: s.envelope.source_ns,
+            key: s.key().to_vec(),
+            was_read,
+        }
+    }
+}
+
+/// A sample and its info.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample<T> {
+    /// The data.
+    pub data: T,
+    /// Its info.
+    pub info: SampleInfo,
+}
+
+/// Reads samples of one topic.
+pub struct DataReader<T> {
+    queue: Arc<ReaderQueue>,
+    topic: String,
+    decode_errors: AtomicU64,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: TopicType> DataReader<T> {
+    fn decode(&self, s: &StoredSample, was_read: bool) -> Option<Sample<T>> {
+        match T::decode(s.data()) {
+            Ok(data) => Some(Sample { data, info: SampleInfo::of(s, was_read) }),
+            Err(why) => {
+                self.decode_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(topic = %self.topic, %why, "a sample does not decode as this reader's type; skipped");
+                None
+            }
+        }
+    }
+
+    /// Removes and returns up to `max` samples, oldest first.
+    pub fn take(&self, max: usize) -> Vec<Sample<T>> {
+        self.queue.take(max).iter().filter_map(|s| self.decode(s, false)).collect()
+    }
+
+    /// Returns up to `max` samples, leaving them (marked read).
+    pub fn read(&self, max: usize) -> Vec<Sample<T>> {
+        self.queue.read(max).iter().filter_map(|(s, was)| self.decode(s, *was)).collect()
+    }
+
+    /// Removes up to `max` samples and shows each one's serialized bytes
+    /// without decoding or copying them.
+    pub fn take_with(&self, max: usize, mut f: impl FnMut(&SampleInfo, &[u8])) -> usize {
+        let got = self.queue.take(max);
+        for s in &got {
+            f(&SampleInfo::of(s, false), s.data());
+        }
+        got.len()
+    }
+
+    /// Waits up to `timeout` for a sample; whether one is held.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        self.queue.wait(timeout)
+    }
+
+    /// Samples held.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Its counters, and samples that did not decode.
+    pub fn status(&self) -> (ReaderStatus, u64) {
+        (self.queue.status(), self.decode_errors.load(Ordering::Relaxed))
+    }
+
+    /// Calls `f` on the member's thread whenever samples were queued
+    /// (DDS `on_data_available`); `f` must not block. `None` removes it.
+    pub fn set_listener(&self, f: Option<Box<dyn FnMut() + Send>>) {
+        self.queue.set_listener(f);
+    }
+}
+
+impl<P: bytemuck::Pod + Send> DataReader<Pod<P>> {
+    /// Removes up to `max` samples and shows each in place (no copy).
+    pub fn take_in_place(&self, max: usize, mut f: impl FnMut(&SampleInfo, &P)) -> usize {
+        let got = self.queue.take(max);
+        let mut n = 0;
+        for s in &got {
+            let d = s.data();
+            if d.len() == std::mem::size_of::<P>()
+                && let Ok(p) = bytemuck::try_from_bytes::<P>(d)
+            {
+                f(&SampleInfo::of(s, false), p);
+                n += 1;
+            } else if d.len() == std::mem::size_of::<P>() {
+                let p: P = bytemuck::pod_read_unaligned(d);
+                f(&SampleInfo::of(s, false), &p);
+                n += 1;
+            } else {
+                self.decode_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        n
+    }
+}
+
+/// Waits on several readers at once (DDS `WaitSet` with read conditions).
+#[derive(Default)]
+pub struct WaitSet {
+    signal: Arc<Signal>,
+    readers: Vec<Arc<ReaderQueue>>,
+}
+
+impl WaitSet {
+    /// An empty wait set.
+    pub fn new() -> WaitSet {
+        WaitSet::default()
+    }
+
+    /// Adds a reader; returns its index in [`wait`](Self::wait)'s answer.
+    pub fn attach<T>(&mut self, reader: &DataReader<T>) -> usize {
+        reader.queue.attach(&self.signal);
+        self.readers.push(reader.queue.clone());
+        self.readers.len() - 1
+    }
+
+    /// Waits up to `timeout` until an attached reader holds a sample; the
+    /// indices of those that do (empty on timeout).
+    pub fn wait(&self, timeout: Duration) -> Vec<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.signal.generation();
+            let ready: Vec<usize> =
+                self.readers.iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(i, _)| i).collect();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !ready.is_empty() || left.is_zero() {
+                return ready;
+            }
+            self.signal.wait_past(seen, left);
+        }
+    }
+}
