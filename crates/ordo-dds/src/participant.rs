@@ -186,8 +186,11 @@ impl DomainParticipant {
             })),
         };
         let node = Node::start_with(&c, app).map_err(|e| DdsError::Start(e.to_string()))?;
-        let writers = (0..config.dds.topics.len())
-            .map(|g| node.sender(g).map(|sender| Arc::new(WriterShared { sender, next_seq: Mutex::new(1) })))
+        let writers = (config.dds.topics.iter().enumerate())
+            .map(|(g, t)| {
+                let sender = node.sender(g).filter(|_| t.publishers.contains(&me))?;
+                Some(Arc::new(WriterShared { sender, next_seq: Mutex::new(1) }))
+            })
             .collect();
         Ok(DomainParticipant { config: config.clone(), me, core, writers, node: Some(node) })
     }

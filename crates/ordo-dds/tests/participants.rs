@@ -1,0 +1,224 @@
+//! Participants of one domain in one process (shm fabric, control plane on
+//! loopback): one publisher, three subscribers, every QoS level; then a
+//! subscriber that leaves, misses samples and restarts, catching up from
+//! the group's history and its own log.
+
+use ordo_dds::{Bytes, DomainParticipant, QosLevel, ReaderQos, TopicCore};
+use ordo_r2p2::disk::FsDisk;
+use ordo_runtime::{OrdoConfig, Secret};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+const TOPICS: [(&str, QosLevel); 4] = [
+    ("u", QosLevel::Unordered),
+    ("a", QosLevel::AtomicMulticast),
+    ("v", QosLevel::VolatileStorage),
+    ("l", QosLevel::LoggedStorage),
+];
+
+struct Domain {
+    dir: PathBuf,
+    cluster: String,
+    control: Vec<u16>,
+}
+
+impl Domain {
+    fn new(name: &str) -> Domain {
+        let dir = std::env::temp_dir().join(format!("ordo-dds-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Secret::generate_file(&dir.join("cluster.secret")).unwrap();
+        Domain { dir, cluster: format!("dds-{name}-{}", std::process::id()), control: (0..4).map(|_| free_port()).collect() }
+    }
+
+    fn config(&self, id: u32, join: bool) -> OrdoConfig {
+        let control: Vec<String> =
+            self.control.iter().enumerate().map(|(i, p)| format!("{{ id = {i}, addr = \"127.0.0.1:{p}\" }}")).collect();
+        let topics: String = TOPICS
+            .iter()
+            .map(|(n, q)| {
+                format!(
+                    "[[dds.topics]]\nname = \"{n}\"\nqos = \"{}\"\npublishers = [0]\nsubscribers = [1, 2, 3]\nmax_sample = 1024\nwindow = 16\nhistory = 100\ntype_name = \"bytes\"\n",
+                    q.name()
+                )
+            })
+            .collect();
+        let text = format!(
+            "[member]\nid = {id}\n[group]\nmembers = [0, 1, 2, 3]\n[fabric.shm]\ncluster = \"{}\"\n[security]\nsecret_file = \"{}\"\n[node]\ncontrol = [{}]\ntick_ms = 10\njoin = {join}\n[dds]\ndata_dir = \"{}\"\n{topics}",
+            self.cluster,
+            self.dir.join("cluster.secret").display(),
+            control.join(", "),
+            self.dir.join("data").display(),
+        );
+        OrdoConfig::load_str(&text, Path::new("dds.toml"), std::iter::empty::<(String, String)>(), &[]).unwrap()
+    }
+
+    fn start_all(&self) -> Vec<DomainParticipant> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4u32)
+                .map(|id| {
+                    let c = self.config(id, false);
+                    s.spawn(move || DomainParticipant::new(&c).unwrap())
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+}
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        ordo_runtime::node::remove_view_files(Path::new("/dev/shm"), &self.cluster);
+    }
+}
+
+/// Sample `i` of topic `t`: 100..=1000 bytes that are a function of both.
+fn data(t: usize, i: u64) -> Vec<u8> {
+    let len = 100 + (i as usize * 37) % 900;
+    (0..len).map(|k| (k as u64 ^ i.wrapping_mul(31) ^ t as u64) as u8).collect()
+}
+
+fn publish(p: &DomainParticipant, range: std::ops::Range<u64>) {
+    let writers: Vec<_> = TOPICS
+        .iter()
+        .map(|(n, _)| {
+            let mut w = p.create_writer(&p.topic::<Bytes>(n).unwrap()).unwrap();
+            w.set_max_blocking_time(Duration::from_secs(20));
+            w
+        })
+        .collect();
+    for i in range {
+        for (t, w) in writers.iter().enumerate() {
+            let d = data(t, i);
+            let seq = w.write_with(&[], d.len(), |b| b.copy_from_slice(&d)).unwrap();
+            assert_eq!(seq, i, "writer sequence numbers follow the writes");
+        }
+    }
+}
+
+/// (sequence, position, data) of `n` samples from `reader`, in take order.
+fn drain(reader: &ordo_dds::DataReader<Bytes>, n: usize) -> Vec<(u64, u64, Vec<u8>)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    while got.len() < n {
+        assert!(Instant::now() < deadline, "{} of {n} samples", got.len());
+        reader.wait(Duration::from_millis(100));
+        for s in reader.take(usize::MAX) {
+            got.push((s.info.sequence, s.info.position, s.data.0));
+        }
+    }
+    got
+}
+
+#[test]
+fn one_publisher_three_subscribers_every_qos_level() {
+    let d = Domain::new("all");
+    let ps = d.start_all();
+    let readers: Vec<Vec<_>> = ps[1..]
+        .iter()
+        .map(|p| TOPICS.iter().map(|(n, _)| p.create_reader(&p.topic::<Bytes>(n).unwrap(), ReaderQos::keep_all(10_000)).unwrap()).collect())
+        .collect();
+    // A subscriber cannot write; an unknown topic or a wrong type is refused.
+    assert!(ps[1].create_writer(&ps[1].topic::<Bytes>("a").unwrap()).is_err());
+    assert!(ps[0].topic::<Bytes>("nope").is_err());
+    assert!(ps[0].topic::<String>("a").is_err());
+    const N: u64 = 400;
+    publish(&ps[0], 1..N + 1);
+    let mut per_topic: Vec<Vec<Vec<(u64, u64, Vec<u8>)>>> = vec![Vec::new(); 4];
+    for rs in &readers {
+        for (t, r) in rs.iter().enumerate() {
+            let got = drain(r, N as usize);
+            // Every sample once, the publisher's order, the bytes it wrote.
+            assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), (1..=N).collect::<Vec<_>>(), "topic {t}");
+            for (seq, _, bytes) in &got {
+                assert_eq!(bytes, &data(t, *seq));
+            }
+            if TOPICS[t].1.ordered() {
+                assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), (1..=N).collect::<Vec<_>>(), "positions");
+            }
+            per_topic[t].push(got);
+        }
+    }
+    for (t, subs) in per_topic.iter().enumerate() {
+        assert!(subs.windows(2).all(|w| w[0] == w[1]), "topic {t}: subscribers agree");
+    }
+    // The logged topic's log at each subscriber holds every sample.
+    for p in &ps[1..] {
+        let l = p.topic::<Bytes>("l").unwrap();
+        let st = p.topic_stats(&l);
+        assert_eq!((st.delivered, st.logged), (N, N));
+        assert!(p.log_error(&l).is_none());
+    }
+    for p in ps {
+        p.stop();
+    }
+}
+
+#[test]
+fn a_subscriber_that_restarts_catches_up_from_the_history_and_its_log() {
+    let d = Domain::new("rejoin");
+    let mut ps = d.start_all();
+    const N1: u64 = 120;
+    const N2: u64 = 60;
+    const N3: u64 = 30;
+    publish(&ps[0], 1..N1 + 1);
+    // Member 3 got everything so far, then leaves.
+    let r3 = ps[3].create_reader(&ps[3].topic::<Bytes>("l").unwrap(), ReaderQos::keep_all(10_000)).unwrap();
+    assert_eq!(drain(&r3, 100).len(), 100, "history 100: a late reader starts with the last 100");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ps[3].topic_stats(&ps[3].topic::<Bytes>("l").unwrap()).logged < N1 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let gone = ps.pop().unwrap();
+    gone.leave();
+    assert!(gone.wait(Duration::from_secs(10)).is_some());
+    gone.stop();
+    // The others go on without it.
+    publish(&ps[0], N1 + 1..N1 + N2 + 1);
+    // It restarts: replays its log, joins, restores the group's history.
+    let back = DomainParticipant::new(&d.config(3, true)).unwrap();
+    assert!(back.wait_running(Duration::from_secs(20)), "{:?}", back.status());
+    let total = N1 + N2;
+    for (t, name) in [(2, "v"), (3, "l")] {
+        let r = back.create_reader(&back.topic::<Bytes>(name).unwrap(), ReaderQos::keep_all(10_000)).unwrap();
+        let got = drain(&r, 100);
+        assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), (total - 99..=total).collect::<Vec<_>>(), "{name}");
+        for (seq, pos, bytes) in &got {
+            assert_eq!(seq, pos, "one publisher: its sequence is the position");
+            assert_eq!(bytes, &data(t, *seq));
+        }
+    }
+    // And live samples after that, once each.
+    let live = back.create_reader(&back.topic::<Bytes>("a").unwrap(), ReaderQos::keep_all(10_000)).unwrap();
+    publish(&ps[0], total + 1..total + N3 + 1);
+    let got = drain(&live, N3 as usize);
+    assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), (total + 1..=total + N3).collect::<Vec<_>>());
+    let l = back.topic::<Bytes>("l").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while back.topic_stats(&l).delivered < total + N3 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    back.stop();
+    // Its log on disk: every sample 1..=total+N3, contiguous, as sent.
+    let c = d.config(3, true);
+    let dir = ordo_dds::log_dir(&c, 3, "l");
+    let topic = c.dds.topics[3].clone();
+    let reopened = TopicCore::with_log(topic, FsDisk::open(&dir).unwrap(), true).unwrap();
+    assert_eq!(reopened.delivered(), total + N3);
+    let log = reopened.log().unwrap();
+    assert_eq!((log.first_index(), log.last_index()), (1, total + N3));
+    for s in reopened.history() {
+        assert_eq!(s.data(), &data(3, s.position)[..]);
+    }
+    for p in ps {
+        p.stop();
+    }
+}
