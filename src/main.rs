@@ -15,6 +15,7 @@
 //! - `ordo fabric-peer` — the remote member that benchmarks and the
 //!   multi-process tests spawn (hidden from help).
 
+mod dds;
 mod kv;
 mod node;
 mod r3p2;
@@ -54,6 +55,11 @@ enum Command {
     /// --config FILE` runs one replica.
     #[command(subcommand)]
     Kv(kv::Kv),
+    /// Publish/subscribe (ordo-dds, spindle §IV-F): `ordo dds pub --topic T`
+    /// and `ordo dds sub --topic T`, one participant each, with the topics,
+    /// QoS levels and members of the config's `[dds]`.
+    #[command(subcommand)]
+    Dds(dds::Dds),
     /// A local cluster of `ordo node` daemons (or `--kv` replicas): up,
     /// status, kill, restart, down.
     #[command(subcommand)]
@@ -217,6 +223,9 @@ enum Bench {
     /// ordo-kv (3 replicas) beside a single redis-server, both driven by
     /// redis-benchmark (SET, GET, with and without -P 16), interleaved.
     Kv(ordo_bench::kv_bench::KvArgs),
+    /// spindle Fig. 18: ordo-dds, one publisher to 1..N subscribers, every
+    /// QoS level with Spindle on and off, beside Cyclone DDS's `ddsperf`.
+    Dds(ordo_bench::dds_bench::DdsArgs),
 }
 
 #[derive(Args)]
@@ -350,6 +359,7 @@ fn main() -> ExitCode {
         Command::Node(args) => node::node(args),
         Command::Cluster(cmd) => node::cluster(cmd),
         Command::Kv(cmd) => kv::main(cmd),
+        Command::Dds(cmd) => dds::main(cmd),
         Command::Secret(SecretCmd::New { file }) => new_secret(&file),
         #[cfg(feature = "sim")]
         Command::Sim(args) => sim(args),
@@ -362,6 +372,12 @@ fn main() -> ExitCode {
             let json = args.json;
             std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}")).and_then(
                 |exe| ordo_bench::experiment::run(&ordo_bench::failover::Failover::new(args, exe), json),
+            )
+        }
+        Command::Bench(Bench::Dds(args)) => {
+            let json = args.json;
+            std::env::current_exe().map_err(|e| format!("locating the ordo executable: {e}")).and_then(
+                |exe| ordo_bench::experiment::run(&ordo_bench::dds_bench::DdsBench::new(args, exe), json),
             )
         }
         Command::Bench(Bench::Kv(args)) => {

@@ -38,6 +38,7 @@
 
 pub mod acuerdo_bench;
 pub mod acuerdo_peer;
+pub mod dds_bench;
 pub mod demo;
 pub mod experiment;
 pub mod fabric;

@@ -352,6 +352,8 @@ pub struct TopicStats {
     pub syncs: u64,
     /// Samples held in the history.
     pub history: u64,
+    /// Delivered samples this member published.
+    pub own: u64,
 }
 
 /// One topic at one member.
@@ -618,14 +620,16 @@ impl<D: Disk> TopicCore<D> {
 /// Every topic of the domain at one member, indexed like the vsync
 /// subgroups they are.
 pub struct DomainCore<D: Disk> {
+    me: MemberId,
     topics: Vec<TopicCore<D>>,
     stray: u64,
 }
 
 impl<D: Disk> DomainCore<D> {
-    /// Over topics built by the caller (with or without logs).
-    pub fn new(topics: Vec<TopicCore<D>>) -> DomainCore<D> {
-        DomainCore { topics, stray: 0 }
+    /// Member `me`'s, over topics built by the caller (with or without
+    /// logs).
+    pub fn new(me: MemberId, topics: Vec<TopicCore<D>>) -> DomainCore<D> {
+        DomainCore { me, topics, stray: 0 }
     }
 
     /// Topic `g`.
@@ -657,6 +661,9 @@ impl<D: Disk> DomainCore<D> {
                 self.stray += 1;
                 continue;
             };
+            if d.sender == self.me {
+                t.stats.own += 1;
+            }
             if let Some(s) = t.accept(view, d) {
                 if out.len() <= d.subgroup {
                     out.resize_with(d.subgroup + 1, Vec::new);
@@ -725,7 +732,7 @@ mod tests {
 
     #[test]
     fn keep_last_is_per_instance_and_keep_all_rejects_beyond_its_bound() {
-        let mut core = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
+        let mut core = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
         let last2 = core.topic_mut(0).add_reader(ReaderQos::keep_last(2));
         let all3 = core.topic_mut(0).add_reader(ReaderQos::keep_all(3));
         let msgs: Vec<_> = (1..=5u64).map(|i| (0, sample(i, if i % 2 == 0 { b"b" } else { b"a" }, b"x"))).collect();
@@ -740,7 +747,7 @@ mod tests {
 
     #[test]
     fn read_marks_and_take_removes() {
-        let mut core = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
+        let mut core = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
         let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(10));
         deliver(&mut core, 0, &[(0, sample(1, b"", b"a")), (0, sample(2, b"", b"b"))]);
         assert!(r.wait(Duration::ZERO));
@@ -752,7 +759,7 @@ mod tests {
 
     #[test]
     fn garbage_is_skipped_but_counted_in_positions() {
-        let mut core = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 10))]);
+        let mut core = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 10))]);
         let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(10));
         deliver(&mut core, 0, &[(0, vec![1, 2, 3]), (0, sample(1, b"", b"ok"))]);
         let got = r.take(10);
@@ -763,13 +770,13 @@ mod tests {
 
     #[test]
     fn a_late_reader_and_a_joiner_get_the_history_once() {
-        let mut a = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
+        let mut a = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
         let msgs: Vec<_> = (1..=5u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect();
         deliver(&mut a, 0, &msgs);
         let late = a.topic_mut(0).add_reader(ReaderQos::keep_all(10));
         assert_eq!(late.take(10).iter().map(|s| s.position).collect::<Vec<_>>(), vec![3, 4, 5]);
         // A joiner with a reader created before its state arrived.
-        let mut b = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
+        let mut b = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
         let early = b.topic_mut(0).add_reader(ReaderQos::keep_all(10));
         b.restore(0, &a.snapshot(0)).unwrap();
         assert_eq!(b.snapshot(0), a.snapshot(0));
@@ -777,13 +784,13 @@ mod tests {
         assert_eq!(early.take(10).iter().map(|s| s.position).collect::<Vec<_>>(), vec![3, 4, 5, 6]);
         // A snapshot cut anywhere is refused and changes nothing.
         let snap = a.snapshot(0);
-        let mut c = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
+        let mut c = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
         for cut in 0..snap.len() {
             assert!(c.restore(0, &snap[..cut]).is_err(), "cut {cut}");
         }
         assert_eq!(c.topic(0).delivered(), 0);
         // More samples than the topic keeps: refused.
-        let mut small = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::VolatileStorage, 2))]);
+        let mut small = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 2))]);
         assert!(small.restore(0, &snap).is_err());
     }
 
@@ -791,7 +798,7 @@ mod tests {
     fn logged_samples_are_synced_before_a_reader_sees_them_and_survive_a_crash() {
         let disk = MemDisk::new();
         let mut core =
-            DomainCore::new(vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap()]);
+            DomainCore::new(1, vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap()]);
         let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(100));
         let msgs: Vec<_> = (1..=6u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect();
         deliver(&mut core, 0, &msgs[..3]);
@@ -808,7 +815,7 @@ mod tests {
 
     #[test]
     fn a_joiner_log_takes_the_restored_history_with_a_gap_marker() {
-        let mut a = DomainCore::<MemDisk>::new(vec![TopicCore::new(topic(QosLevel::LoggedStorage, 3))]);
+        let mut a = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::LoggedStorage, 3))]);
         let msgs: Vec<_> = (1..=7u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect();
         deliver(&mut a, 0, &msgs);
         let disk = MemDisk::new();

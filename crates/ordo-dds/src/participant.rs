@@ -173,7 +173,7 @@ impl DomainParticipant {
             };
             topics.push(topic);
         }
-        let core = Arc::new(Mutex::new(DomainCore::new(topics)));
+        let core = Arc::new(Mutex::new(DomainCore::new(me, topics)));
         let (a, b, d) = (core.clone(), core.clone(), core.clone());
         let app = NodeApp {
             on_deliver: Some(Box::new(move |view, batch| lock(&a).deliver(view, batch))),
