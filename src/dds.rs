@@ -62,6 +62,10 @@ pub struct SubArgs {
     /// Print every sample (sequence, source, position, bytes).
     #[arg(long)]
     pub print: bool,
+    /// Read through a KEEP_ALL `DataReader` (`take` on this thread) instead
+    /// of the in-place upcall (the default, like ddsperf's listener).
+    #[arg(long)]
+    pub queue: bool,
     /// Stop once no publisher of the topic is in the view any more (or this
     /// member stopped), after having received at least one sample.
     #[arg(long)]
@@ -196,13 +200,68 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1e3
 }
 
+/// What a subscriber counted.
+#[derive(Default)]
+struct Tally {
+    got: u64,
+    bytes: u64,
+    lat_ns: Vec<u64>,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Tally {
+    fn add(&mut self, info: &ordo_dds::SampleInfo, data: &[u8], now_ns: u64, print: bool) {
+        self.got += 1;
+        self.bytes += data.len() as u64;
+        self.lat_ns.push(now_ns.saturating_sub(info.source_timestamp_ns));
+        if print {
+            println!(
+                "seq {} from {} position {} view {} key {:?} {} bytes",
+                info.sequence,
+                info.source,
+                info.position,
+                info.view,
+                String::from_utf8_lossy(&info.key),
+                data.len()
+            );
+        }
+    }
+}
+
+fn lock(t: &std::sync::Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
+    t.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn subscribe(a: SubArgs) -> Result<(), String> {
     let p = start(&a.config, a.json)?;
     let topic = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
-    let reader = p.create_reader(&topic, ReaderQos::keep_all(a.max_samples)).map_err(|e| e.to_string())?;
+    let tally = std::sync::Arc::new(std::sync::Mutex::new(Tally::default()));
+    // ddsperf's default is a listener; ours is the in-place upcall.
+    let (reader, _sub) = if a.queue {
+        (Some(p.create_reader(&topic, ReaderQos::keep_all(a.max_samples)).map_err(|e| e.to_string())?), None)
+    } else {
+        let (t, print) = (tally.clone(), a.print);
+        let sub = p
+            .subscribe_in_place(&topic, move |info, data| {
+                let now = ordo_runtime::node::unix_ns();
+                let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+                t.add(info, data, now, print);
+                let at = Instant::now();
+                t.first.get_or_insert(at);
+                t.last = Some(at);
+            })
+            .map_err(|e| e.to_string())?;
+        (None, Some(sub))
+    };
     let say = !a.json;
     if say {
-        println!("subscribed to {:?} ({})", a.topic, topic.qos().name());
+        println!(
+            "subscribed to {:?} ({}, {})",
+            a.topic,
+            topic.qos().name(),
+            if a.queue { "KEEP_ALL reader, take" } else { "in place" }
+        );
     }
     let publishers = p
         .config()
@@ -212,44 +271,49 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
         .find(|t| t.name == a.topic)
         .map(|t| t.publishers.clone())
         .unwrap_or_default();
-    let (mut first, mut last_at) = (None::<Instant>, Instant::now());
     let started = Instant::now();
-    let (mut got, mut bytes, mut last_got, mut last_bytes, mut last) = (0u64, 0u64, 0u64, 0u64, started);
-    let mut lat: Vec<u64> = Vec::new();
+    let (mut last_got, mut last_bytes, mut last) = (0u64, 0u64, started);
     let mut all_lat: Vec<u64> = Vec::new();
-    while !stop_now(started, a.for_s) && a.count.is_none_or(|c| got < c) {
-        reader.wait(Duration::from_millis(100));
-        let now = ordo_runtime::node::unix_ns();
-        let n = reader.take_with(usize::MAX, |info, data| {
-            got += 1;
-            bytes += data.len() as u64;
-            lat.push(now.saturating_sub(info.source_timestamp_ns));
-            if a.print {
-                println!(
-                    "seq {} from {} position {} view {} key {:?} {} bytes",
-                    info.sequence,
-                    info.source,
-                    info.position,
-                    info.view,
-                    String::from_utf8_lossy(&info.key),
-                    data.len()
-                );
-            }
-        });
-        if n > 0 {
-            let t = Instant::now();
-            first.get_or_insert(t);
-            last_at = t;
-        } else if let Some(why) = stopped(&p) {
-            if say {
-                println!("the member stopped: {why}");
-            }
+    loop {
+        let got = lock(&tally).got;
+        if stop_now(started, a.for_s) || a.count.is_some_and(|c| got >= c) {
             break;
-        } else if a.until_publishers_leave && got > 0 && !p.status().members.iter().any(|m| publishers.contains(m)) {
-            break;
+        }
+        let n = match &reader {
+            Some(r) => {
+                r.wait(Duration::from_millis(100));
+                let now = ordo_runtime::node::unix_ns();
+                let mut t = lock(&tally);
+                let n = r.take_with(usize::MAX, |info, data| t.add(info, data, now, a.print));
+                if n > 0 {
+                    let at = Instant::now();
+                    t.first.get_or_insert(at);
+                    t.last = Some(at);
+                }
+                n
+            }
+            None => {
+                std::thread::sleep(Duration::from_millis(20));
+                (lock(&tally).got - got) as usize
+            }
+        };
+        if n == 0 {
+            if let Some(why) = stopped(&p) {
+                if say {
+                    println!("the member stopped: {why}");
+                }
+                break;
+            }
+            if a.until_publishers_leave && got > 0 && !p.status().members.iter().any(|m| publishers.contains(m)) {
+                break;
+            }
         }
         if say && last.elapsed() >= Duration::from_secs(1) {
             let dt = last.elapsed().as_secs_f64();
+            let (got, bytes, mut lat) = {
+                let mut t = lock(&tally);
+                (t.got, t.bytes, std::mem::take(&mut t.lat_ns))
+            };
             lat.sort_unstable();
             let (n, b) = (got - last_got, bytes - last_bytes);
             println!(
@@ -260,27 +324,34 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
                 percentile(&lat, 0.5),
                 percentile(&lat, 0.99),
                 percentile(&lat, 1.0),
-                reader.status().0.rejected
+                reader.as_ref().map_or(0, |r| r.status().0.rejected)
             );
             all_lat.append(&mut lat);
             (last_got, last_bytes, last) = (got, bytes, Instant::now());
         }
     }
-    all_lat.append(&mut lat);
+    drop(_sub);
+    let t = std::mem::take(&mut *lock(&tally));
+    all_lat.extend_from_slice(&t.lat_ns);
     all_lat.sort_unstable();
-    let window = first.map_or(0.0, |f| last_at.duration_since(f).as_secs_f64());
+    let window = match (t.first, t.last) {
+        (Some(f), Some(l)) => l.duration_since(f).as_secs_f64(),
+        _ => 0.0,
+    };
     if a.json {
         println!(
             "{}",
             serde_json::json!({
-                "role": "sub", "samples": got, "bytes": bytes, "window_secs": window,
+                "role": "sub", "samples": t.got, "bytes": t.bytes, "window_secs": window,
                 "p50_us": percentile(&all_lat, 0.5), "p99_us": percentile(&all_lat, 0.99),
-                "rejected": reader.status().0.rejected,
+                "rejected": reader.as_ref().map_or(0, |r| r.status().0.rejected),
             })
         );
     } else {
         println!(
-            "done: {got} samples, {bytes} bytes in {:.3} s; latency p50 {:.1} µs p99 {:.1} µs",
+            "done: {} samples, {} bytes in {:.3} s; latency p50 {:.1} µs p99 {:.1} µs",
+            t.got,
+            t.bytes,
             started.elapsed().as_secs_f64(),
             percentile(&all_lat, 0.5),
             percentile(&all_lat, 0.99)

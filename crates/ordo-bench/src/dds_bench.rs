@@ -20,9 +20,11 @@
 //!   each point is reported as median [min–max] over rounds and each ratio
 //!   as median [min–max] of per-round ratios.
 //! - **Contention**: the CPU time the machine spent outside this benchmark
-//!   and its children during a point (from `/proc/stat` and
-//!   `getrusage(RUSAGE_CHILDREN)`); a point where it exceeds 0.1 core is
-//!   flagged and left out of medians and ratios.
+//!   and its children during a point (user and system time from
+//!   `/proc/stat`, less `getrusage` of this process and its children, less
+//!   kernel threads — the journal and writeback work for logged storage's
+//!   own fsyncs); a point where it exceeds 0.1 core is flagged and left out
+//!   of medians and ratios.
 
 use crate::experiment::Experiment;
 use crate::machine::MachineInfo;
@@ -167,14 +169,36 @@ impl DdsBench {
     }
 }
 
-/// Busy and total jiffies of the machine.
-fn cpu_jiffies() -> (u64, u64) {
+/// Jiffies the machine spent in user and system mode (interrupts, steal
+/// and idle left out).
+fn cpu_jiffies() -> u64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = stat.lines().next() else { return (0, 0) };
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let total: u64 = v.iter().sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    (total - idle, total)
+    let Some(line) = stat.lines().next() else { return 0 };
+    line.split_whitespace().skip(1).take(3).filter_map(|x| x.parse::<u64>().ok()).sum()
+}
+
+/// Jiffies of every kernel thread (file-system journal, writeback,
+/// workers): work done for the benchmark's own fsyncs and I/O, not load
+/// from elsewhere.
+fn kernel_thread_jiffies() -> u64 {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    let mut sum = 0;
+    for e in dir.flatten() {
+        if !e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // After the command: state ppid pgrp session tty tpgid flags(6) ... utime(11) stime(12).
+        let flags: u64 = f.get(6).and_then(|x| x.parse().ok()).unwrap_or(0);
+        if flags & PF_KTHREAD != 0 {
+            let t = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+            sum += t(11) + t(12);
+        }
+    }
+    sum
 }
 
 /// CPU seconds of this process and its waited-for children.
@@ -195,14 +219,15 @@ fn own_cpu_s() -> f64 {
 fn with_foreign<T>(f: impl FnOnce() -> T) -> (T, f64) {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let (b0, _) = cpu_jiffies();
+    let (b0, k0) = (cpu_jiffies(), kernel_thread_jiffies());
     let c0 = own_cpu_s();
     let t0 = Instant::now();
     let out = f();
-    let (b1, _) = cpu_jiffies();
+    let (b1, k1) = (cpu_jiffies(), kernel_thread_jiffies());
     let c1 = own_cpu_s();
     let secs = t0.elapsed().as_secs_f64().max(1e-3);
-    let foreign = ((b1 - b0) as f64 / hz - (c1 - c0)).max(0.0) / secs;
+    let busy = b1.saturating_sub(b0).saturating_sub(k1.saturating_sub(k0)) as f64 / hz;
+    let foreign = (busy - (c1 - c0)).max(0.0) / secs;
     (out, foreign)
 }
 

@@ -88,6 +88,52 @@ impl StoredSample {
     }
 }
 
+/// What a reader knows of a sample besides its data (DDS `SampleInfo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SampleInfo {
+    /// The publishing member.
+    pub source: MemberId,
+    /// The writer's sequence number.
+    pub sequence: u64,
+    /// Position in the topic's total order (ordered topics; receipt order
+    /// at this member for `unordered`).
+    pub position: u64,
+    /// The view it was delivered in.
+    pub view: u64,
+    /// The writer's clock when written (Unix ns).
+    pub source_timestamp_ns: u64,
+    /// The instance key (empty: keyless).
+    pub key: Vec<u8>,
+    /// Whether an earlier `read` returned it (DDS `READ` sample state).
+    pub was_read: bool,
+}
+
+impl SampleInfo {
+    /// The info of a stored sample.
+    pub fn of(s: &StoredSample, was_read: bool) -> SampleInfo {
+        SampleInfo::parts(s.position, s.view, s.sender, &s.envelope, &s.bytes, was_read)
+    }
+
+    fn parts(position: u64, view: u64, sender: MemberId, e: &Envelope, payload: &[u8], was_read: bool) -> SampleInfo {
+        SampleInfo {
+            source: sender,
+            sequence: e.seq,
+            position,
+            view,
+            source_timestamp_ns: e.source_ns,
+            key: e.key(payload).to_vec(),
+            was_read,
+        }
+    }
+}
+
+/// An in-place subscriber: called on the member's thread with each
+/// sample's bytes where they lie (the ring slot; after the log's sync for
+/// logged topics) — no copy, no queue, no thread hop (Derecho's delivery
+/// upcall; DDS `on_data_available` taking at once). Must not block and
+/// must not call into its participant.
+pub type InPlaceFn = Box<dyn FnMut(&SampleInfo, &[u8]) + Send>;
+
 /// A reader's history QoS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum History {
@@ -364,6 +410,8 @@ pub struct TopicCore<D: Disk> {
     log: Option<LogStore<D>>,
     log_error: Option<String>,
     readers: Vec<Weak<ReaderQueue>>,
+    in_place: Vec<(u64, InPlaceFn)>,
+    next_in_place: u64,
     stats: TopicStats,
 }
 
@@ -381,6 +429,8 @@ impl<D: Disk> TopicCore<D> {
             log: None,
             log_error: None,
             readers: Vec::new(),
+            in_place: Vec::new(),
+            next_in_place: 0,
             stats: TopicStats::default(),
         }
     }
@@ -461,6 +511,33 @@ impl<D: Disk> TopicCore<D> {
         r
     }
 
+    /// Adds an in-place subscriber (it gets samples delivered from now
+    /// on); its id for [`remove_in_place`](Self::remove_in_place).
+    pub fn add_in_place(&mut self, f: InPlaceFn) -> u64 {
+        self.next_in_place += 1;
+        self.in_place.push((self.next_in_place, f));
+        self.next_in_place
+    }
+
+    /// Removes an in-place subscriber.
+    pub fn remove_in_place(&mut self, id: u64) {
+        self.in_place.retain(|(i, _)| *i != id);
+    }
+
+    /// Queues `samples` for the readers and, on a logged topic (whose
+    /// in-place subscribers wait for the sync), calls those too.
+    fn release(&mut self, samples: &[StoredSample]) {
+        self.hand_out(samples);
+        if self.log.is_some() {
+            for s in samples {
+                let info = SampleInfo::of(s, false);
+                for (_, f) in &mut self.in_place {
+                    f(&info, s.data());
+                }
+            }
+        }
+    }
+
     fn hand_out(&mut self, samples: &[StoredSample]) {
         if samples.is_empty() {
             return;
@@ -475,27 +552,41 @@ impl<D: Disk> TopicCore<D> {
     }
 
     /// Takes one delivered message: its sample, or `None` (skipped).
+    /// Takes one delivered message: in-place subscribers of an unlogged
+    /// topic see it now, in the slot; it is copied out only when something
+    /// keeps it (history, log, queued readers).
     fn accept(&mut self, view: u64, d: &Delivered<'_>) -> Option<StoredSample> {
         self.delivered += 1;
         self.stats.delivered = self.delivered;
         self.stats.bytes += d.payload.len() as u64;
-        match StoredSample::new(self.delivered, view, d.sender, d.payload) {
-            Ok(s) => {
-                if self.config.qos.stores() {
-                    self.history.push_back(s.clone());
-                    while self.history.len() > self.config.history {
-                        self.history.pop_front();
-                    }
-                    self.stats.history = self.history.len() as u64;
-                }
-                Some(s)
-            }
+        let envelope = match Envelope::decode(d.payload) {
+            Ok(e) => e,
             Err(why) => {
                 self.stats.undecodable += 1;
                 tracing::warn!(topic = %self.config.name, sender = d.sender, %why, "a delivered message is no sample; skipped");
-                None
+                return None;
+            }
+        };
+        let logged = self.log.is_some();
+        if !logged && !self.in_place.is_empty() {
+            let info = SampleInfo::parts(self.delivered, view, d.sender, &envelope, d.payload, false);
+            let data = envelope.data(d.payload);
+            for (_, f) in &mut self.in_place {
+                f(&info, data);
             }
         }
+        if !(self.config.qos.stores() || logged || self.readers.iter().any(|w| w.strong_count() > 0)) {
+            return None;
+        }
+        let s = StoredSample { position: self.delivered, view, sender: d.sender, envelope, bytes: Arc::from(d.payload) };
+        if self.config.qos.stores() {
+            self.history.push_back(s.clone());
+            while self.history.len() > self.config.history {
+                self.history.pop_front();
+            }
+            self.stats.history = self.history.len() as u64;
+        }
+        Some(s)
     }
 
     /// Appends `samples` and syncs; false (and the error kept) if the log
@@ -677,7 +768,7 @@ impl<D: Disk> DomainCore<D> {
             }
             let t = &mut self.topics[g];
             if t.log_batch(samples) {
-                t.hand_out(samples);
+                t.release(samples);
             }
         }
     }
@@ -811,6 +902,34 @@ mod tests {
         assert_eq!(again.delivered(), 6, "every sample a reader saw was synced");
         assert_eq!(again.history().map(|s| s.position).collect::<Vec<_>>(), vec![3, 4, 5, 6]);
         assert_eq!(again.history().last().unwrap().data(), &[6]);
+    }
+
+    #[test]
+    fn in_place_subscribers_see_the_slot_and_logged_ones_only_after_the_sync() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let mut core = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let id = core.topic_mut(0).add_in_place(Box::new(move |info, data| {
+            s2.lock().unwrap().push((info.sequence, info.position, data.to_vec()))
+        }));
+        deliver(&mut core, 3, &[(0, sample(5, b"k", b"abc")), (0, vec![0; 3])]);
+        assert_eq!(*seen.lock().unwrap(), vec![(5, 1, b"abc".to_vec())], "garbage is not shown");
+        core.topic_mut(0).remove_in_place(id);
+        deliver(&mut core, 3, &[(0, sample(6, b"", b"x"))]);
+        assert_eq!(seen.lock().unwrap().len(), 1, "removed");
+
+        let disk = MemDisk::new();
+        let mut logged =
+            DomainCore::new(1, vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap()]);
+        let synced_before = Arc::new(AtomicU64::new(u64::MAX));
+        let (d2, sb) = (disk.clone(), synced_before.clone());
+        let base = disk.stats().fsyncs();
+        logged.topic_mut(0).add_in_place(Box::new(move |_, _| {
+            sb.store(d2.stats().fsyncs() - base, Ordering::SeqCst);
+        }));
+        deliver(&mut logged, 0, &[(0, sample(1, b"", b"a"))]);
+        assert!(synced_before.load(Ordering::SeqCst) >= 1, "the log was synced before the subscriber saw the sample");
     }
 
     #[test]

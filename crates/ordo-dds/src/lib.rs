@@ -40,10 +40,12 @@ pub mod participant;
 pub mod sample;
 pub mod types;
 
-pub use crate::core::{DomainCore, History, ReaderQos, ReaderStatus, StoredSample, TopicCore, TopicStats};
+pub use crate::core::{
+    DomainCore, History, InPlaceFn, ReaderQos, ReaderStatus, SampleInfo, StoredSample, TopicCore, TopicStats,
+};
 pub use ordo_runtime::{DdsConfig, QosLevel, TopicConfig};
 pub use participant::{
-    DataReader, DataWriter, DdsError, DomainParticipant, Sample, SampleInfo, Topic, WaitSet, log_dir,
+    DataReader, DataWriter, DdsError, DomainParticipant, InPlaceSubscription, Sample, Topic, WaitSet, log_dir,
     slot_payload, vsync_layout,
 };
 pub use types::{Bytes, Json, JsonKey, KeyedJson, Pod, TopicType};

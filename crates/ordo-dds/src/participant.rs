@@ -12,7 +12,10 @@
 //! - A reader decodes on `take`/`read`, never on the member's thread; a
 //!   sample that does not decode as `T` is counted and skipped.
 
-use crate::core::{DomainCore, ReaderQos, ReaderQueue, ReaderStatus, Signal, StoredSample, TopicCore, TopicStats};
+use crate::core::{
+    DomainCore, InPlaceFn, ReaderQos, ReaderQueue, ReaderStatus, SampleInfo, Signal, StoredSample, TopicCore,
+    TopicStats,
+};
 use crate::sample::{self, MAX_KEY};
 use crate::types::{Pod, TopicType};
 use ordo_fabric::MemberId;
@@ -269,6 +272,26 @@ impl DomainParticipant {
         Ok(DataReader { queue, topic: topic.name.clone(), decode_errors: AtomicU64::new(0), _t: PhantomData })
     }
 
+    /// Subscribes `f` in place: it is called on the member's thread with
+    /// each sample's info and bytes where they lie in the ring slot (after
+    /// the log's sync on a logged topic) — no copy, no queue, no wake-up
+    /// (the paper's delivery upcall; `ddsperf`'s listener mode). `f` must
+    /// not block or call into this participant. Unsubscribed when the
+    /// returned handle is dropped.
+    pub fn subscribe_in_place<T>(
+        &self,
+        topic: &Topic<T>,
+        f: impl FnMut(&SampleInfo, &[u8]) + Send + 'static,
+    ) -> Result<InPlaceSubscription, DdsError> {
+        let t = &self.config.dds.topics[topic.index];
+        if !t.members(&self.config.group.members).contains(&self.me) {
+            return Err(DdsError::NotASubscriber { member: self.me, topic: topic.name.clone() });
+        }
+        let f: InPlaceFn = Box::new(f);
+        let id = lock(&self.core).topic_mut(topic.index).add_in_place(f);
+        Ok(InPlaceSubscription { core: self.core.clone(), topic: topic.index, id })
+    }
+
     /// Counters of `topic` at this member.
     pub fn topic_stats<T>(&self, topic: &Topic<T>) -> TopicStats {
         lock(&self.core).topic(topic.index).stats()
@@ -296,6 +319,20 @@ impl DomainParticipant {
         if let Some(n) = self.node.take() {
             n.stop();
         }
+    }
+}
+
+/// An in-place subscription ([`DomainParticipant::subscribe_in_place`]);
+/// dropping it unsubscribes.
+pub struct InPlaceSubscription {
+    core: Arc<Mutex<DomainCore<FsDisk>>>,
+    topic: usize,
+    id: u64,
+}
+
+impl Drop for InPlaceSubscription {
+    fn drop(&mut self) {
+        lock(&self.core).topic_mut(self.topic).remove_in_place(self.id);
     }
 }
 
@@ -403,40 +440,6 @@ impl<P: bytemuck::Pod + Send> DataWriter<Pod<P>> {
             return Err(DdsError::Alignment(std::mem::align_of::<P>()));
         }
         self.write_with(&[], std::mem::size_of::<P>(), |b| build(bytemuck::from_bytes_mut(b)))
-    }
-}
-
-/// What a reader knows of a sample besides its data (DDS `SampleInfo`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SampleInfo {
-    /// The publishing member.
-    pub source: MemberId,
-    /// The writer's sequence number.
-    pub sequence: u64,
-    /// Position in the topic's total order (ordered topics; receipt order
-    /// at this member for `unordered`).
-    pub position: u64,
-    /// The view it was delivered in.
-    pub view: u64,
-    /// The writer's clock when written (Unix ns).
-    pub source_timestamp_ns: u64,
-    /// The instance key (empty: keyless).
-    pub key: Vec<u8>,
-    /// Whether an earlier `read` returned it (DDS `READ` sample state).
-    pub was_read: bool,
-}
-
-impl SampleInfo {
-    fn of(s: &StoredSample, was_read: bool) -> SampleInfo {
-        SampleInfo {
-            source: s.sender,
-            sequence: s.envelope.seq,
-            position: s.position,
-            view: s.view,
-            source_timestamp_ns: s.envelope.source_ns,
-            key: s.key().to_vec(),
-            was_read,
-        }
     }
 }
 
