@@ -16,13 +16,21 @@
 //!   log and synced — one sync per topic per delivered batch — before any
 //!   reader gets them; a sample whose log write failed is never handed to
 //!   a reader (the topic reports the error), so a sample a reader took
-//!   survives a crash of this member. The log holds positions `1..=n`
-//!   (a gap a joiner skipped is a snapshot marker), entry index = position.
+//!   survives a crash of this member.
+//! - **The log is append-only, in segments.** Its entries are samples
+//!   (with their position) and *segment markers*. A segment starts when the
+//!   topic's state starts here: a fresh start ([`TopicCore::start_fresh`]),
+//!   a joiner's restore (the marker, then the restored history), or a
+//!   **whole-topic restart** — a restore with no holder left, every member
+//!   of the topic having failed — which starts a new lineage at position 1.
+//!   Opening a log replays its last segment; earlier segments stay on disk
+//!   (nothing logged is ever overwritten).
 //! - **Readers** get each sample at most once: ordered readers only
-//!   positions above the last they got (history at creation, a restored
-//!   history after a join, then live samples); what a reader holds is
-//!   bounded by its QoS (`KeepLast(n)` per instance, `KeepAll` up to
-//!   `max_samples`, then rejected and counted).
+//!   (epoch, position) pairs above the last they got, where the epoch
+//!   counts this member's segments (history at creation, a restored history
+//!   after a join, then live samples); what a reader holds is bounded by
+//!   its QoS (`KeepLast(n)` per instance, `KeepAll` up to `max_samples`,
+//!   then rejected and counted).
 //! - Bad input (an undecodable sample, a snapshot that does not decode, a
 //!   log record that does not decode) is counted or an error and changes
 //!   no state.
@@ -30,7 +38,7 @@
 use crate::sample::Envelope;
 use ordo_fabric::MemberId;
 use ordo_raft::storage::{Disk, LogOptions, LogStore, StorageError};
-use ordo_raft::{Entry, EntryKind, Snapshot, SnapshotMeta};
+use ordo_raft::{Entry, EntryKind};
 use ordo_runtime::{QosLevel, TopicConfig};
 use ordo_vsync::Delivered;
 use std::collections::{HashMap, VecDeque};
@@ -71,21 +79,35 @@ impl StoredSample {
     }
 
     fn log_record(&self) -> Vec<u8> {
-        let mut r = Vec::with_capacity(12 + self.bytes.len());
+        let mut r = Vec::with_capacity(21 + self.bytes.len());
+        r.push(RECORD_SAMPLE);
+        r.extend_from_slice(&self.position.to_le_bytes());
         r.extend_from_slice(&self.view.to_le_bytes());
         r.extend_from_slice(&self.sender.to_le_bytes());
         r.extend_from_slice(&self.bytes);
         r
     }
+}
 
-    fn from_log_record(position: u64, r: &[u8]) -> Result<StoredSample, &'static str> {
-        if r.len() < 12 {
-            return Err("log record shorter than its header");
+/// A log record: a sample, or the start of a segment.
+const RECORD_SAMPLE: u8 = 1;
+const RECORD_SEGMENT: u8 = 2;
+
+/// Decodes a log record: `None` for a segment marker.
+fn decode_log_record(r: &[u8]) -> Result<Option<StoredSample>, &'static str> {
+    match r.first() {
+        Some(&RECORD_SEGMENT) if r.len() == 1 => Ok(None),
+        Some(&RECORD_SAMPLE) if r.len() >= 21 => {
+            let position = u64::from_le_bytes(r[1..9].try_into().expect("8 bytes"));
+            let view = u64::from_le_bytes(r[9..17].try_into().expect("8 bytes"));
+            let sender = u32::from_le_bytes(r[17..21].try_into().expect("4 bytes"));
+            StoredSample::new(position, view, sender, &r[21..]).map(Some)
         }
-        let view = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
-        let sender = u32::from_le_bytes(r[8..12].try_into().expect("4 bytes"));
-        StoredSample::new(position, view, sender, &r[12..])
+        _ => Err("log record is neither a sample nor a segment marker"),
     }
+}
+
+impl StoredSample {
 }
 
 /// What a reader knows of a sample besides its data (DDS `SampleInfo`).
@@ -222,7 +244,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct ReaderState {
     queue: VecDeque<(StoredSample, bool)>,
     per_key: HashMap<Vec<u8>, usize>,
-    last_position: u64,
+    /// The last (epoch, position) queued (ordered topics).
+    last: (u64, u64),
     status: ReaderStatus,
 }
 
@@ -242,14 +265,14 @@ pub struct ReaderQueue {
 }
 
 impl ReaderQueue {
-    fn new(qos: ReaderQos, ordered: bool, after: u64) -> ReaderQueue {
+    fn new(qos: ReaderQos, ordered: bool, after: (u64, u64)) -> ReaderQueue {
         ReaderQueue {
             qos,
             ordered,
             state: Mutex::new(ReaderState {
                 queue: VecDeque::new(),
                 per_key: HashMap::new(),
-                last_position: after,
+                last: after,
                 status: ReaderStatus::default(),
             }),
             signal: Signal::default(),
@@ -260,16 +283,16 @@ impl ReaderQueue {
 
     /// Queues what is new to this reader; rings its signal and waitsets and
     /// calls its listener when anything was queued.
-    fn push_all(&self, samples: &[StoredSample]) {
+    fn push_all(&self, epoch: u64, samples: &[StoredSample]) {
         let mut queued = false;
         {
             let mut st = lock(&self.state);
             for s in samples {
                 if self.ordered {
-                    if s.position <= st.last_position {
+                    if (epoch, s.position) <= st.last {
                         continue;
                     }
-                    st.last_position = s.position;
+                    st.last = (epoch, s.position);
                 }
                 queued |= self.push_one(&mut st, s);
             }
@@ -405,6 +428,8 @@ pub struct TopicStats {
 /// One topic at one member.
 pub struct TopicCore<D: Disk> {
     config: TopicConfig,
+    /// This member's segments of the topic so far (readers' epoch).
+    epoch: u64,
     delivered: u64,
     history: VecDeque<StoredSample>,
     log: Option<LogStore<D>>,
@@ -424,6 +449,7 @@ impl<D: Disk> TopicCore<D> {
     pub fn new(config: TopicConfig) -> TopicCore<D> {
         TopicCore {
             config,
+            epoch: 0,
             delivered: 0,
             history: VecDeque::new(),
             log: None,
@@ -445,13 +471,18 @@ impl<D: Disk> TopicCore<D> {
         };
         let (log, recovered) = LogStore::open(disk, options)?;
         let mut t = TopicCore::new(config);
-        t.delivered = log.last_index().max(recovered.snapshot.as_ref().map_or(0, |s| s.meta.index));
-        let keep = recovered.entries.len().saturating_sub(t.config.history);
-        for e in &recovered.entries[keep..] {
-            let s = StoredSample::from_log_record(e.index, &e.data)
-                .map_err(|_| StorageError::Corrupt { file: "log".into(), offset: e.index, reason: "record is no sample" })?;
-            t.history.push_back(s);
+        // Replay the last segment: its samples, the last `history` kept.
+        let mut segment = Vec::new();
+        for e in &recovered.entries {
+            match decode_log_record(&e.data) {
+                Ok(Some(s)) => segment.push(s),
+                Ok(None) => segment.clear(),
+                Err(reason) => return Err(StorageError::Corrupt { file: "log".into(), offset: e.index, reason }),
+            }
         }
+        t.delivered = segment.last().map_or(0, |s| s.position);
+        let keep = segment.len().saturating_sub(t.config.history);
+        t.history = segment.drain(keep..).collect();
         t.log = Some(log);
         t.stats.delivered = t.delivered;
         t.stats.history = t.history.len() as u64;
@@ -497,14 +528,14 @@ impl<D: Disk> TopicCore<D> {
     /// (TRANSIENT durability), any other with the next sample delivered.
     pub fn add_reader(&mut self, qos: ReaderQos) -> Arc<ReaderQueue> {
         let ordered = self.config.qos.ordered();
-        let r = Arc::new(ReaderQueue::new(qos, ordered, 0));
+        let r = Arc::new(ReaderQueue::new(qos, ordered, (0, 0)));
         if self.config.qos.stores() {
             let h: Vec<StoredSample> = self.history.iter().cloned().collect();
-            r.push_all(&h);
+            r.push_all(self.epoch, &h);
         }
         if ordered {
             let mut st = lock(&r.state);
-            st.last_position = st.last_position.max(self.delivered);
+            st.last = st.last.max((self.epoch, self.delivered));
         }
         self.readers.retain(|w| w.strong_count() > 0);
         self.readers.push(Arc::downgrade(&r));
@@ -542,9 +573,10 @@ impl<D: Disk> TopicCore<D> {
         if samples.is_empty() {
             return;
         }
+        let epoch = self.epoch;
         self.readers.retain(|w| match w.upgrade() {
             Some(r) => {
-                r.push_all(samples);
+                r.push_all(epoch, samples);
                 true
             }
             None => false,
@@ -596,9 +628,11 @@ impl<D: Disk> TopicCore<D> {
         if self.log_error.is_some() {
             return false;
         }
+        let next = log.last_index() + 1;
         let entries: Vec<Entry> = samples
             .iter()
-            .map(|s| Entry { term: 1, index: s.position, kind: EntryKind::Normal, data: s.log_record() })
+            .enumerate()
+            .map(|(i, s)| Entry { term: 1, index: next + i as u64, kind: EntryKind::Normal, data: s.log_record() })
             .collect();
         let r = log.append(&entries).and_then(|()| log.sync());
         match r {
@@ -669,35 +703,26 @@ impl<D: Disk> TopicCore<D> {
         Ok((delivered, history))
     }
 
-    /// Replaces the state with a snapshot (a joiner, before it delivers):
-    /// the log is brought to the snapshot (missing samples appended, a gap
-    /// marked, a stale tail cut) and readers get what is new to them.
-    pub fn restore(&mut self, b: &[u8]) -> Result<(), String> {
-        let (delivered, history) = self.decode_snapshot(b).map_err(str::to_owned)?;
+    /// Starts a new segment holding `history` at `delivered`: a marker
+    /// and the samples appended to the log and synced, then the state
+    /// replaced; readers start a new epoch and get what the history holds.
+    fn start_segment(&mut self, delivered: u64, history: VecDeque<StoredSample>) -> Result<(), String> {
         if let Some(log) = self.log.as_mut() {
-            let r = (|| -> Result<(), StorageError> {
-                if log.last_index() > delivered {
-                    log.truncate(delivered + 1)?;
-                }
-                let first = history.front().map_or(delivered + 1, |s| s.position);
-                if log.last_index() + 1 < first {
-                    let meta = SnapshotMeta { index: first - 1, term: 1, membership: Default::default() };
-                    log.install_snapshot(&Snapshot { meta, data: Vec::new() })?;
-                }
-                let from = log.last_index();
-                let entries: Vec<Entry> = history
-                    .iter()
-                    .filter(|s| s.position > from)
-                    .map(|s| Entry { term: 1, index: s.position, kind: EntryKind::Normal, data: s.log_record() })
-                    .collect();
-                log.append(&entries)?;
-                log.sync()
-            })();
-            if let Err(e) = r {
+            let next = log.last_index() + 1;
+            let mut entries =
+                vec![Entry { term: 1, index: next, kind: EntryKind::Normal, data: vec![RECORD_SEGMENT] }];
+            entries.extend(history.iter().enumerate().map(|(i, s)| Entry {
+                term: 1,
+                index: next + 1 + i as u64,
+                kind: EntryKind::Normal,
+                data: s.log_record(),
+            }));
+            if let Err(e) = log.append(&entries).and_then(|()| log.sync()) {
                 self.log_error = Some(e.to_string());
-                return Err(format!("the log could not take the restored history: {e}"));
+                return Err(format!("the log could not start a segment: {e}"));
             }
         }
+        self.epoch += 1;
         self.delivered = delivered;
         self.history = history;
         self.stats.delivered = delivered;
@@ -705,6 +730,26 @@ impl<D: Disk> TopicCore<D> {
         let h: Vec<StoredSample> = self.history.iter().cloned().collect();
         self.hand_out(&h);
         Ok(())
+    }
+
+    /// The topic starts here with the group (an original member of a new
+    /// group): a new lineage at position 1; what the log replayed stays in
+    /// its earlier segment.
+    pub fn start_fresh(&mut self) -> Result<(), String> {
+        self.start_segment(0, VecDeque::new())
+    }
+
+    /// Replaces the state with a snapshot (a joiner, before it delivers):
+    /// the log gets a new segment with the restored history, and readers
+    /// get what is new to them. An empty snapshot means no member held the
+    /// topic (every one failed): a whole-topic restart, a new lineage at
+    /// position 1 — every member of the topic in this view restarts alike.
+    pub fn restore(&mut self, b: &[u8]) -> Result<(), String> {
+        if b.is_empty() {
+            return self.start_fresh();
+        }
+        let (delivered, history) = self.decode_snapshot(b).map_err(str::to_owned)?;
+        self.start_segment(delivered, history)
     }
 }
 
@@ -771,6 +816,12 @@ impl<D: Disk> DomainCore<D> {
                 t.release(samples);
             }
         }
+    }
+
+    /// Every topic starts with a new group (an original member, not a
+    /// joiner): see [`TopicCore::start_fresh`].
+    pub fn start_fresh(&mut self) -> Result<(), String> {
+        self.topics.iter_mut().try_for_each(TopicCore::start_fresh)
     }
 
     /// Topic `g`'s state for a joiner.
@@ -876,7 +927,8 @@ mod tests {
         // A snapshot cut anywhere is refused and changes nothing.
         let snap = a.snapshot(0);
         let mut c = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 3))]);
-        for cut in 0..snap.len() {
+        // (Empty is no holder: a restart, tested below.)
+        for cut in 1..snap.len() {
             assert!(c.restore(0, &snap[..cut]).is_err(), "cut {cut}");
         }
         assert_eq!(c.topic(0).delivered(), 0);
@@ -933,18 +985,44 @@ mod tests {
     }
 
     #[test]
-    fn a_joiner_log_takes_the_restored_history_with_a_gap_marker() {
+    fn a_joiner_log_gets_a_segment_with_the_restored_history() {
         let mut a = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::LoggedStorage, 3))]);
         let msgs: Vec<_> = (1..=7u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect();
         deliver(&mut a, 0, &msgs);
         let disk = MemDisk::new();
         let mut j = TopicCore::with_log(topic(QosLevel::LoggedStorage, 3), disk.clone(), true).unwrap();
         j.restore(&a.snapshot(0)).unwrap();
-        assert_eq!(j.log().unwrap().first_index(), 5);
-        assert_eq!(j.log().unwrap().last_index(), 7);
+        assert_eq!(j.log().unwrap().last_index(), 4, "a marker and three samples");
         drop(j);
         let back = TopicCore::<MemDisk>::with_log(topic(QosLevel::LoggedStorage, 3), disk, true).unwrap();
         assert_eq!(back.delivered(), 7);
         assert_eq!(back.history().map(|s| s.position).collect::<Vec<_>>(), vec![5, 6, 7]);
+    }
+
+    #[test]
+    fn a_whole_topic_restart_starts_a_new_lineage_and_keeps_the_old_log() {
+        let disk = MemDisk::new();
+        let mut m = DomainCore::new(
+            1,
+            vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 10), disk.clone(), true).unwrap()],
+        );
+        m.start_fresh().unwrap();
+        let r = m.topic_mut(0).add_reader(ReaderQos::keep_all(100));
+        deliver(&mut m, 0, &(1..=4u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect::<Vec<_>>());
+        assert_eq!(r.take(100).len(), 4);
+        // Every member of the topic failed: no holder, an empty state.
+        m.restore(0, &[]).unwrap();
+        assert_eq!((m.topic(0).delivered(), m.topic(0).history().count()), (0, 0));
+        deliver(&mut m, 5, &[(0, sample(1, b"", b"new"))]);
+        let got = r.take(100);
+        assert_eq!(got.len(), 1, "a reader gets position 1 of the new lineage");
+        assert_eq!((got[0].position, got[0].data()), (1, &b"new"[..]));
+        // The old lineage stays on disk; a restart replays the new one.
+        let log = m.topic(0).log().unwrap();
+        assert_eq!(log.last_index(), 1 + 4 + 1 + 1);
+        disk.crash(3);
+        let back = TopicCore::<MemDisk>::with_log(topic(QosLevel::LoggedStorage, 10), disk, true).unwrap();
+        assert_eq!(back.delivered(), 1);
+        assert_eq!(back.history().next().unwrap().data(), b"new");
     }
 }

@@ -176,7 +176,13 @@ impl DomainParticipant {
             };
             topics.push(topic);
         }
-        let core = Arc::new(Mutex::new(DomainCore::new(me, topics)));
+        let mut core = DomainCore::new(me, topics);
+        if !config.node.join {
+            // An original member of a new group: every topic's lineage
+            // starts here (a joiner's starts with the state it restores).
+            core.start_fresh().map_err(|why| DdsError::Log { topic: "*".into(), why })?;
+        }
+        let core = Arc::new(Mutex::new(core));
         let (a, b, d) = (core.clone(), core.clone(), core.clone());
         let app = NodeApp {
             on_deliver: Some(Box::new(move |view, batch| lock(&a).deliver(view, batch))),

@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod acuerdo;
+pub mod dds;
 pub mod kv;
 pub mod r3p2;
 pub mod scenario;
@@ -126,6 +127,7 @@ pub static REGISTRY: &[Workload] = &[
     from_substrate::<2>(),
     vsync::WORKLOAD,
     vsync_views::WORKLOAD,
+    dds::WORKLOAD,
     acuerdo::WORKLOAD,
     kv::WORKLOAD,
     r3p2::WORKLOAD,

@@ -77,6 +77,8 @@ use ordo_vsync::{
     ViewMember,
 };
 use std::cell::RefCell;
+use ordo_dds::{DomainCore, QosLevel, TopicConfig, TopicCore};
+use ordo_raft::storage::MemDisk;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -181,6 +183,64 @@ pub enum ViewsEvent {
         /// Per subgroup.
         state: Vec<(u64, u64)>,
     },
+    /// `dds`: an in-place subscriber of topic `topic` got a sample (on a
+    /// logged topic: after the log's sync).
+    DdsSeen {
+        /// The topic (= configured subgroup).
+        topic: usize,
+        /// The view it was delivered in.
+        view: u64,
+        /// Its position (ordered topics: in the total order).
+        position: u64,
+        /// Its publisher.
+        sender: MemberId,
+        /// The writer's sequence number (= the message index).
+        seq: u64,
+        /// FNV-1a of the sample's data.
+        digest: u64,
+    },
+    /// `dds`: this member took topic `topic`'s state for joiners of `view`.
+    DdsSnapshot {
+        /// The joiners' first view.
+        view: u64,
+        /// The topic.
+        topic: usize,
+        /// FNV-1a of the snapshot.
+        digest: u64,
+    },
+    /// `dds`: this joiner restored topic `topic`'s state.
+    DdsRestored {
+        /// The topic.
+        topic: usize,
+        /// FNV-1a of the restored snapshot.
+        digest: u64,
+        /// Its delivered count.
+        delivered: u64,
+        /// Its history: (position, sender, seq, data digest).
+        history: Vec<(u64, MemberId, u64, u64)>,
+    },
+    /// `dds`: this joiner found no holder of topic `topic` (every member
+    /// of it failed): the topic restarts, a new lineage at position 1.
+    DdsReset {
+        /// The topic.
+        topic: usize,
+    },
+    /// `dds`: a (re)started member opened topic `topic`'s log after a power
+    /// loss (unsynced writes dropped).
+    DdsRecovered {
+        /// The topic.
+        topic: usize,
+        /// The last position the log holds.
+        delivered: u64,
+        /// The history it replayed: (position, sender, seq, data digest).
+        history: Vec<(u64, MemberId, u64, u64)>,
+    },
+    /// `dds`: per topic (delivered, FNV-1a of the topic's snapshot) at the
+    /// end of the run. Recorded by the harness for live members.
+    DdsFinal {
+        /// Per topic.
+        state: Vec<(u64, u64)>,
+    },
     /// Finished (see the liveness checker).
     Finished,
     /// Left the finished state.
@@ -225,6 +285,9 @@ pub struct Params {
     pub restart_at_calm: bool,
     /// The run ends here.
     pub end_ns: u64,
+    /// `dds`: one topic per configured subgroup (the messages are DDS
+    /// samples, every member runs a `DomainCore` over them).
+    pub dds: Option<Arc<Vec<TopicConfig>>>,
 }
 
 impl Params {
@@ -290,8 +353,65 @@ impl Params {
             restart_ppm: rng.range(0, 800_000) as u32,
             restart_at_calm: rng.chance(500_000),
             end_ns: calm_ns + 8_000_000,
+            dds: None,
         }
     }
+
+    /// The parameters of `seed` for the `dds` workload: those of
+    /// [`draw`](Self::draw), each subgroup a topic (unordered subgroups
+    /// `unordered`, ordered ones atomic multicast, volatile or logged
+    /// storage) with a small history, slots grown by the sample envelope.
+    pub fn draw_dds(seed: u64) -> Params {
+        let mut p = Params::draw(seed);
+        let mut rng = SimRng::new(derive_seed(seed, stream::SCENARIO + 100));
+        let topics = p
+            .group
+            .subgroups
+            .iter_mut()
+            .enumerate()
+            .map(|(g, s)| {
+                s.max_payload += DDS_OVERHEAD;
+                let qos = if s.mode == DeliveryMode::Unordered {
+                    QosLevel::Unordered
+                } else {
+                    [QosLevel::AtomicMulticast, QosLevel::VolatileStorage, QosLevel::LoggedStorage]
+                        [rng.index(3)]
+                };
+                TopicConfig {
+                    name: format!("t{g}"),
+                    qos,
+                    publishers: s.senders.clone(),
+                    subscribers: s.members.clone(),
+                    max_sample: s.max_payload,
+                    window: s.window,
+                    history: rng.range(1, 20) as usize,
+                    type_name: String::new(),
+                }
+            })
+            .collect();
+        p.dds = Some(Arc::new(topics));
+        p
+    }
+}
+
+/// Bytes a `dds` message adds around [`payload`]'s: the envelope and a
+/// 2-byte key padded to 8.
+pub const DDS_OVERHEAD: usize = ordo_dds::sample::HEADER + 8;
+
+/// Message `index` of `sender` in configured subgroup `g`: [`payload`], or
+/// in the `dds` workload a DDS sample (writer sequence = `index`, instance
+/// key `k` and `index % 3`) whose data is [`payload`].
+pub fn message(dds: bool, g: usize, sender: MemberId, index: u64, max_payload: usize) -> Vec<u8> {
+    if !dds {
+        return payload(g, sender, index, max_payload);
+    }
+    use ordo_dds::sample::{data_offset, encoded_len, write_header};
+    let data = payload(g, sender, index, max_payload - DDS_OVERHEAD);
+    let key = [b'k', (index % 3) as u8];
+    let mut b = vec![0; encoded_len(key.len(), data.len())];
+    write_header(&mut b, index, 0, &key);
+    b[data_offset(key.len())..].copy_from_slice(&data);
+    b
 }
 
 /// The payload of message `index` of `sender` in configured subgroup `g`:
@@ -322,6 +442,12 @@ struct Shared {
     changing: Vec<Option<Vec<MemberId>>>,
     /// Per member: (incarnation, application state), kept current.
     state: Vec<Option<(u64, AppState)>>,
+    /// `dds`: per member, per topic (delivered, snapshot digest), kept
+    /// current.
+    dds_state: Vec<Option<Vec<(u64, u64)>>>,
+    /// `dds`: each member's disk per logged topic; it outlives the member's
+    /// incarnations (a restart finds what was synced on it).
+    disks: BTreeMap<(MemberId, usize), MemDisk>,
 }
 
 type Opener = Box<dyn FnMut(&ViewGroup, usize) -> Result<SimFabric, String>>;
@@ -339,6 +465,25 @@ struct App {
     snaps: Rc<RefCell<Vec<(usize, u64, u64)>>>,
     /// Restores made in the current call: (subgroup, count, digest).
     restores: Rc<RefCell<Vec<(usize, u64, u64)>>>,
+    /// `dds`: the member's DDS state over the same deliveries.
+    dds: Option<DdsApp>,
+}
+
+/// `dds`: ordo-dds's production [`DomainCore`] fed by the member's
+/// deliveries, snapshots and restores; its in-place subscribers record
+/// what the application saw.
+struct DdsApp {
+    core: DomainCore<MemDisk>,
+    /// The view deliveries of the current call happen in.
+    view: u64,
+    /// Events its subscribers and restores recorded in the current call.
+    events: Arc<Mutex<Vec<ViewsEvent>>>,
+    /// Snapshots taken in the current call: (topic, digest).
+    snaps: Vec<(usize, u64)>,
+}
+
+fn dds_history(t: &ordo_dds::TopicCore<MemDisk>) -> Vec<(u64, MemberId, u64, u64)> {
+    t.history().map(|s| (s.position, s.sender, s.envelope.seq, fnv64(s.data()))).collect()
 }
 
 fn chain(d: u64, payload: &[u8]) -> u64 {
@@ -357,6 +502,9 @@ impl ordo_vsync::DeliverySink for App {
             s.1 = chain(s.1, d.payload);
             g.push((d.subgroup, d.sender, d.payload.to_vec()));
         }
+        if let Some(d) = self.dds.as_mut() {
+            d.core.deliver(d.view, batch);
+        }
     }
 }
 
@@ -366,10 +514,35 @@ impl ordo_vsync::StateTransfer for App {
         self.snaps.borrow_mut().push((subgroup, c, d));
         let mut out = c.to_le_bytes().to_vec();
         out.extend_from_slice(&d.to_le_bytes());
+        if let Some(dds) = self.dds.as_mut() {
+            let snap = dds.core.snapshot(subgroup);
+            dds.snaps.push((subgroup, fnv64(&snap)));
+            out.extend_from_slice(&snap);
+        }
         out
     }
 
     fn restore(&mut self, subgroup: usize, state: &[u8]) {
+        if let Some(dds) = self.dds.as_mut() {
+            // What the member daemon hands ordo-dds: the state past the
+            // node's 16 bytes, empty when no holder was left.
+            let mine = state.get(16..).unwrap_or_default();
+            let ev = match dds.core.restore(subgroup, mine) {
+                Ok(()) if mine.is_empty() => ViewsEvent::DdsReset { topic: subgroup },
+                Ok(()) => {
+                    let t = dds.core.topic(subgroup);
+                    ViewsEvent::DdsRestored {
+                        topic: subgroup,
+                        digest: fnv64(mine),
+                        delivered: t.delivered(),
+                        history: dds_history(t),
+                    }
+                }
+                Err(why) => ViewsEvent::Anomaly { what: format!("dds restore of topic {subgroup}: {why}") },
+            };
+            dds.events.lock().expect("events").push(ev);
+        }
+        let state = if self.dds.is_some() { state.get(..16).unwrap_or_default() } else { state };
         let v = if state.len() == 16 {
             (
                 u64::from_le_bytes(state[..8].try_into().expect("8")),
@@ -381,6 +554,61 @@ impl ordo_vsync::StateTransfer for App {
         self.state.borrow_mut()[subgroup] = v;
         self.restores.borrow_mut().push((subgroup, v.0, v.1));
     }
+}
+
+/// A member's DDS state: a topic per configured subgroup (logged ones over
+/// the member's disk, which a restart finds after a power loss: its
+/// unsynced writes dropped), and an in-place subscriber per topic it is in.
+fn dds_app(ctx: &mut Ctx<'_, ViewsEvent>, topics: &[TopicConfig], shared: &Rc<RefCell<Shared>>) -> DdsApp {
+    let me = ctx.member();
+    let inc = ctx.incarnation();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let mut cores = Vec::new();
+    for (g, t) in topics.iter().enumerate() {
+        let member = t.subscribers.contains(&me) || t.publishers.contains(&me);
+        if t.qos != QosLevel::LoggedStorage || !member {
+            cores.push(TopicCore::new(t.clone()));
+            continue;
+        }
+        let disk = shared.borrow_mut().disks.entry((me, g)).or_default().clone();
+        if inc > 1 {
+            let mut x = (u64::from(me) << 32) ^ inc ^ ((g as u64) << 48);
+            disk.crash(splitmix64(&mut x));
+        }
+        match TopicCore::with_log(t.clone(), disk, true) {
+            Ok(c) => {
+                ctx.record(ViewsEvent::DdsRecovered { topic: g, delivered: c.delivered(), history: dds_history(&c) });
+                cores.push(c);
+            }
+            Err(e) => {
+                ctx.record(ViewsEvent::Anomaly { what: format!("dds log of topic {g} did not open: {e}") });
+                cores.push(TopicCore::new(t.clone()));
+            }
+        }
+    }
+    let mut core = DomainCore::new(me, cores);
+    if inc == 1 {
+        // An original member (view 0): as `DomainParticipant` does.
+        if let Err(why) = core.start_fresh() {
+            ctx.record(ViewsEvent::Anomaly { what: format!("dds start: {why}") });
+        }
+    }
+    for (g, t) in topics.iter().enumerate() {
+        if t.subscribers.contains(&me) || t.publishers.contains(&me) {
+            let ev = events.clone();
+            core.topic_mut(g).add_in_place(Box::new(move |info, data| {
+                ev.lock().expect("events").push(ViewsEvent::DdsSeen {
+                    topic: g,
+                    view: info.view,
+                    position: info.position,
+                    sender: info.source,
+                    seq: info.sequence,
+                    digest: fnv64(data),
+                })
+            }));
+        }
+    }
+    DdsApp { core, view: 0, events, snaps: Vec::new() }
 }
 
 struct Member {
@@ -397,6 +625,8 @@ struct Member {
     /// Message indices of this incarnation start here (a restarted member
     /// sends new messages, never its earlier incarnation's).
     first_index: u64,
+    /// The `dds` workload: messages are DDS samples.
+    dds: bool,
     app: App,
     shared: Rc<RefCell<Shared>>,
 }
@@ -426,6 +656,7 @@ impl Member {
         };
         let sock = ctx.bind(CONTROL_PORT).expect("the control port is free");
         let plans = params.sends[me as usize].clone();
+        let dds = params.dds.as_ref().map(|topics| dds_app(ctx, topics, &shared));
         Member {
             me,
             vm,
@@ -438,11 +669,13 @@ impl Member {
             finished: false,
             template: Arc::new(params.group.clone()),
             first_index: (ctx.incarnation() - 1) << 32,
+            dds: params.dds.is_some(),
             app: App {
                 got: Rc::new(RefCell::new(Vec::new())),
                 state: Rc::new(RefCell::new(vec![(0, 0); params.group.subgroups.len()])),
                 snaps: Rc::new(RefCell::new(Vec::new())),
                 restores: Rc::new(RefCell::new(Vec::new())),
+                dds,
             },
             shared,
         }
@@ -451,8 +684,12 @@ impl Member {
     /// Records what the sink collected, as delivered in `view`.
     fn record_deliveries(&mut self, ctx: &mut Ctx<'_, ViewsEvent>, view: u64) {
         for (g, sender, bytes) in self.app.got.borrow_mut().drain(..) {
-            let Some(index) = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-            else {
+            let index = if self.dds {
+                ordo_dds::sample::Envelope::decode(&bytes).ok().map(|e| e.seq)
+            } else {
+                bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            };
+            let Some(index) = index else {
                 ctx.record(ViewsEvent::Anomaly {
                     what: format!("a {}-byte payload from m{sender}", bytes.len()),
                 });
@@ -460,12 +697,30 @@ impl Member {
             };
             ctx.record(ViewsEvent::Delivered { subgroup: g, sender, index, view, digest: fnv64(&bytes) });
         }
+        if let Some(d) = self.app.dds.as_ref() {
+            for e in d.events.lock().expect("events").drain(..) {
+                ctx.record(e);
+            }
+        }
+    }
+
+    /// The view the next engine call delivers in.
+    fn set_view(&mut self) {
+        let view = self.vm.view().id;
+        if let Some(d) = self.app.dds.as_mut() {
+            d.view = view;
+        }
     }
 
     fn record_membership(&mut self, ctx: &mut Ctx<'_, ViewsEvent>) {
         let view = self.vm.view().id;
         for (subgroup, count, digest) in self.app.snaps.borrow_mut().drain(..) {
             ctx.record(ViewsEvent::Snapshot { view, subgroup, count, digest });
+        }
+        if let Some(d) = self.app.dds.as_mut() {
+            for (topic, digest) in d.snaps.drain(..) {
+                ctx.record(ViewsEvent::DdsSnapshot { view, topic, digest });
+            }
         }
         for e in self.vm.take_events() {
             ctx.record(match e {
@@ -521,7 +776,7 @@ impl Member {
                 let Some(handle) = self.vm.sender(g) else { break };
                 let max = self.template.subgroups[g].max_payload;
                 let index = self.first_index + self.sent[i];
-                let bytes = payload(g, self.me, index, max);
+                let bytes = message(self.dds, g, self.me, index, max);
                 match handle.try_send_with(bytes.len(), |buf| buf.copy_from_slice(&bytes)) {
                     Ok(()) => {
                         ctx.record(ViewsEvent::Sent { subgroup: g, index });
@@ -565,6 +820,7 @@ impl SimProcess<ViewsEvent> for Member {
         // Control plane.
         while let Some((from, bytes)) = self.sock.recv() {
             let view = self.vm.view().id;
+            self.set_view();
             match ControlMsg::decode(&bytes) {
                 Ok(msg) => work += self.vm.on_control(from.member, msg, &mut self.app),
                 Err(e) => ctx.record(ViewsEvent::Anomaly { what: format!("control frame from {from}: {e}") }),
@@ -578,6 +834,7 @@ impl SimProcess<ViewsEvent> for Member {
         // Heartbeats, retransmissions, response timeouts.
         if now >= self.next_tick {
             let view = self.vm.view().id;
+            self.set_view();
             self.vm.tick(&mut self.app);
             self.next_tick = now + TICK_NS;
             self.record_deliveries(ctx, view);
@@ -588,7 +845,10 @@ impl SimProcess<ViewsEvent> for Member {
         }
         // The engine.
         let view = self.vm.view().id;
+        self.set_view();
         work += self.vm.do_work(&mut self.app);
+        // A view installed by the last call delivers in the new view.
+        self.set_view();
         self.record_deliveries(ctx, view);
         if let Some(d) = self.vm.try_driver() {
             for f in d.engine().faults() {
@@ -605,6 +865,11 @@ impl SimProcess<ViewsEvent> for Member {
             let mut sh = self.shared.borrow_mut();
             sh.changing[self.me as usize] = self.vm.is_changing().then(|| self.vm.view().members.clone());
             sh.state[self.me as usize] = Some((ctx.incarnation(), self.app.state.borrow().clone()));
+            if let Some(d) = self.app.dds.as_ref() {
+                sh.dds_state[self.me as usize] = Some(
+                    d.core.topics().iter().map(|t| (t.delivered(), fnv64(&t.snapshot()))).collect(),
+                );
+            }
         }
         ctx.wake_at(self.next_tick.max(now + 1));
         if self.vm.try_driver().is_some_and(|d| !d.can_poll()) {
@@ -627,11 +892,17 @@ impl SimProcess<ViewsEvent> for Member {
 /// the settling time. Returns the history.
 pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
     let n = params.group.members.len() as u32;
-    let shared =
-        Rc::new(RefCell::new(Shared { changing: vec![None; n as usize], state: vec![None; n as usize] }));
+    let shared = Rc::new(RefCell::new(Shared {
+        changing: vec![None; n as usize],
+        state: vec![None; n as usize],
+        dds_state: vec![None; n as usize],
+        disks: BTreeMap::new(),
+    }));
     let region_len = GroupLayout::new(&params.group).region_len;
     let mut net = ordo_sim::NetConfig::default();
-    net.max_datagram_len = net.max_datagram_len.max(1472);
+    // The control plane is TCP in production, frames up to 64 KiB: a
+    // state chunk (`STATE_CHUNK`, 32 KiB) travels whole.
+    net.max_datagram_len = net.max_datagram_len.max(ordo_vsync::view::STATE_CHUNK + 1024);
     let config =
         SimConfig { members: n, region_len, fabric: params.fabric.clone(), net, ..SimConfig::default() };
     let p = Arc::new(params.clone());
@@ -744,6 +1015,9 @@ pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
             && alive[m]
         {
             history.record(end, m as MemberId, *inc, ViewsEvent::FinalState { state: state.clone() });
+            if let Some(d) = &shared.borrow().dds_state[m] {
+                history.record(end, m as MemberId, *inc, ViewsEvent::DdsFinal { state: d.clone() });
+            }
         }
     }
     history
@@ -756,7 +1030,7 @@ pub fn checkers(group: &GroupConfig) -> Vec<Box<dyn Checker<ViewsEvent>>> {
         Box::new(Anomalies),
         Box::new(ViewAgreement { group: g.clone() }),
         Box::new(Membership { group: g.clone() }),
-        Box::new(Integrity { group: g.clone() }),
+        Box::new(Integrity { group: g.clone(), dds: false }),
         Box::new(VirtualSynchrony { group: g.clone() }),
         Box::new(TotalOrder { group: g.clone() }),
         Box::new(NoLossForSurvivors { group: g.clone() }),
@@ -800,7 +1074,7 @@ pub fn run(seed: u64) -> Result<(u64, String), String> {
 /// A message: (configured subgroup, sender, index).
 type Msg = (usize, MemberId, u64);
 
-fn violation(checker: &'static str, message: String) -> Result<(), Violation> {
+pub(crate) fn violation(checker: &'static str, message: String) -> Result<(), Violation> {
     Err(Violation { checker, message })
 }
 
@@ -816,7 +1090,7 @@ fn deliveries(h: &History<ViewsEvent>) -> BTreeMap<MemberId, Vec<(Msg, u64, u64)
 }
 
 /// Installed views: id → members; and per member the ids it installed.
-fn views(h: &History<ViewsEvent>, group: &GroupConfig) -> BTreeMap<u64, Vec<MemberId>> {
+pub(crate) fn views(h: &History<ViewsEvent>, group: &GroupConfig) -> BTreeMap<u64, Vec<MemberId>> {
     let mut out = BTreeMap::new();
     out.insert(0, group.members.clone());
     for e in &h.entries {
@@ -1025,8 +1299,10 @@ impl Checker<ViewsEvent> for Membership {
     }
 }
 
-struct Integrity {
-    group: Arc<GroupConfig>,
+pub(crate) struct Integrity {
+    pub(crate) group: Arc<GroupConfig>,
+    /// Messages are DDS samples ([`message`]).
+    pub(crate) dds: bool,
 }
 
 impl Checker<ViewsEvent> for Integrity {
@@ -1059,8 +1335,13 @@ impl Checker<ViewsEvent> for Integrity {
                             format!("m{} delivered unsent ({subgroup}, m{sender}, {index})", e.member),
                         );
                     }
-                    let want =
-                        fnv64(&payload(subgroup, sender, index, self.group.subgroups[subgroup].max_payload));
+                    let want = fnv64(&message(
+                        self.dds,
+                        subgroup,
+                        sender,
+                        index,
+                        self.group.subgroups[subgroup].max_payload,
+                    ));
                     if digest != want {
                         return violation(
                             self.name(),
@@ -1271,6 +1552,7 @@ impl Checker<ViewsEvent> for Liveness {
         let mut last_view: BTreeMap<(MemberId, u64), u64> = BTreeMap::new();
         let mut finished: BTreeSet<(MemberId, u64)> = BTreeSet::new();
         let mut final_state: BTreeMap<(MemberId, u64), Vec<(u64, u64)>> = BTreeMap::new();
+        let mut dds_final: BTreeMap<(MemberId, u64), Vec<(u64, u64)>> = BTreeMap::new();
         for e in &h.entries {
             let who = (e.member, e.incarnation);
             match &e.event {
@@ -1279,6 +1561,9 @@ impl Checker<ViewsEvent> for Liveness {
                 }
                 ViewsEvent::FinalState { state } => {
                     final_state.insert(who, state.clone());
+                }
+                ViewsEvent::DdsFinal { state } => {
+                    dds_final.insert(who, state.clone());
                 }
                 ViewsEvent::Finished => {
                     finished.insert(who);
@@ -1350,6 +1635,20 @@ impl Checker<ViewsEvent> for Liveness {
                 return violation(
                     self.name(),
                     format!("subgroup {g}: m{m0} ends with state {first:?}, m{m} with {other:?}"),
+                );
+            }
+            // `dds`: and the same topic state (delivered count, history).
+            let topic: Vec<(MemberId, (u64, u64))> = members
+                .iter()
+                .filter(|w| s.members.contains(&w.0) && final_members.contains(&w.0))
+                .filter_map(|w| dds_final.get(w).map(|st| (w.0, st[g])))
+                .collect();
+            if let Some((m0, first)) = topic.first()
+                && let Some((m, other)) = topic.iter().find(|(_, st)| st != first)
+            {
+                return violation(
+                    self.name(),
+                    format!("topic {g}: m{m0} ends with (delivered, digest) {first:?}, m{m} with {other:?}"),
                 );
             }
         }
