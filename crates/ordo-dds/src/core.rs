@@ -423,6 +423,8 @@ pub struct TopicStats {
     pub history: u64,
     /// Delivered samples this member published.
     pub own: u64,
+    /// The writer sequence of the last of them.
+    pub own_seq: u64,
 }
 
 /// One topic at one member.
@@ -799,6 +801,9 @@ impl<D: Disk> DomainCore<D> {
             };
             if d.sender == self.me {
                 t.stats.own += 1;
+                if let Ok(e) = Envelope::decode(d.payload) {
+                    t.stats.own_seq = e.seq;
+                }
             }
             if let Some(s) = t.accept(view, d) {
                 if out.len() <= d.subgroup {

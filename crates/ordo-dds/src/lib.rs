@@ -35,10 +35,13 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod core;
 pub mod participant;
+pub mod relay;
 pub mod sample;
 pub mod types;
+pub mod wire;
 
 pub use crate::core::{
     DomainCore, History, InPlaceFn, ReaderQos, ReaderStatus, SampleInfo, StoredSample, TopicCore, TopicStats,

@@ -135,9 +135,64 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct WriterShared {
+pub(crate) struct WriterShared {
     sender: ViewSender,
     next_seq: Mutex<u64>,
+}
+
+impl WriterShared {
+    /// Builds and sends one sample without waiting: its sequence number.
+    pub(crate) fn try_write_with(
+        &self,
+        max_sample: usize,
+        key: &[u8],
+        len: usize,
+        build: impl FnOnce(&mut [u8]),
+    ) -> Result<u64, DdsError> {
+        if key.len() > MAX_KEY || len + key.len() > max_sample {
+            return Err(DdsError::TooLarge { len, key: key.len(), max: max_sample });
+        }
+        let total = sample::encoded_len(key.len(), len);
+        let mut next = lock(&self.next_seq);
+        let seq = *next;
+        let now = ordo_runtime::node::unix_ns();
+        let r = self.sender.try_send_with(total, |buf| {
+            sample::write_header(buf, seq, now, key);
+            build(&mut buf[sample::data_offset(key.len())..]);
+        });
+        match r {
+            Ok(()) => {
+                *next += 1;
+                Ok(seq)
+            }
+            Err(SendError::WouldBlock | SendError::Wedged) => Err(DdsError::WouldBlock),
+            Err(e) => Err(DdsError::Stopped(e.to_string())),
+        }
+    }
+
+    /// As `try_write_with`, waiting up to `max_blocking` for a slot.
+    pub(crate) fn write_with(
+        &self,
+        max_sample: usize,
+        max_blocking: Duration,
+        key: &[u8],
+        len: usize,
+        build: impl FnOnce(&mut [u8]),
+    ) -> Result<u64, DdsError> {
+        let mut build = Some(build);
+        let deadline = Instant::now() + max_blocking;
+        let mut pause = Duration::from_micros(1);
+        loop {
+            match self.try_write_with(max_sample, key, len, |b| (build.take().expect("built once"))(b)) {
+                Err(DdsError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_micros(200));
+                }
+                Err(DdsError::WouldBlock) => return Err(DdsError::Timeout(max_blocking)),
+                r => return r,
+            }
+        }
+    }
 }
 
 /// One member of a DDS domain: an `ordo node` vsync member whose subgroups
@@ -147,6 +202,7 @@ pub struct DomainParticipant {
     me: MemberId,
     core: Arc<Mutex<DomainCore<FsDisk>>>,
     writers: Vec<Option<Arc<WriterShared>>>,
+    relay: Option<crate::relay::Relay>,
     node: Option<Node>,
 }
 
@@ -195,13 +251,43 @@ impl DomainParticipant {
             })),
         };
         let node = Node::start_with(&c, app).map_err(|e| DdsError::Start(e.to_string()))?;
-        let writers = (config.dds.topics.iter().enumerate())
+        let writers: Vec<Option<Arc<WriterShared>>> = (config.dds.topics.iter().enumerate())
             .map(|(g, t)| {
                 let sender = node.sender(g).filter(|_| t.publishers.contains(&me))?;
                 Some(Arc::new(WriterShared { sender, next_seq: Mutex::new(1) }))
             })
             .collect();
-        Ok(DomainParticipant { config: config.clone(), me, core, writers, node: Some(node) })
+        let relay = match config.dds.relay_addr(me) {
+            Some(addr) => {
+                let secret = config
+                    .security
+                    .load_client_secret()
+                    .map_err(|e| DdsError::Config(format!("the client secret: {e}")))?
+                    .ok_or_else(|| DdsError::Config("dds.relay needs a client secret".into()))?;
+                let shared =
+                    crate::relay::RelayShared::new(config.clone(), me, core.clone(), writers.clone(), &secret);
+                let r = crate::relay::Relay::start(addr, shared)
+                    .map_err(|e| DdsError::Start(format!("relay on {addr}: {e}")))?;
+                Some(r)
+            }
+            None => None,
+        };
+        Ok(DomainParticipant { config: config.clone(), me, core, writers, relay, node: Some(node) })
+    }
+
+    /// Where this member's relay for external clients listens, if it runs
+    /// one (`dds.relay`).
+    pub fn relay_addr(&self) -> Option<std::net::SocketAddr> {
+        self.relay.as_ref().map(crate::relay::Relay::local_addr)
+    }
+
+    /// The relay's counters: clients now, clients dropped for falling
+    /// behind, connections refused.
+    pub fn relay_counters(&self) -> Option<(usize, u64, u64)> {
+        self.relay.as_ref().map(|r| {
+            let (d, f) = r.counters();
+            (r.clients(), d, f)
+        })
     }
 
     /// This member's id.
@@ -320,8 +406,11 @@ impl DomainParticipant {
         self.node.as_ref().and_then(|n| n.wait(timeout))
     }
 
-    /// Stops the member.
+    /// Stops the member (and its relay).
     pub fn stop(mut self) {
+        if let Some(mut r) = self.relay.take() {
+            r.stop();
+        }
         if let Some(n) = self.node.take() {
             n.stop();
         }
@@ -398,42 +487,12 @@ impl<T: TopicType> DataWriter<T> {
     /// Publishes a `len`-byte sample of instance `key` that `build`
     /// constructs in place in the ring slot (spindle §IV-F: no copy).
     pub fn write_with(&self, key: &[u8], len: usize, build: impl FnOnce(&mut [u8])) -> Result<u64, DdsError> {
-        let mut build = Some(build);
-        let deadline = Instant::now() + self.max_blocking;
-        let mut pause = Duration::from_micros(1);
-        loop {
-            match self.try_write_with(key, len, |b| (build.take().expect("built once"))(b)) {
-                Err(DdsError::WouldBlock) if Instant::now() < deadline => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_micros(200));
-                }
-                Err(DdsError::WouldBlock) => return Err(DdsError::Timeout(self.max_blocking)),
-                r => return r,
-            }
-        }
+        self.shared.write_with(self.max_sample, self.max_blocking, key, len, build)
     }
 
     /// As [`write_with`](Self::write_with), never waiting.
     pub fn try_write_with(&self, key: &[u8], len: usize, build: impl FnOnce(&mut [u8])) -> Result<u64, DdsError> {
-        if key.len() > MAX_KEY || len + key.len() > self.max_sample {
-            return Err(DdsError::TooLarge { len, key: key.len(), max: self.max_sample });
-        }
-        let total = sample::encoded_len(key.len(), len);
-        let mut next = lock(&self.shared.next_seq);
-        let seq = *next;
-        let now = ordo_runtime::node::unix_ns();
-        let r = self.shared.sender.try_send_with(total, |buf| {
-            sample::write_header(buf, seq, now, key);
-            build(&mut buf[sample::data_offset(key.len())..]);
-        });
-        match r {
-            Ok(()) => {
-                *next += 1;
-                Ok(seq)
-            }
-            Err(SendError::WouldBlock | SendError::Wedged) => Err(DdsError::WouldBlock),
-            Err(e) => Err(DdsError::Stopped(e.to_string())),
-        }
+        self.shared.try_write_with(self.max_sample, key, len, build)
     }
 }
 

@@ -1573,6 +1573,12 @@ impl OrdoConfig {
         if dds.max_relay_queue == 0 {
             return bad("max_relay_queue is 0".into());
         }
+        if !dds.relay.is_empty()
+            && self.security.client_secret_file.is_none()
+            && self.security.client_secret_env.is_none()
+        {
+            return bad("`dds.relay` serves external clients only with `security.client_secret_file` (or `client_secret_env`)".into());
+        }
         Ok(())
     }
 
