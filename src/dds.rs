@@ -1,25 +1,48 @@
-//! `ordo dds pub` / `ordo dds sub`: one participant of an `ordo-dds` domain
-//! per process, publishing or subscribing one topic and printing rates and
-//! latencies once a second, like Cyclone DDS's `ddsperf`.
+//! `ordo dds pub` / `ordo dds sub` / `ordo dds log`: one participant of an
+//! `ordo-dds` domain per process — a member, or with `--connect` an
+//! external client of members' relays — publishing or subscribing one
+//! topic and printing rates and latencies once a second, like Cyclone
+//! DDS's `ddsperf`; and a member's log of a logged-storage topic.
 
 use clap::{Args, Subcommand};
+use ordo_dds::client::{ClientError, ExternalParticipant};
 use ordo_dds::{Bytes, DomainParticipant, ReaderQos};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 #[derive(Subcommand)]
 pub enum Dds {
-    /// Publish samples of a topic (this member must be one of its
-    /// publishers in `[dds]`).
+    /// Publish samples of a topic (as a member that publishes it in
+    /// `[dds]`, or with --connect through a relay whose member does).
     Pub(PubArgs),
     /// Subscribe to a topic and report what arrives.
     Sub(SubArgs),
+    /// Print a member's log of a logged-storage topic (its last segment's
+    /// samples; earlier segments are counted).
+    Log(LogArgs),
+}
+
+/// Being an external client instead of a member.
+#[derive(Args, Clone)]
+pub struct ExternalArgs {
+    /// Connect as an external client through these relays (`host:port`,
+    /// comma-separated; the next is tried when one dies) instead of
+    /// running a member.
+    #[arg(long, value_delimiter = ',')]
+    pub connect: Vec<String>,
+    /// The cluster's client secret (with --connect).
+    #[arg(long)]
+    pub client_secret_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
 pub struct PubArgs {
     #[command(flatten)]
     pub config: crate::ConfigArgs,
+    #[command(flatten)]
+    pub external: ExternalArgs,
     /// The topic.
     #[arg(long)]
     pub topic: String,
@@ -38,6 +61,9 @@ pub struct PubArgs {
     /// Instance key of every sample (empty: keyless).
     #[arg(long, default_value = "")]
     pub key: String,
+    /// External client: flush (wait until stable) every this many samples.
+    #[arg(long, default_value_t = 1000)]
+    pub flush_every: u64,
     /// Print only one JSON summary line at the end (for `ordo bench dds`).
     #[arg(long)]
     pub json: bool,
@@ -47,6 +73,8 @@ pub struct PubArgs {
 pub struct SubArgs {
     #[command(flatten)]
     pub config: crate::ConfigArgs,
+    #[command(flatten)]
+    pub external: ExternalArgs,
     /// The topic.
     #[arg(long)]
     pub topic: String,
@@ -56,6 +84,9 @@ pub struct SubArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub for_s: Option<f64>,
+    /// Stop after this many seconds without a sample (once one arrived).
+    #[arg(long)]
+    pub idle_exit_s: Option<f64>,
     /// Samples the reader may hold (KEEP_ALL up to this bound).
     #[arg(long, default_value_t = 1 << 20)]
     pub max_samples: usize,
@@ -73,6 +104,18 @@ pub struct SubArgs {
     /// Print only one JSON summary line at the end (for `ordo bench dds`).
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args)]
+pub struct LogArgs {
+    #[command(flatten)]
+    pub config: crate::ConfigArgs,
+    /// The topic.
+    #[arg(long)]
+    pub topic: String,
+    /// Print every sample of the last segment (default: a summary).
+    #[arg(long)]
+    pub samples: bool,
 }
 
 static TERMINATE: AtomicBool = AtomicBool::new(false);
@@ -94,6 +137,7 @@ pub fn main(cmd: Dds) -> Result<(), String> {
     match cmd {
         Dds::Pub(a) => publish(a),
         Dds::Sub(a) => subscribe(a),
+        Dds::Log(a) => log(a),
     }
 }
 
@@ -106,11 +150,24 @@ fn start(config: &crate::ConfigArgs, quiet: bool) -> Result<DomainParticipant, S
     let st = p.status();
     if !quiet {
         println!("ordo dds: member {} in view {} of {:?}", st.member, st.view, st.members);
+        if let Some(a) = p.relay_addr() {
+            println!("relay for external clients on {a}");
+        }
     }
     Ok(p)
 }
 
-/// Why the member stopped, if it did (printed once).
+fn connect(e: &ExternalArgs, quiet: bool) -> Result<ExternalParticipant, String> {
+    let file = e.client_secret_file.as_ref().ok_or("--connect needs --client-secret-file")?;
+    let secret = ordo_runtime::Secret::from_file(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let c = ExternalParticipant::connect(&e.connect, &secret).map_err(|e| e.to_string())?;
+    if !quiet {
+        println!("ordo dds: external client of member {}'s relay", c.relay_member());
+    }
+    Ok(c)
+}
+
+/// Why the member stopped, if it did.
 fn stopped(p: &DomainParticipant) -> Option<String> {
     p.wait(Duration::ZERO).map(|e| e.to_string())
 }
@@ -119,24 +176,34 @@ fn stop_now(started: Instant, for_s: Option<f64>) -> bool {
     TERMINATE.load(Ordering::Acquire) || for_s.is_some_and(|s| started.elapsed().as_secs_f64() >= s)
 }
 
+/// Where a publisher's samples go.
+enum Out {
+    Member(DomainParticipant, ordo_dds::DataWriter<Bytes>, ordo_dds::Topic<Bytes>),
+    External(ExternalParticipant, ordo_dds::client::ExternalWriter),
+}
+
 fn publish(a: PubArgs) -> Result<(), String> {
-    let p = start(&a.config, a.json)?;
-    let topic = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
-    let writer = p.create_writer(&topic).map_err(|e| e.to_string())?;
     let say = !a.json;
-    if say {
-        println!(
-        "publishing {:?} ({}) size {} rate {}",
-        a.topic,
-        topic.qos().name(),
-        a.size,
-        if a.rate == 0 { "max".to_string() } else { format!("{}/s", a.rate) }
-    );
-    }
+    let out = if a.external.connect.is_empty() {
+        let p = start(&a.config, a.json)?;
+        let topic = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
+        let writer = p.create_writer(&topic).map_err(|e| e.to_string())?;
+        if say {
+            println!("publishing {:?} ({}) size {}", a.topic, topic.qos().name(), a.size);
+        }
+        Out::Member(p, writer, topic)
+    } else {
+        let c = connect(&a.external, a.json)?;
+        let w = c.writer(&a.topic, "bytes").map_err(|e| e.to_string())?;
+        if say {
+            println!("publishing {:?} through the relay, size {}", a.topic, a.size);
+        }
+        Out::External(c, w)
+    };
     let key = a.key.as_bytes().to_vec();
     let started = Instant::now();
-    let (mut sent, mut last_sent, mut last) = (0u64, 0u64, started);
-    let mut fill = 0u8;
+    let (mut sent, mut stable, mut last_sent, mut last) = (0u64, 0u64, 0u64, started);
+    let mut data = vec![0u8; a.size];
     while !stop_now(started, a.for_s) && a.count.is_none_or(|c| sent < c) {
         if a.rate > 0 {
             let due = started + Duration::from_secs_f64(sent as f64 / a.rate as f64);
@@ -146,18 +213,35 @@ fn publish(a: PubArgs) -> Result<(), String> {
                 continue;
             }
         }
-        match writer.try_write_with(&key, a.size, |b| b.fill(fill)) {
-            Ok(_) => {
-                sent += 1;
-                fill = fill.wrapping_add(1);
-            }
-            Err(ordo_dds::DdsError::WouldBlock) => {
-                if let Some(why) = stopped(&p) {
-                    return Err(format!("the member stopped: {why}"));
+        let fill = (sent % 251) as u8;
+        match &out {
+            Out::Member(p, w, _) => match w.try_write_with(&key, a.size, |b| b.fill(fill)) {
+                Ok(_) => sent += 1,
+                Err(ordo_dds::DdsError::WouldBlock) => {
+                    if let Some(why) = stopped(p) {
+                        return Err(format!("the member stopped: {why}"));
+                    }
+                    std::thread::yield_now();
                 }
-                std::thread::yield_now();
+                Err(e) => return Err(e.to_string()),
+            },
+            Out::External(c, w) => {
+                data.fill(fill);
+                match w.write(&key, &data) {
+                    Ok(()) => {
+                        sent += 1;
+                        if sent % a.flush_every.max(1) == 0 && w.flush().is_ok() {
+                            stable = sent;
+                        }
+                    }
+                    Err(ClientError::Disconnected) => {
+                        if !c.wait_connected(Duration::from_secs(30)) {
+                            return Err("no relay for 30 s".into());
+                        }
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
             }
-            Err(e) => return Err(e.to_string()),
         }
         if say && last.elapsed() >= Duration::from_secs(1) {
             let dt = last.elapsed().as_secs_f64();
@@ -171,33 +255,49 @@ fn publish(a: PubArgs) -> Result<(), String> {
             (last_sent, last) = (sent, Instant::now());
         }
     }
-    // Leave only once our samples are delivered here (so everywhere).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while p.topic_stats(&topic).own < sent && Instant::now() < deadline && !TERMINATE.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(2));
-    }
     let secs = started.elapsed().as_secs_f64();
-    let own = p.topic_stats(&topic).own;
-    if a.json {
-        println!("{}", serde_json::json!({"role": "pub", "samples": sent, "delivered_here": own, "secs": secs, "size": a.size}));
-    } else {
-        println!(
-            "done: {sent} samples in {secs:.3} s: {:.2} kS/s, {:.1} Mb/s; delivered here {own}",
-            sent as f64 / secs / 1e3,
-            (sent * a.size as u64 * 8) as f64 / secs / 1e6,
-        );
+    match out {
+        Out::Member(p, _, topic) => {
+            // Leave only once our samples are delivered here (so everywhere).
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while p.topic_stats(&topic).own < sent && Instant::now() < deadline && !TERMINATE.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let own = p.topic_stats(&topic).own;
+            if a.json {
+                println!("{}", serde_json::json!({"role": "pub", "samples": sent, "stable": own, "secs": secs, "size": a.size}));
+            } else {
+                println!(
+                    "done: {sent} samples in {secs:.3} s: {:.2} kS/s, {:.1} Mb/s; delivered {own}",
+                    sent as f64 / secs / 1e3,
+                    (sent * a.size as u64 * 8) as f64 / secs / 1e6,
+                );
+            }
+            p.leave();
+            let _ = p.wait(Duration::from_secs(5));
+            p.stop();
+        }
+        Out::External(c, w) => {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while stable < sent && Instant::now() < deadline {
+                match w.flush() {
+                    Ok(()) => stable = sent,
+                    Err(_) => {
+                        c.wait_connected(Duration::from_secs(5));
+                    }
+                }
+            }
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"role": "pub", "samples": sent, "stable": stable, "secs": secs, "size": a.size, "reconnects": c.reconnects()})
+                );
+            } else {
+                println!("done: {sent} samples in {secs:.3} s, {stable} stable; {} reconnects", c.reconnects());
+            }
+        }
     }
-    p.leave();
-    let _ = p.wait(Duration::from_secs(5));
-    p.stop();
     Ok(())
-}
-
-fn percentile(sorted: &[u64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1e3
 }
 
 /// What a subscriber counted.
@@ -208,97 +308,136 @@ struct Tally {
     lat_ns: Vec<u64>,
     first: Option<Instant>,
     last: Option<Instant>,
+    first_position: Option<u64>,
+    last_position: u64,
+    in_order: bool,
+    digest: u64,
 }
 
 impl Tally {
-    fn add(&mut self, info: &ordo_dds::SampleInfo, data: &[u8], now_ns: u64, print: bool) {
+    fn new() -> Tally {
+        Tally { in_order: true, digest: 0xcbf2_9ce4_8422_2325, ..Tally::default() }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add(&mut self, source: u32, seq: u64, position: u64, view: u64, source_ns: u64, key: &[u8], len: usize, print: bool) {
+        let now = ordo_runtime::node::unix_ns();
         self.got += 1;
-        self.bytes += data.len() as u64;
-        self.lat_ns.push(now_ns.saturating_sub(info.source_timestamp_ns));
+        self.bytes += len as u64;
+        self.lat_ns.push(now.saturating_sub(source_ns));
+        self.first_position.get_or_insert(position);
+        if position <= self.last_position {
+            self.in_order = false;
+        }
+        self.last_position = position;
+        for w in [u64::from(source), seq, position] {
+            for b in w.to_le_bytes() {
+                self.digest ^= u64::from(b);
+                self.digest = self.digest.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        let at = Instant::now();
+        self.first.get_or_insert(at);
+        self.last = Some(at);
         if print {
             println!(
-                "seq {} from {} position {} view {} key {:?} {} bytes",
-                info.sequence,
-                info.source,
-                info.position,
-                info.view,
-                String::from_utf8_lossy(&info.key),
-                data.len()
+                "seq {seq} from {source} position {position} view {view} key {:?} {len} bytes",
+                String::from_utf8_lossy(key)
             );
         }
     }
 }
 
-fn lock(t: &std::sync::Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
+fn lock(t: &Mutex<Tally>) -> MutexGuard<'_, Tally> {
     t.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn subscribe(a: SubArgs) -> Result<(), String> {
-    let p = start(&a.config, a.json)?;
-    let topic = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
-    let tally = std::sync::Arc::new(std::sync::Mutex::new(Tally::default()));
-    // ddsperf's default is a listener; ours is the in-place upcall.
-    let (reader, _sub) = if a.queue {
-        (Some(p.create_reader(&topic, ReaderQos::keep_all(a.max_samples)).map_err(|e| e.to_string())?), None)
-    } else {
-        let (t, print) = (tally.clone(), a.print);
-        let sub = p
-            .subscribe_in_place(&topic, move |info, data| {
-                let now = ordo_runtime::node::unix_ns();
-                let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
-                t.add(info, data, now, print);
-                let at = Instant::now();
-                t.first.get_or_insert(at);
-                t.last = Some(at);
-            })
-            .map_err(|e| e.to_string())?;
-        (None, Some(sub))
-    };
-    let say = !a.json;
-    if say {
-        println!(
-            "subscribed to {:?} ({}, {})",
-            a.topic,
-            topic.qos().name(),
-            if a.queue { "KEEP_ALL reader, take" } else { "in place" }
-        );
+fn percentile(sorted: &[u64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
     }
-    let publishers = p
-        .config()
-        .dds
-        .topics
-        .iter()
-        .find(|t| t.name == a.topic)
-        .map(|t| t.publishers.clone())
-        .unwrap_or_default();
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1e3
+}
+
+/// Where a subscriber's samples come from.
+enum In {
+    InPlace(DomainParticipant, ordo_dds::InPlaceSubscription),
+    Queue(DomainParticipant, ordo_dds::DataReader<Bytes>),
+    External(ExternalParticipant, ordo_dds::client::ExternalSubscription),
+}
+
+fn subscribe(a: SubArgs) -> Result<(), String> {
+    let tally = Arc::new(Mutex::new(Tally::new()));
+    let say = !a.json;
+    let (input, publishers) = if a.external.connect.is_empty() {
+        let p = start(&a.config, a.json)?;
+        let topic = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
+        let publishers =
+            p.config().dds.topics.iter().find(|t| t.name == a.topic).map(|t| t.publishers.clone()).unwrap_or_default();
+        if say {
+            println!(
+                "subscribed to {:?} ({}, {})",
+                a.topic,
+                topic.qos().name(),
+                if a.queue { "KEEP_ALL reader, take" } else { "in place" }
+            );
+        }
+        let input = if a.queue {
+            let r = p.create_reader(&topic, ReaderQos::keep_all(a.max_samples)).map_err(|e| e.to_string())?;
+            In::Queue(p, r)
+        } else {
+            let (t, print) = (tally.clone(), a.print);
+            let sub = p
+                .subscribe_in_place(&topic, move |i, data| {
+                    lock(&t).add(i.source, i.sequence, i.position, i.view, i.source_timestamp_ns, &i.key, data.len(), print)
+                })
+                .map_err(|e| e.to_string())?;
+            In::InPlace(p, sub)
+        };
+        (input, publishers)
+    } else {
+        let c = connect(&a.external, a.json)?;
+        let s = c.subscribe(&a.topic, "bytes", a.max_samples).map_err(|e| e.to_string())?;
+        if say {
+            println!("subscribed to {:?} through the relay", a.topic);
+        }
+        (In::External(c, s), Vec::new())
+    };
     let started = Instant::now();
     let (mut last_got, mut last_bytes, mut last) = (0u64, 0u64, started);
     let mut all_lat: Vec<u64> = Vec::new();
     loop {
-        let got = lock(&tally).got;
-        if stop_now(started, a.for_s) || a.count.is_some_and(|c| got >= c) {
+        let (got, last_at) = {
+            let t = lock(&tally);
+            (t.got, t.last)
+        };
+        if stop_now(started, a.for_s)
+            || a.count.is_some_and(|c| got >= c)
+            || a.idle_exit_s.is_some_and(|s| last_at.is_some_and(|l| l.elapsed().as_secs_f64() >= s))
+        {
             break;
         }
-        let n = match &reader {
-            Some(r) => {
+        match &input {
+            In::Queue(_, r) => {
                 r.wait(Duration::from_millis(100));
-                let now = ordo_runtime::node::unix_ns();
                 let mut t = lock(&tally);
-                let n = r.take_with(usize::MAX, |info, data| t.add(info, data, now, a.print));
-                if n > 0 {
-                    let at = Instant::now();
-                    t.first.get_or_insert(at);
-                    t.last = Some(at);
+                r.take_with(usize::MAX, |i, data| {
+                    t.add(i.source, i.sequence, i.position, i.view, i.source_timestamp_ns, &i.key, data.len(), a.print)
+                });
+            }
+            In::InPlace(..) => std::thread::sleep(Duration::from_millis(20)),
+            In::External(_, s) => {
+                s.wait(Duration::from_millis(100));
+                let mut t = lock(&tally);
+                for x in s.take(usize::MAX) {
+                    t.add(x.source, x.sequence, x.position, x.view, x.source_timestamp_ns, &x.key, x.data.len(), a.print);
                 }
-                n
             }
-            None => {
-                std::thread::sleep(Duration::from_millis(20));
-                (lock(&tally).got - got) as usize
-            }
-        };
-        if n == 0 {
-            if let Some(why) = stopped(&p) {
+        }
+        if let In::InPlace(p, _) | In::Queue(p, _) = &input
+            && lock(&tally).got == got
+        {
+            if let Some(why) = stopped(p) {
                 if say {
                     println!("the member stopped: {why}");
                 }
@@ -317,21 +456,32 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
             lat.sort_unstable();
             let (n, b) = (got - last_got, bytes - last_bytes);
             println!(
-                "{:8.3} s  received {got} (+{n})  {:.2} kS/s  {:.1} Mb/s  latency p50 {:.1} µs  p99 {:.1} µs  max {:.1} µs  rejected {}",
+                "{:8.3} s  received {got} (+{n})  {:.2} kS/s  {:.1} Mb/s  latency p50 {:.1} µs  p99 {:.1} µs  max {:.1} µs",
                 started.elapsed().as_secs_f64(),
                 n as f64 / dt / 1e3,
                 (b * 8) as f64 / dt / 1e6,
                 percentile(&lat, 0.5),
                 percentile(&lat, 0.99),
                 percentile(&lat, 1.0),
-                reader.as_ref().map_or(0, |r| r.status().0.rejected)
             );
             all_lat.append(&mut lat);
             (last_got, last_bytes, last) = (got, bytes, Instant::now());
         }
     }
-    drop(_sub);
-    let t = std::mem::take(&mut *lock(&tally));
+    let (rejected, reconnects) = match &input {
+        In::Queue(_, r) => (r.status().0.rejected, 0),
+        In::External(c, s) => (s.rejected(), c.reconnects()),
+        In::InPlace(..) => (0, 0),
+    };
+    let member = match input {
+        In::InPlace(p, sub) => {
+            drop(sub);
+            Some(p)
+        }
+        In::Queue(p, _) => Some(p),
+        In::External(..) => None,
+    };
+    let t = std::mem::replace(&mut *lock(&tally), Tally::new());
     all_lat.extend_from_slice(&t.lat_ns);
     all_lat.sort_unstable();
     let window = match (t.first, t.last) {
@@ -344,25 +494,59 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
             serde_json::json!({
                 "role": "sub", "samples": t.got, "bytes": t.bytes, "window_secs": window,
                 "p50_us": percentile(&all_lat, 0.5), "p99_us": percentile(&all_lat, 0.99),
-                "rejected": reader.as_ref().map_or(0, |r| r.status().0.rejected),
+                "rejected": rejected, "first_position": t.first_position, "last_position": t.last_position,
+                "in_order": t.in_order, "order_digest": format!("{:016x}", t.digest), "reconnects": reconnects,
             })
         );
     } else {
         println!(
-            "done: {} samples, {} bytes in {:.3} s; latency p50 {:.1} µs p99 {:.1} µs",
+            "done: {} samples, {} bytes in {:.3} s (positions {:?}..={}, in order: {}); latency p50 {:.1} µs p99 {:.1} µs",
             t.got,
             t.bytes,
             started.elapsed().as_secs_f64(),
+            t.first_position,
+            t.last_position,
+            t.in_order,
             percentile(&all_lat, 0.5),
             percentile(&all_lat, 0.99)
         );
     }
-    if stopped(&p).is_some() {
+    if let Some(p) = member {
+        if stopped(&p).is_none() {
+            p.leave();
+            let _ = p.wait(Duration::from_secs(5));
+        }
         p.stop();
-        return Ok(());
     }
-    p.leave();
-    let _ = p.wait(Duration::from_secs(5));
-    p.stop();
+    Ok(())
+}
+
+fn log(a: LogArgs) -> Result<(), String> {
+    let config = crate::load_config(&a.config)?;
+    let t = config.dds.topics.iter().find(|t| t.name == a.topic).ok_or(format!("no topic {:?}", a.topic))?;
+    let dir = ordo_dds::log_dir(&config, config.member.id, &t.name);
+    let disk = ordo_r2p2::disk::FsDisk::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let report = ordo_dds::core::read_log(disk, t).map_err(|e| format!("{}: {e}", dir.display()))?;
+    println!(
+        "{}: {} records, {} segments; the last holds positions {:?}..={}",
+        dir.display(),
+        report.records,
+        report.segments,
+        report.samples.first().map(|s| s.position),
+        report.samples.last().map_or(0, |s| s.position)
+    );
+    if a.samples {
+        for s in &report.samples {
+            println!(
+                "position {} view {} from {} seq {} key {:?} {} bytes",
+                s.position,
+                s.view,
+                s.sender,
+                s.envelope.seq,
+                String::from_utf8_lossy(s.key()),
+                s.data().len()
+            );
+        }
+    }
     Ok(())
 }

@@ -466,22 +466,10 @@ impl<D: Disk> TopicCore<D> {
     /// A `logged-storage` topic over `disk`: opens (recovers) its log and
     /// replays its tail into the history.
     pub fn with_log(config: TopicConfig, disk: D, durable: bool) -> Result<TopicCore<D>, StorageError> {
-        let options = LogOptions {
-            segment_bytes: 64 << 20,
-            max_record_bytes: (config.max_sample + SNAPSHOT_SAMPLE_OVERHEAD) as u32,
-            durable,
-        };
-        let (log, recovered) = LogStore::open(disk, options)?;
+        let (log, recovered) = LogStore::open(disk, log_options(&config, durable))?;
         let mut t = TopicCore::new(config);
         // Replay the last segment: its samples, the last `history` kept.
-        let mut segment = Vec::new();
-        for e in &recovered.entries {
-            match decode_log_record(&e.data) {
-                Ok(Some(s)) => segment.push(s),
-                Ok(None) => segment.clear(),
-                Err(reason) => return Err(StorageError::Corrupt { file: "log".into(), offset: e.index, reason }),
-            }
-        }
+        let (_, mut segment) = segments(&recovered.entries)?;
         t.delivered = segment.last().map_or(0, |s| s.position);
         let keep = segment.len().saturating_sub(t.config.history);
         t.history = segment.drain(keep..).collect();
@@ -752,6 +740,92 @@ impl<D: Disk> TopicCore<D> {
         }
         let (delivered, history) = self.decode_snapshot(b).map_err(str::to_owned)?;
         self.start_segment(delivered, history)
+    }
+}
+
+fn log_options(config: &TopicConfig, durable: bool) -> LogOptions {
+    LogOptions {
+        segment_bytes: 64 << 20,
+        max_record_bytes: (config.max_sample + SNAPSHOT_SAMPLE_OVERHEAD) as u32,
+        durable,
+    }
+}
+
+/// The segments of a log's entries: how many, and the last one's samples.
+fn segments(entries: &[Entry]) -> Result<(u64, Vec<StoredSample>), StorageError> {
+    let (mut count, mut segment) = (0, Vec::new());
+    for e in entries {
+        match decode_log_record(&e.data) {
+            Ok(Some(s)) => segment.push(s),
+            Ok(None) => {
+                count += 1;
+                segment.clear();
+            }
+            Err(reason) => return Err(StorageError::Corrupt { file: "log".into(), offset: e.index, reason }),
+        }
+    }
+    Ok((count, segment))
+}
+
+/// What [`read_log`] finds.
+pub struct LogReport {
+    /// Records in the log.
+    pub records: u64,
+    /// Segment markers.
+    pub segments: u64,
+    /// The last segment's samples.
+    pub samples: Vec<StoredSample>,
+}
+
+/// Reads a topic's log without changing it (`ordo dds log`): a log that
+/// needs recovery — a torn tail, a temporary file — is an error (stop its
+/// member, whose next start recovers it).
+pub fn read_log<D: Disk>(disk: D, config: &TopicConfig) -> Result<LogReport, StorageError> {
+    let (log, recovered) = LogStore::open(ReadOnly(disk), log_options(config, false))?;
+    let (segments, samples) = segments(&recovered.entries)?;
+    Ok(LogReport { records: log.last_index(), segments, samples })
+}
+
+/// A disk that refuses every change.
+struct ReadOnly<D>(D);
+
+fn read_only() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::PermissionDenied, "read only: the log needs recovery by its member")
+}
+
+impl<D: Disk> Disk for ReadOnly<D> {
+    fn list(&mut self) -> std::io::Result<Vec<String>> {
+        self.0.list()
+    }
+    fn create(&mut self, _: &str) -> std::io::Result<()> {
+        Err(read_only())
+    }
+    fn append(&mut self, _: &str, _: &[u8]) -> std::io::Result<()> {
+        Err(read_only())
+    }
+    fn read(&mut self, name: &str) -> std::io::Result<Vec<u8>> {
+        self.0.read(name)
+    }
+    fn read_range(&mut self, name: &str, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        self.0.read_range(name, offset, len)
+    }
+    fn file_len(&mut self, name: &str) -> std::io::Result<u64> {
+        self.0.file_len(name)
+    }
+    fn sync(&mut self, _: &str) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn truncate(&mut self, _: &str, _: u64) -> std::io::Result<()> {
+        Err(read_only())
+    }
+    fn remove(&mut self, _: &str) -> std::io::Result<()> {
+        Err(read_only())
+    }
+    fn rename(&mut self, _: &str, _: &str) -> std::io::Result<()> {
+        Err(read_only())
+    }
+    fn sync_dir(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

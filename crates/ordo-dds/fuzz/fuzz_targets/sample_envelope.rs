@@ -1,5 +1,5 @@
-//! A delivered message's envelope and a snapshot for a joiner, on
-//! arbitrary bytes: never a panic, never a state change on error.
+//! A delivered message's sample envelope on arbitrary bytes: never a
+//! panic, never a key or data slice outside the message.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use ordo_dds::sample::Envelope;
