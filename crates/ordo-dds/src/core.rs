@@ -437,9 +437,30 @@ pub struct TopicCore<D: Disk> {
     log: Option<LogStore<D>>,
     log_error: Option<String>,
     readers: Vec<Weak<ReaderQueue>>,
-    in_place: Vec<(u64, InPlaceFn)>,
+    in_place: Vec<InPlace>,
     next_in_place: u64,
     stats: TopicStats,
+}
+
+/// An in-place subscriber and the last (epoch, position) it got.
+struct InPlace {
+    id: u64,
+    last: (u64, u64),
+    f: InPlaceFn,
+}
+
+/// Calls every in-place subscriber that has not had this sample (ordered
+/// topics: (epoch, position) above its last).
+fn call_in_place(subs: &mut [InPlace], ordered: bool, epoch: u64, info: &SampleInfo, data: &[u8]) {
+    for s in subs {
+        if ordered {
+            if (epoch, info.position) <= s.last {
+                continue;
+            }
+            s.last = (epoch, info.position);
+        }
+        (s.f)(info, data);
+    }
 }
 
 /// The state a snapshot carries is bounded by this many bytes per sample
@@ -532,29 +553,42 @@ impl<D: Disk> TopicCore<D> {
         r
     }
 
-    /// Adds an in-place subscriber (it gets samples delivered from now
-    /// on); its id for [`remove_in_place`](Self::remove_in_place).
+    /// Adds an in-place subscriber: on a stored topic it is called with
+    /// the history first (TRANSIENT durability, like a new reader), then
+    /// with every sample delivered from now on (and a joiner's restored
+    /// history); its id for [`remove_in_place`](Self::remove_in_place).
     pub fn add_in_place(&mut self, f: InPlaceFn) -> u64 {
         self.next_in_place += 1;
-        self.in_place.push((self.next_in_place, f));
-        self.next_in_place
+        let id = self.next_in_place;
+        let ordered = self.config.qos.ordered();
+        let mut sub = [InPlace { id, last: (0, 0), f }];
+        if self.config.qos.stores() {
+            for s in &self.history {
+                call_in_place(&mut sub, ordered, self.epoch, &SampleInfo::of(s, false), s.data());
+            }
+        }
+        let [mut sub] = sub;
+        if ordered {
+            sub.last = sub.last.max((self.epoch, self.delivered));
+        }
+        self.in_place.push(sub);
+        id
     }
 
     /// Removes an in-place subscriber.
     pub fn remove_in_place(&mut self, id: u64) {
-        self.in_place.retain(|(i, _)| *i != id);
+        self.in_place.retain(|s| s.id != id);
     }
 
     /// Queues `samples` for the readers and, on a logged topic (whose
-    /// in-place subscribers wait for the sync), calls those too.
-    fn release(&mut self, samples: &[StoredSample]) {
+    /// in-place subscribers wait for the sync) or for a restored history,
+    /// calls the in-place subscribers too.
+    fn release(&mut self, samples: &[StoredSample], in_place: bool) {
         self.hand_out(samples);
-        if self.log.is_some() {
+        if in_place {
+            let ordered = self.config.qos.ordered();
             for s in samples {
-                let info = SampleInfo::of(s, false);
-                for (_, f) in &mut self.in_place {
-                    f(&info, s.data());
-                }
+                call_in_place(&mut self.in_place, ordered, self.epoch, &SampleInfo::of(s, false), s.data());
             }
         }
     }
@@ -592,10 +626,8 @@ impl<D: Disk> TopicCore<D> {
         let logged = self.log.is_some();
         if !logged && !self.in_place.is_empty() {
             let info = SampleInfo::parts(self.delivered, view, d.sender, &envelope, d.payload, false);
-            let data = envelope.data(d.payload);
-            for (_, f) in &mut self.in_place {
-                f(&info, data);
-            }
+            let ordered = self.config.qos.ordered();
+            call_in_place(&mut self.in_place, ordered, self.epoch, &info, envelope.data(d.payload));
         }
         if !(self.config.qos.stores() || logged || self.readers.iter().any(|w| w.strong_count() > 0)) {
             return None;
@@ -712,13 +744,24 @@ impl<D: Disk> TopicCore<D> {
                 return Err(format!("the log could not start a segment: {e}"));
             }
         }
-        self.epoch += 1;
+        // Readers go on by position when the new segment continues the
+        // lineage they saw (its first sample is one they had, or lies past
+        // everything here); otherwise (a restart, another lineage) they
+        // start a new epoch.
+        let continues = delivered > 0
+            && history.front().is_some_and(|f| {
+                f.position > self.delivered
+                    || self.history.iter().any(|s| s.position == f.position && s.bytes == f.bytes)
+            });
+        if !continues {
+            self.epoch += 1;
+        }
         self.delivered = delivered;
         self.history = history;
         self.stats.delivered = delivered;
         self.stats.history = self.history.len() as u64;
         let h: Vec<StoredSample> = self.history.iter().cloned().collect();
-        self.hand_out(&h);
+        self.release(&h, true);
         Ok(())
     }
 
@@ -892,7 +935,8 @@ impl<D: Disk> DomainCore<D> {
             }
             let t = &mut self.topics[g];
             if t.log_batch(samples) {
-                t.release(samples);
+                let logged = t.log.is_some();
+                t.release(samples, logged);
             }
         }
     }
@@ -1076,6 +1120,40 @@ mod tests {
         let back = TopicCore::<MemDisk>::with_log(topic(QosLevel::LoggedStorage, 3), disk, true).unwrap();
         assert_eq!(back.delivered(), 7);
         assert_eq!(back.history().map(|s| s.position).collect::<Vec<_>>(), vec![5, 6, 7]);
+    }
+
+    #[test]
+    fn a_restored_history_continues_the_replayed_lineage_without_duplicates() {
+        let group = |n: u64, tag: u8| {
+            let mut a = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::LoggedStorage, 10))]);
+            deliver(&mut a, 0, &(1..=n).map(|i| (0, sample(i, b"", &[i as u8, tag]))).collect::<Vec<_>>());
+            a
+        };
+        for (tag, want) in [(0u8, vec![6, 7, 8]), (1, vec![1, 2, 3, 4, 5, 6, 7, 8])] {
+            // A member logged 1..=5, restarts and replays them.
+            let disk = MemDisk::new();
+            let mut m = DomainCore::new(
+                1,
+                vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 10), disk.clone(), true).unwrap()],
+            );
+            deliver(&mut m, 0, &(1..=5u64).map(|i| (0, sample(i, b"", &[i as u8, 0]))).collect::<Vec<_>>());
+            drop(m);
+            let mut j = DomainCore::new(
+                1,
+                vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 10), disk, true).unwrap()],
+            );
+            let r = j.topic_mut(0).add_reader(ReaderQos::keep_all(100));
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let s2 = seen.clone();
+            j.topic_mut(0).add_in_place(Box::new(move |i, _| s2.lock().unwrap().push(i.position)));
+            assert_eq!(r.take(100).len(), 5, "the replayed history");
+            seen.lock().unwrap().clear();
+            // The group's history: the same lineage (tag 0) or another one.
+            j.restore(0, &group(8, tag).snapshot(0)).unwrap();
+            let got: Vec<u64> = r.take(100).iter().map(|s| s.position).collect();
+            assert_eq!(got, want, "lineage {tag}: the reader");
+            assert_eq!(*seen.lock().unwrap(), want, "lineage {tag}: in place");
+        }
     }
 
     #[test]

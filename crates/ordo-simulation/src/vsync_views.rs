@@ -593,10 +593,17 @@ fn dds_app(ctx: &mut Ctx<'_, ViewsEvent>, topics: &[TopicConfig], shared: &Rc<Re
             ctx.record(ViewsEvent::Anomaly { what: format!("dds start: {why}") });
         }
     }
+    // What a subscriber is shown at subscription (the history replayed
+    // from this member's log, of whichever lineage) is not recorded: the
+    // checkers judge what the group delivers from here on.
+    let live = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for (g, t) in topics.iter().enumerate() {
         if t.subscribers.contains(&me) || t.publishers.contains(&me) {
-            let ev = events.clone();
+            let (ev, live) = (events.clone(), live.clone());
             core.topic_mut(g).add_in_place(Box::new(move |info, data| {
+                if !live.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
                 ev.lock().expect("events").push(ViewsEvent::DdsSeen {
                     topic: g,
                     view: info.view,
@@ -608,6 +615,7 @@ fn dds_app(ctx: &mut Ctx<'_, ViewsEvent>, topics: &[TopicConfig], shared: &Rc<Re
             }));
         }
     }
+    live.store(true, std::sync::atomic::Ordering::Relaxed);
     DdsApp { core, view: 0, events, snaps: Vec::new() }
 }
 
