@@ -178,7 +178,7 @@ fn stop_now(started: Instant, for_s: Option<f64>) -> bool {
 
 /// Where a publisher's samples go.
 enum Out {
-    Member(DomainParticipant, ordo_dds::DataWriter<Bytes>, ordo_dds::Topic<Bytes>),
+    Member(Box<DomainParticipant>, ordo_dds::DataWriter<Bytes>, ordo_dds::Topic<Bytes>),
     External(ExternalParticipant, ordo_dds::client::ExternalWriter),
 }
 
@@ -191,7 +191,7 @@ fn publish(a: PubArgs) -> Result<(), String> {
         if say {
             println!("publishing {:?} ({}) size {}", a.topic, topic.qos().name(), a.size);
         }
-        Out::Member(p, writer, topic)
+        Out::Member(Box::new(p), writer, topic)
     } else {
         let c = connect(&a.external, a.json)?;
         let w = c.writer(&a.topic, "bytes").map_err(|e| e.to_string())?;
@@ -260,12 +260,18 @@ fn publish(a: PubArgs) -> Result<(), String> {
         Out::Member(p, _, topic) => {
             // Leave only once our samples are delivered here (so everywhere).
             let deadline = Instant::now() + Duration::from_secs(30);
-            while p.topic_stats(&topic).own < sent && Instant::now() < deadline && !TERMINATE.load(Ordering::Acquire) {
+            while p.topic_stats(&topic).own < sent
+                && Instant::now() < deadline
+                && !TERMINATE.load(Ordering::Acquire)
+            {
                 std::thread::sleep(Duration::from_millis(2));
             }
             let own = p.topic_stats(&topic).own;
             if a.json {
-                println!("{}", serde_json::json!({"role": "pub", "samples": sent, "stable": own, "secs": secs, "size": a.size}));
+                println!(
+                    "{}",
+                    serde_json::json!({"role": "pub", "samples": sent, "stable": own, "secs": secs, "size": a.size})
+                );
             } else {
                 println!(
                     "done: {sent} samples in {secs:.3} s: {:.2} kS/s, {:.1} Mb/s; delivered {own}",
@@ -293,7 +299,10 @@ fn publish(a: PubArgs) -> Result<(), String> {
                     serde_json::json!({"role": "pub", "samples": sent, "stable": stable, "secs": secs, "size": a.size, "reconnects": c.reconnects()})
                 );
             } else {
-                println!("done: {sent} samples in {secs:.3} s, {stable} stable; {} reconnects", c.reconnects());
+                println!(
+                    "done: {sent} samples in {secs:.3} s, {stable} stable; {} reconnects",
+                    c.reconnects()
+                );
             }
         }
     }
@@ -320,7 +329,17 @@ impl Tally {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn add(&mut self, source: u32, seq: u64, position: u64, view: u64, source_ns: u64, key: &[u8], len: usize, print: bool) {
+    fn add(
+        &mut self,
+        source: u32,
+        seq: u64,
+        position: u64,
+        view: u64,
+        source_ns: u64,
+        key: &[u8],
+        len: usize,
+        print: bool,
+    ) {
         let now = ordo_runtime::node::unix_ns();
         self.got += 1;
         self.bytes += len as u64;
@@ -361,7 +380,7 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
 
 /// Where a subscriber's samples come from.
 enum In {
-    InPlace(DomainParticipant, ordo_dds::InPlaceSubscription),
+    Upcall(DomainParticipant, ordo_dds::InPlaceSubscription),
     Queue(DomainParticipant, ordo_dds::DataReader<Bytes>),
     External(ExternalParticipant, ordo_dds::client::ExternalSubscription),
 }
@@ -372,8 +391,14 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
     let (input, publishers) = if a.external.connect.is_empty() {
         let p = start(&a.config, a.json)?;
         let topic = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
-        let publishers =
-            p.config().dds.topics.iter().find(|t| t.name == a.topic).map(|t| t.publishers.clone()).unwrap_or_default();
+        let publishers = p
+            .config()
+            .dds
+            .topics
+            .iter()
+            .find(|t| t.name == a.topic)
+            .map(|t| t.publishers.clone())
+            .unwrap_or_default();
         if say {
             println!(
                 "subscribed to {:?} ({}, {})",
@@ -389,10 +414,19 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
             let (t, print) = (tally.clone(), a.print);
             let sub = p
                 .subscribe_in_place(&topic, move |i, data| {
-                    lock(&t).add(i.source, i.sequence, i.position, i.view, i.source_timestamp_ns, &i.key, data.len(), print)
+                    lock(&t).add(
+                        i.source,
+                        i.sequence,
+                        i.position,
+                        i.view,
+                        i.source_timestamp_ns,
+                        &i.key,
+                        data.len(),
+                        print,
+                    )
                 })
                 .map_err(|e| e.to_string())?;
-            In::InPlace(p, sub)
+            In::Upcall(p, sub)
         };
         (input, publishers)
     } else {
@@ -422,19 +456,37 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
                 r.wait(Duration::from_millis(100));
                 let mut t = lock(&tally);
                 r.take_with(usize::MAX, |i, data| {
-                    t.add(i.source, i.sequence, i.position, i.view, i.source_timestamp_ns, &i.key, data.len(), a.print)
+                    t.add(
+                        i.source,
+                        i.sequence,
+                        i.position,
+                        i.view,
+                        i.source_timestamp_ns,
+                        &i.key,
+                        data.len(),
+                        a.print,
+                    )
                 });
             }
-            In::InPlace(..) => std::thread::sleep(Duration::from_millis(20)),
+            In::Upcall(..) => std::thread::sleep(Duration::from_millis(20)),
             In::External(_, s) => {
                 s.wait(Duration::from_millis(100));
                 let mut t = lock(&tally);
                 for x in s.take(usize::MAX) {
-                    t.add(x.source, x.sequence, x.position, x.view, x.source_timestamp_ns, &x.key, x.data.len(), a.print);
+                    t.add(
+                        x.source,
+                        x.sequence,
+                        x.position,
+                        x.view,
+                        x.source_timestamp_ns,
+                        &x.key,
+                        x.data.len(),
+                        a.print,
+                    );
                 }
             }
         }
-        if let In::InPlace(p, _) | In::Queue(p, _) = &input
+        if let In::Upcall(p, _) | In::Queue(p, _) = &input
             && lock(&tally).got == got
         {
             if let Some(why) = stopped(p) {
@@ -443,7 +495,10 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
                 }
                 break;
             }
-            if a.until_publishers_leave && got > 0 && !p.status().members.iter().any(|m| publishers.contains(m)) {
+            if a.until_publishers_leave
+                && got > 0
+                && !p.status().members.iter().any(|m| publishers.contains(m))
+            {
                 break;
             }
         }
@@ -471,10 +526,10 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
     let (rejected, reconnects) = match &input {
         In::Queue(_, r) => (r.status().0.rejected, 0),
         In::External(c, s) => (s.rejected(), c.reconnects()),
-        In::InPlace(..) => (0, 0),
+        In::Upcall(..) => (0, 0),
     };
     let member = match input {
-        In::InPlace(p, sub) => {
+        In::Upcall(p, sub) => {
             drop(sub);
             Some(p)
         }

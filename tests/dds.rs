@@ -43,7 +43,12 @@ impl Domain {
         Secret::generate_file(&dir.join("client.secret")).unwrap();
         let cluster = format!("ddsp-{name}-{}", std::process::id());
         let peers = |ports: &[u16]| -> String {
-            ports.iter().enumerate().map(|(i, p)| format!("{{ id = {i}, addr = \"127.0.0.1:{p}\" }}")).collect::<Vec<_>>().join(", ")
+            ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| format!("{{ id = {i}, addr = \"127.0.0.1:{p}\" }}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         let members: Vec<String> = (0..n).map(|i| i.to_string()).collect();
         let control: Vec<u16> = (0..n).map(|_| free_port()).collect();
@@ -104,17 +109,22 @@ impl Domain {
                 let _ = child.kill();
                 let mut err = String::new();
                 let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-                panic!("process {k} did not finish: {}", err.lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+                panic!(
+                    "process {k} did not finish: {}",
+                    err.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let (mut out, mut err) = (String::new(), String::new());
         child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
         child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        out.lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or_else(|| panic!("process {k}: no summary; stdout {out}; stderr {}", err.lines().rev().take(20).collect::<Vec<_>>().join("\n")))
+        out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| {
+            panic!(
+                "process {k}: no summary; stdout {out}; stderr {}",
+                err.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+            )
+        })
     }
 
     fn kill9(&mut self, k: usize) {
@@ -138,12 +148,15 @@ impl Drop for Domain {
 
 fn one_publisher_three_subscribers(backend: &str) {
     let mut d = Domain::new(&format!("fan-{backend}"), 4, backend, &[("a", "atomic-multicast", "0")], false);
-    let subs: Vec<usize> =
-        (1..=3).map(|m| d.spawn(m, false, &["sub", "--topic", "a", "--until-publishers-leave", "--json"])).collect();
-    let publisher = d.spawn(0, false, &["pub", "--topic", "a", "--size", "1000", "--count", "3000", "--json"]);
+    let subs: Vec<usize> = (1..=3)
+        .map(|m| d.spawn(m, false, &["sub", "--topic", "a", "--until-publishers-leave", "--json"]))
+        .collect();
+    let publisher =
+        d.spawn(0, false, &["pub", "--topic", "a", "--size", "1000", "--count", "3000", "--json"]);
     let p = d.summary(publisher, Duration::from_secs(60));
     assert_eq!((p["samples"].as_u64(), p["stable"].as_u64()), (Some(3000), Some(3000)), "{p}");
-    let got: Vec<serde_json::Value> = subs.into_iter().map(|k| d.summary(k, Duration::from_secs(60))).collect();
+    let got: Vec<serde_json::Value> =
+        subs.into_iter().map(|k| d.summary(k, Duration::from_secs(60))).collect();
     for s in &got {
         assert_eq!(s["samples"], 3000, "{s}");
         assert_eq!((s["first_position"].as_u64(), s["last_position"].as_u64()), (Some(1), Some(3000)), "{s}");
@@ -172,7 +185,11 @@ fn a_killed_subscriber_rejoins_and_catches_up(qos: &str) {
         .map(|m| d.spawn(m, false, &["sub", "--topic", "t", "--count", &N.to_string(), "--json"]))
         .collect();
     let victim = d.spawn(3, false, &["sub", "--topic", "t", "--json"]);
-    let publisher = d.spawn(0, false, &["pub", "--topic", "t", "--size", "500", "--rate", "2000", "--count", &N.to_string(), "--json"]);
+    let publisher = d.spawn(
+        0,
+        false,
+        &["pub", "--topic", "t", "--size", "500", "--rate", "2000", "--count", &N.to_string(), "--json"],
+    );
     std::thread::sleep(Duration::from_millis(700));
     d.kill9(victim);
     std::thread::sleep(Duration::from_millis(300));

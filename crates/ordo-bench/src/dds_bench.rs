@@ -281,7 +281,11 @@ impl DdsBench {
         for i in 0..n {
             control.push(format!("{{ id = {i}, addr = \"127.0.0.1:{}\" }}", free_port()?));
         }
-        let switches = if p.spindle { "" } else { "[vsync.switches]\nsend_batching = false\nreceive_batching = false\ndelivery_batching = false\nnull_sends = false\npost_after_unlock = false\nlock_free_send = false\nbatched_upcall = false\nzero_copy = false\nstamped_slots = false\n" };
+        let switches = if p.spindle {
+            ""
+        } else {
+            "[vsync.switches]\nsend_batching = false\nreceive_batching = false\ndelivery_batching = false\nnull_sends = false\npost_after_unlock = false\nlock_free_send = false\nbatched_upcall = false\nzero_copy = false\nstamped_slots = false\n"
+        };
         let text = format!(
             "[group]\nmembers = [{}]\n[fabric.shm]\ncluster = \"{cluster}\"\n[security]\nsecret_file = \"{}\"\n[node]\ncontrol = [{}]\n{switches}[dds]\ndata_dir = \"{}\"\nfsync = {}\n[[dds.topics]]\nname = \"t\"\nqos = \"{}\"\npublishers = [0]\nsubscribers = [{}]\nmax_sample = {}\nwindow = 100\nhistory = 1000\n",
             members.join(", "),
@@ -338,7 +342,11 @@ impl DdsBench {
         let (mut rates, mut bytes, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, o) in outs.iter().enumerate() {
             let v = last_json(&o.stdout).map_err(|e| {
-                format!("{} {i}: {e}; stderr: {}", if i == 0 { "publisher" } else { "subscriber" }, String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or(""))
+                format!(
+                    "{} {i}: {e}; stderr: {}",
+                    if i == 0 { "publisher" } else { "subscriber" },
+                    String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+                )
             })?;
             if i == 0 {
                 continue;
@@ -393,7 +401,8 @@ impl DdsBench {
                 })
                 .collect();
             // Drop the first second (matching, ramp-up) and a trailing partial one.
-            let steady: Vec<f64> = per_s.iter().skip(1).take(per_s.len().saturating_sub(2).max(1)).copied().collect();
+            let steady: Vec<f64> =
+                per_s.iter().skip(1).take(per_s.len().saturating_sub(2).max(1)).copied().collect();
             if steady.is_empty() {
                 return Err("ddsperf sub printed no rate lines".into());
             }
@@ -423,7 +432,9 @@ impl Experiment for DdsBench {
     }
 
     fn write_files(&self, r: &DdsReport, dir: &Path) -> Result<(), String> {
-        let mut csv = String::from("system,qos,switches,size,subscribers,round,samples_per_s,bytes_per_s,p50_us,p99_us,foreign_cores,contended\n");
+        let mut csv = String::from(
+            "system,qos,switches,size,subscribers,round,samples_per_s,bytes_per_s,p50_us,p99_us,foreign_cores,contended\n",
+        );
         for x in &r.runs {
             csv.push_str(&format!(
                 "{},{},{},{},{},{},{:.1},{:.1},{},{},{:.3},{}\n",
@@ -445,15 +456,22 @@ impl Experiment for DdsBench {
     }
 
     fn measure(&self, progress: &mut dyn FnMut(&str)) -> Result<DdsReport, String> {
-        let qos: Vec<String> = self.args.qos.clone().unwrap_or_else(|| {
-            ordo_runtime::QosLevel::ALL.iter().map(|q| q.name().to_string()).collect()
-        });
+        let qos: Vec<String> =
+            self.args.qos.clone().unwrap_or_else(|| {
+                ordo_runtime::QosLevel::ALL.iter().map(|q| q.name().to_string()).collect()
+            });
         for q in &qos {
             q.parse::<ordo_runtime::QosLevel>()?;
         }
         let cyclone_missing = if self.args.no_cyclone {
             Some("--no-cyclone".to_string())
-        } else if Command::new("ddsperf").arg("help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        } else if Command::new("ddsperf")
+            .arg("help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_err()
+        {
             Some("ddsperf not found (apt-get install cyclonedds-tools)".to_string())
         } else {
             None
@@ -534,7 +552,11 @@ impl Experiment for DdsBench {
                 let clean: Vec<&Run> = runs.iter().filter(|r| key(r) == *k && !r.contended).collect();
                 let rates: Vec<f64> = clean.iter().map(|r| r.samples_per_s).collect();
                 let spread = median(rates.clone()).map(|m| {
-                    [m, rates.iter().copied().fold(f64::MAX, f64::min), rates.iter().copied().fold(0.0, f64::max)]
+                    [
+                        m,
+                        rates.iter().copied().fold(f64::MAX, f64::min),
+                        rates.iter().copied().fold(0.0, f64::max),
+                    ]
                 });
                 let lat = match (
                     median(clean.iter().filter_map(|r| r.p50_us).collect()),
@@ -570,8 +592,9 @@ impl Experiment for DdsBench {
                     v.push(x.samples_per_s / y.samples_per_s);
                 }
             }
-            let spread = median(v.clone())
-                .map(|m| [m, v.iter().copied().fold(f64::MAX, f64::min), v.iter().copied().fold(0.0, f64::max)]);
+            let spread = median(v.clone()).map(|m| {
+                [m, v.iter().copied().fold(f64::MAX, f64::min), v.iter().copied().fold(0.0, f64::max)]
+            });
             Ratio { what, ratio: spread }
         };
         let mut ratios = Vec::new();
@@ -580,27 +603,60 @@ impl Experiment for DdsBench {
                 for q in &qos {
                     ratios.push(ratio(
                         format!("{q} {size} B 1→{subs}: spindle / baseline"),
-                        &|r| r.system == "ordo" && r.qos == *q && r.switches == "spindle" && r.size == size && r.subscribers == subs,
-                        &|r| r.system == "ordo" && r.qos == *q && r.switches == "baseline" && r.size == size && r.subscribers == subs,
+                        &|r| {
+                            r.system == "ordo"
+                                && r.qos == *q
+                                && r.switches == "spindle"
+                                && r.size == size
+                                && r.subscribers == subs
+                        },
+                        &|r| {
+                            r.system == "ordo"
+                                && r.qos == *q
+                                && r.switches == "baseline"
+                                && r.size == size
+                                && r.subscribers == subs
+                        },
                     ));
                 }
                 if cyclone_missing.is_none() {
                     ratios.push(ratio(
                         format!("atomic-multicast {size} B 1→{subs}: ordo (total order) / cyclone reliable"),
-                        &|r| r.system == "ordo" && r.qos == "atomic-multicast" && r.switches == "spindle" && r.size == size && r.subscribers == subs,
+                        &|r| {
+                            r.system == "ordo"
+                                && r.qos == "atomic-multicast"
+                                && r.switches == "spindle"
+                                && r.size == size
+                                && r.subscribers == subs
+                        },
                         &|r| r.system == "cyclone" && r.size == size && r.subscribers == subs,
                     ));
                 }
             }
         }
-        Ok(DdsReport { machine: MachineInfo::current(), seconds: self.seconds(), runs, points, ratios, cyclone_missing })
+        Ok(DdsReport {
+            machine: MachineInfo::current(),
+            seconds: self.seconds(),
+            runs,
+            points,
+            ratios,
+            cyclone_missing,
+        })
     }
 
     fn print_table(&self, r: &DdsReport) {
         println!("ordo bench dds — {} ({} s per point)", r.machine.summary(), r.seconds);
         println!(
             "{:<8} {:<17} {:<9} {:>6} {:>4} {:>28} {:>9} {:>16} {:>6}",
-            "system", "qos", "switches", "size", "subs", "kS/s per subscriber [min–max]", "GB/s", "p50/p99 µs", "clean"
+            "system",
+            "qos",
+            "switches",
+            "size",
+            "subs",
+            "kS/s per subscriber [min–max]",
+            "GB/s",
+            "p50/p99 µs",
+            "clean"
         );
         for p in &r.points {
             println!(
@@ -633,6 +689,9 @@ impl Experiment for DdsBench {
             println!("Cyclone DDS left out: {why}");
         }
         let flagged = r.runs.iter().filter(|x| x.contended).count();
-        println!("{flagged} of {} runs contended (foreign load above {MAX_FOREIGN_CORES} core) and left out", r.runs.len());
+        println!(
+            "{flagged} of {} runs contended (foreign load above {MAX_FOREIGN_CORES} core) and left out",
+            r.runs.len()
+        );
     }
 }

@@ -127,7 +127,8 @@ fn connect_one(addr: &str, key: &Key) -> Result<(TcpStream, u32), String> {
         .map_err(|e| format!("{addr}: {e}"))?
         .next()
         .ok_or_else(|| format!("{addr}: no address"))?;
-    let mut s = TcpStream::connect_timeout(&sa, Duration::from_secs(2)).map_err(|e| format!("{addr}: {e}"))?;
+    let mut s =
+        TcpStream::connect_timeout(&sa, Duration::from_secs(2)).map_err(|e| format!("{addr}: {e}"))?;
     let _ = s.set_nodelay(true);
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let hello = Frame::Hello { nonce: handshake::nonce() };
@@ -198,7 +199,9 @@ impl Inner {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         lock(&self.pending).insert(req, tx);
-        let r = self.send(&make(req)).and_then(|()| rx.recv_timeout(REQUEST_TIMEOUT).map_err(|_| ClientError::Disconnected));
+        let r = self
+            .send(&make(req))
+            .and_then(|()| rx.recv_timeout(REQUEST_TIMEOUT).map_err(|_| ClientError::Disconnected));
         lock(&self.pending).remove(&req);
         match r? {
             Frame::Error { code, message, .. } => Err(ClientError::Refused { code, message }),
@@ -223,7 +226,9 @@ impl Inner {
                         }
                         // The next relay first.
                         let n = self.relays.len() as u32;
-                        let _ = self.current.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some((c + 1) % n));
+                        let _ = self
+                            .current
+                            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some((c + 1) % n));
                         match self.connect() {
                             Ok(next) => {
                                 self.reconnects.fetch_add(1, Ordering::Relaxed);
@@ -310,7 +315,10 @@ impl Inner {
 impl ExternalParticipant {
     /// Connects to the first of `relays` (`host:port`) that proves the
     /// client secret, and keeps a connection to one of them from then on.
-    pub fn connect(relays: &[String], secret: &ordo_auth::Secret) -> Result<ExternalParticipant, ClientError> {
+    pub fn connect(
+        relays: &[String],
+        secret: &ordo_auth::Secret,
+    ) -> Result<ExternalParticipant, ClientError> {
         if relays.is_empty() {
             return Err(ClientError::Unreachable("no relay address".into()));
         }
@@ -361,8 +369,17 @@ impl ExternalParticipant {
 
     /// Subscribes to `topic` (of `type_name`, empty: any); the subscription
     /// holds at most `max_samples`.
-    pub fn subscribe(&self, topic: &str, type_name: &str, max_samples: usize) -> Result<ExternalSubscription, ClientError> {
-        let queue = Arc::new(SubQueue { samples: Mutex::new((VecDeque::new(), 0)), cv: Condvar::new(), max: max_samples.max(1) });
+    pub fn subscribe(
+        &self,
+        topic: &str,
+        type_name: &str,
+        max_samples: usize,
+    ) -> Result<ExternalSubscription, ClientError> {
+        let queue = Arc::new(SubQueue {
+            samples: Mutex::new((VecDeque::new(), 0)),
+            cv: Condvar::new(),
+            max: max_samples.max(1),
+        });
         let req = self.inner.next_req.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.subs).push(Sub {
             topic: topic.into(),
@@ -375,8 +392,14 @@ impl ExternalParticipant {
         });
         let (tx, rx) = mpsc::channel();
         lock(&self.inner.pending).insert(req, tx);
-        let sent = self.inner.send(&Frame::Subscribe { req, after: 0, topic: topic.into(), type_name: type_name.into() });
-        let answer = sent.and_then(|()| rx.recv_timeout(REQUEST_TIMEOUT).map_err(|_| ClientError::Disconnected));
+        let sent = self.inner.send(&Frame::Subscribe {
+            req,
+            after: 0,
+            topic: topic.into(),
+            type_name: type_name.into(),
+        });
+        let answer =
+            sent.and_then(|()| rx.recv_timeout(REQUEST_TIMEOUT).map_err(|_| ClientError::Disconnected));
         lock(&self.inner.pending).remove(&req);
         let fail = |e| {
             lock(&self.inner.subs).retain(|s| !Arc::ptr_eq(&s.queue, &queue));
@@ -400,7 +423,11 @@ impl ExternalParticipant {
 
     /// A writer of `topic` through the relay (its member must publish it).
     pub fn writer(&self, topic: &str, type_name: &str) -> Result<ExternalWriter, ClientError> {
-        let f = self.inner.request(|req| Frame::Writer { req, topic: topic.into(), type_name: type_name.into() })?;
+        let f = self.inner.request(|req| Frame::Writer {
+            req,
+            topic: topic.into(),
+            type_name: type_name.into(),
+        })?;
         let Frame::Ok { topic: id, max_sample, .. } = f else { return Err(ClientError::Disconnected) };
         lock(&self.inner.writers).push(Declared { topic: topic.into(), type_name: type_name.into() });
         Ok(ExternalWriter { inner: self.inner.clone(), topic: id, max_sample: max_sample as usize })

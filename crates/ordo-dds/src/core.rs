@@ -107,8 +107,7 @@ fn decode_log_record(r: &[u8]) -> Result<Option<StoredSample>, &'static str> {
     }
 }
 
-impl StoredSample {
-}
+impl StoredSample {}
 
 /// What a reader knows of a sample besides its data (DDS `SampleInfo`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,7 +135,14 @@ impl SampleInfo {
         SampleInfo::parts(s.position, s.view, s.sender, &s.envelope, &s.bytes, was_read)
     }
 
-    fn parts(position: u64, view: u64, sender: MemberId, e: &Envelope, payload: &[u8], was_read: bool) -> SampleInfo {
+    fn parts(
+        position: u64,
+        view: u64,
+        sender: MemberId,
+        e: &Envelope,
+        payload: &[u8],
+        was_read: bool,
+    ) -> SampleInfo {
         SampleInfo {
             source: sender,
             sequence: e.seq,
@@ -317,7 +323,8 @@ impl ReaderQueue {
             History::KeepLast(n) => {
                 let held = st.per_key.get(s.key()).copied().unwrap_or(0);
                 if held >= n {
-                    let oldest = st.queue.iter().position(|(q, _)| q.key() == s.key()).expect("a held sample");
+                    let oldest =
+                        st.queue.iter().position(|(q, _)| q.key() == s.key()).expect("a held sample");
                     st.queue.remove(oldest);
                     *st.per_key.get_mut(s.key()).expect("held") -= 1;
                     st.status.replaced += 1;
@@ -632,7 +639,13 @@ impl<D: Disk> TopicCore<D> {
         if !(self.config.qos.stores() || logged || self.readers.iter().any(|w| w.strong_count() > 0)) {
             return None;
         }
-        let s = StoredSample { position: self.delivered, view, sender: d.sender, envelope, bytes: Arc::from(d.payload) };
+        let s = StoredSample {
+            position: self.delivered,
+            view,
+            sender: d.sender,
+            envelope,
+            bytes: Arc::from(d.payload),
+        };
         if self.config.qos.stores() {
             self.history.push_back(s.clone());
             while self.history.len() > self.config.history {
@@ -654,7 +667,12 @@ impl<D: Disk> TopicCore<D> {
         let entries: Vec<Entry> = samples
             .iter()
             .enumerate()
-            .map(|(i, s)| Entry { term: 1, index: next + i as u64, kind: EntryKind::Normal, data: s.log_record() })
+            .map(|(i, s)| Entry {
+                term: 1,
+                index: next + i as u64,
+                kind: EntryKind::Normal,
+                data: s.log_record(),
+            })
             .collect();
         let r = log.append(&entries).and_then(|()| log.sync());
         match r {
@@ -833,7 +851,10 @@ pub fn read_log<D: Disk>(disk: D, config: &TopicConfig) -> Result<LogReport, Sto
 struct ReadOnly<D>(D);
 
 fn read_only() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::PermissionDenied, "read only: the log needs recovery by its member")
+    std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        "read only: the log needs recovery by its member",
+    )
 }
 
 impl<D: Disk> Disk for ReadOnly<D> {
@@ -997,10 +1018,12 @@ mod tests {
 
     #[test]
     fn keep_last_is_per_instance_and_keep_all_rejects_beyond_its_bound() {
-        let mut core = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
+        let mut core =
+            DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
         let last2 = core.topic_mut(0).add_reader(ReaderQos::keep_last(2));
         let all3 = core.topic_mut(0).add_reader(ReaderQos::keep_all(3));
-        let msgs: Vec<_> = (1..=5u64).map(|i| (0, sample(i, if i % 2 == 0 { b"b" } else { b"a" }, b"x"))).collect();
+        let msgs: Vec<_> =
+            (1..=5u64).map(|i| (0, sample(i, if i % 2 == 0 { b"b" } else { b"a" }, b"x"))).collect();
         deliver(&mut core, 0, &msgs);
         let got: Vec<u64> = last2.take(10).iter().map(|s| s.envelope.seq).collect();
         assert_eq!(got, vec![2, 3, 4, 5], "a: 3 and 5 (1 replaced), b: 2 and 4");
@@ -1012,7 +1035,8 @@ mod tests {
 
     #[test]
     fn read_marks_and_take_removes() {
-        let mut core = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
+        let mut core =
+            DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
         let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(10));
         deliver(&mut core, 0, &[(0, sample(1, b"", b"a")), (0, sample(2, b"", b"b"))]);
         assert!(r.wait(Duration::ZERO));
@@ -1024,7 +1048,8 @@ mod tests {
 
     #[test]
     fn garbage_is_skipped_but_counted_in_positions() {
-        let mut core = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 10))]);
+        let mut core =
+            DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 10))]);
         let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(10));
         deliver(&mut core, 0, &[(0, vec![1, 2, 3]), (0, sample(1, b"", b"ok"))]);
         let got = r.take(10);
@@ -1056,15 +1081,18 @@ mod tests {
         }
         assert_eq!(c.topic(0).delivered(), 0);
         // More samples than the topic keeps: refused.
-        let mut small = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 2))]);
+        let mut small =
+            DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 2))]);
         assert!(small.restore(0, &snap).is_err());
     }
 
     #[test]
     fn logged_samples_are_synced_before_a_reader_sees_them_and_survive_a_crash() {
         let disk = MemDisk::new();
-        let mut core =
-            DomainCore::new(1, vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap()]);
+        let mut core = DomainCore::new(
+            1,
+            vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap()],
+        );
         let r = core.topic_mut(0).add_reader(ReaderQos::keep_all(100));
         let msgs: Vec<_> = (1..=6u64).map(|i| (0, sample(i, b"", &[i as u8]))).collect();
         deliver(&mut core, 0, &msgs[..3]);
@@ -1073,7 +1101,8 @@ mod tests {
         let seen = r.take(100).len();
         assert_eq!(seen, 6);
         disk.crash(7);
-        let again = TopicCore::<MemDisk>::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap();
+        let again =
+            TopicCore::<MemDisk>::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap();
         assert_eq!(again.delivered(), 6, "every sample a reader saw was synced");
         assert_eq!(again.history().map(|s| s.position).collect::<Vec<_>>(), vec![3, 4, 5, 6]);
         assert_eq!(again.history().last().unwrap().data(), &[6]);
@@ -1082,7 +1111,8 @@ mod tests {
     #[test]
     fn in_place_subscribers_see_the_slot_and_logged_ones_only_after_the_sync() {
         use std::sync::atomic::{AtomicU64, Ordering};
-        let mut core = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
+        let mut core =
+            DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::AtomicMulticast, 1))]);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s2 = seen.clone();
         let id = core.topic_mut(0).add_in_place(Box::new(move |info, data| {
@@ -1095,8 +1125,10 @@ mod tests {
         assert_eq!(seen.lock().unwrap().len(), 1, "removed");
 
         let disk = MemDisk::new();
-        let mut logged =
-            DomainCore::new(1, vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap()]);
+        let mut logged = DomainCore::new(
+            1,
+            vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 4), disk.clone(), true).unwrap()],
+        );
         let synced_before = Arc::new(AtomicU64::new(u64::MAX));
         let (d2, sb) = (disk.clone(), synced_before.clone());
         let base = disk.stats().fsyncs();
@@ -1104,7 +1136,10 @@ mod tests {
             sb.store(d2.stats().fsyncs() - base, Ordering::SeqCst);
         }));
         deliver(&mut logged, 0, &[(0, sample(1, b"", b"a"))]);
-        assert!(synced_before.load(Ordering::SeqCst) >= 1, "the log was synced before the subscriber saw the sample");
+        assert!(
+            synced_before.load(Ordering::SeqCst) >= 1,
+            "the log was synced before the subscriber saw the sample"
+        );
     }
 
     #[test]
@@ -1125,7 +1160,8 @@ mod tests {
     #[test]
     fn a_restored_history_continues_the_replayed_lineage_without_duplicates() {
         let group = |n: u64, tag: u8| {
-            let mut a = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::LoggedStorage, 10))]);
+            let mut a =
+                DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::LoggedStorage, 10))]);
             deliver(&mut a, 0, &(1..=n).map(|i| (0, sample(i, b"", &[i as u8, tag]))).collect::<Vec<_>>());
             a
         };

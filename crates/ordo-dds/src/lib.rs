@@ -48,7 +48,7 @@ pub use crate::core::{
 };
 pub use ordo_runtime::{DdsConfig, QosLevel, TopicConfig};
 pub use participant::{
-    DataReader, DataWriter, DdsError, DomainParticipant, InPlaceSubscription, Sample, Topic, WaitSet, log_dir,
-    slot_payload, vsync_layout,
+    DataReader, DataWriter, DdsError, DomainParticipant, InPlaceSubscription, Sample, Topic, WaitSet,
+    log_dir, slot_payload, vsync_layout,
 };
 pub use types::{Bytes, Json, JsonKey, KeyedJson, Pod, TopicType};

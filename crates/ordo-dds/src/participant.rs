@@ -75,7 +75,9 @@ pub enum DdsError {
         topic: String,
     },
     /// The sample and its key do not fit the topic's `max_sample`.
-    #[error("sample of {len} bytes (key {key} bytes) exceeds the topic's max_sample {max} (key at most {MAX_KEY})")]
+    #[error(
+        "sample of {len} bytes (key {key} bytes) exceeds the topic's max_sample {max} (key at most {MAX_KEY})"
+    )]
     TooLarge {
         /// Data bytes.
         len: usize,
@@ -123,7 +125,10 @@ pub fn vsync_layout(config: &OrdoConfig) -> Vec<SubgroupConfig> {
 
 /// The directory of `topic`'s log at `member`.
 pub fn log_dir(config: &OrdoConfig, member: MemberId, topic: &str) -> PathBuf {
-    let safe: String = if topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) && topic != "." && topic != ".." {
+    let safe: String = if topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && topic != "."
+        && topic != ".."
+    {
         topic.to_owned()
     } else {
         topic.bytes().map(|b| format!("{b:02x}")).collect()
@@ -219,7 +224,8 @@ impl DomainParticipant {
         c.vsync.subgroups = vsync_layout(config);
         let mut topics = Vec::new();
         for t in &config.dds.topics {
-            let topic = if t.qos == QosLevel::LoggedStorage && t.members(&config.group.members).contains(&me) {
+            let topic = if t.qos == QosLevel::LoggedStorage && t.members(&config.group.members).contains(&me)
+            {
                 let dir = log_dir(config, me, &t.name);
                 let open = || -> Result<TopicCore<FsDisk>, String> {
                     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -264,8 +270,13 @@ impl DomainParticipant {
                     .load_client_secret()
                     .map_err(|e| DdsError::Config(format!("the client secret: {e}")))?
                     .ok_or_else(|| DdsError::Config("dds.relay needs a client secret".into()))?;
-                let shared =
-                    crate::relay::RelayShared::new(config.clone(), me, core.clone(), writers.clone(), &secret);
+                let shared = crate::relay::RelayShared::new(
+                    config.clone(),
+                    me,
+                    core.clone(),
+                    writers.clone(),
+                    &secret,
+                );
                 let r = crate::relay::Relay::start(addr, shared)
                     .map_err(|e| DdsError::Start(format!("relay on {addr}: {e}")))?;
                 Some(r)
@@ -355,7 +366,11 @@ impl DomainParticipant {
 
     /// A reader of `topic` (this member must publish or subscribe it). On a
     /// storage topic it starts with the history this member holds.
-    pub fn create_reader<T: TopicType>(&self, topic: &Topic<T>, qos: ReaderQos) -> Result<DataReader<T>, DdsError> {
+    pub fn create_reader<T: TopicType>(
+        &self,
+        topic: &Topic<T>,
+        qos: ReaderQos,
+    ) -> Result<DataReader<T>, DdsError> {
         let t = &self.config.dds.topics[topic.index];
         if !t.members(&self.config.group.members).contains(&self.me) {
             return Err(DdsError::NotASubscriber { member: self.me, topic: topic.name.clone() });
@@ -491,7 +506,12 @@ impl<T: TopicType> DataWriter<T> {
     }
 
     /// As [`write_with`](Self::write_with), never waiting.
-    pub fn try_write_with(&self, key: &[u8], len: usize, build: impl FnOnce(&mut [u8])) -> Result<u64, DdsError> {
+    pub fn try_write_with(
+        &self,
+        key: &[u8],
+        len: usize,
+        build: impl FnOnce(&mut [u8]),
+    ) -> Result<u64, DdsError> {
         self.shared.try_write_with(self.max_sample, key, len, build)
     }
 }

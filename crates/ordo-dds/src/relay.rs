@@ -116,10 +116,11 @@ impl Relay {
                         }
                         sh.clients.fetch_add(1, Ordering::AcqRel);
                         let sh2 = sh.clone();
-                        let spawned = std::thread::Builder::new().name("ordo-dds-client".into()).spawn(move || {
-                            serve(s, &sh2);
-                            sh2.clients.fetch_sub(1, Ordering::AcqRel);
-                        });
+                        let spawned =
+                            std::thread::Builder::new().name("ordo-dds-client".into()).spawn(move || {
+                                serve(s, &sh2);
+                                sh2.clients.fetch_sub(1, Ordering::AcqRel);
+                            });
                         if spawned.is_err() {
                             sh.clients.fetch_sub(1, Ordering::AcqRel);
                         }
@@ -237,7 +238,8 @@ fn send_loop(mut s: TcpStream, out: Arc<Outbox>, shared: Arc<RelayShared>) {
         };
         if dropped {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
-            let _ = write_frame(&mut s, &Frame::Dropped { reason: "the subscriber fell too far behind".into() });
+            let _ =
+                write_frame(&mut s, &Frame::Dropped { reason: "the subscriber fell too far behind".into() });
             let _ = s.shutdown(Shutdown::Both);
             out.close();
             return;
@@ -289,7 +291,10 @@ fn serve(mut s: TcpStream, shared: &Arc<RelayShared>) {
     let sender = match s.try_clone() {
         Ok(w) => {
             let (o, sh) = (out.clone(), shared.clone());
-            std::thread::Builder::new().name("ordo-dds-client-tx".into()).spawn(move || send_loop(w, o, sh)).ok()
+            std::thread::Builder::new()
+                .name("ordo-dds-client-tx".into())
+                .spawn(move || send_loop(w, o, sh))
+                .ok()
         }
         Err(_) => None,
     };
@@ -346,7 +351,11 @@ fn request(
     let err = |req, code, message: String| Some(Frame::Error { req, code, message });
     let find = |req: u32, topic: &str, type_name: &str| -> Result<usize, Frame> {
         let Some(g) = dds.topics.iter().position(|t| t.name == topic) else {
-            return Err(Frame::Error { req, code: ErrorCode::UnknownTopic, message: format!("no topic {topic:?}") });
+            return Err(Frame::Error {
+                req,
+                code: ErrorCode::UnknownTopic,
+                message: format!("no topic {topic:?}"),
+            });
         };
         let t = &dds.topics[g];
         if !t.type_name.is_empty() && !type_name.is_empty() && t.type_name != type_name {
@@ -366,11 +375,20 @@ fn request(
             };
             let t = &dds.topics[g];
             if !t.members(&shared.config.group.members).contains(&shared.me) {
-                return err(req, ErrorCode::NotAMember, format!("member {} is not in topic {topic:?}", shared.me));
+                return err(
+                    req,
+                    ErrorCode::NotAMember,
+                    format!("member {} is not in topic {topic:?}", shared.me),
+                );
             }
             // The answer first, then history above `after`, then live
             // samples: taken and registered under the lock deliveries hold.
-            out.push_reply(&Frame::Ok { req, topic: g as u16, qos: qos_index(t.qos), max_sample: t.max_sample as u32 });
+            out.push_reply(&Frame::Ok {
+                req,
+                topic: g as u16,
+                qos: qos_index(t.qos),
+                max_sample: t.max_sample as u32,
+            });
             let mut core = lock(&shared.core);
             let topic_core = core.topic_mut(g);
             for s in topic_core.history().filter(|s| s.position > after) {
@@ -412,7 +430,11 @@ fn request(
                 Err(f) => return Some(f),
             };
             if shared.writers[g].is_none() {
-                return err(req, ErrorCode::NotAPublisher, format!("member {} does not publish {topic:?}", shared.me));
+                return err(
+                    req,
+                    ErrorCode::NotAPublisher,
+                    format!("member {} does not publish {topic:?}", shared.me),
+                );
             }
             writing[g].get_or_insert(0);
             let t = &dds.topics[g];
@@ -442,7 +464,10 @@ fn request(
             loop {
                 let done = {
                     let core = lock(&shared.core);
-                    writing.iter().enumerate().all(|(g, w)| w.is_none_or(|s| core.topic(g).stats().own_seq >= s))
+                    writing
+                        .iter()
+                        .enumerate()
+                        .all(|(g, w)| w.is_none_or(|s| core.topic(g).stats().own_seq >= s))
                 };
                 if done {
                     return Some(Frame::Ok { req, topic: 0, qos: 0, max_sample: 0 });

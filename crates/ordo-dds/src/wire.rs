@@ -361,7 +361,16 @@ impl Frame {
                 let (topic, source) = (r.u16()?, r.u32()?);
                 let (seq, position, view, source_ns) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 let key = r.bytes16()?;
-                return Ok(Frame::Sample { topic, source, seq, position, view, source_ns, key, data: r.rest() });
+                return Ok(Frame::Sample {
+                    topic,
+                    source,
+                    seq,
+                    position,
+                    view,
+                    source_ns,
+                    key,
+                    data: r.rest(),
+                });
             }
             DROPPED => {
                 let reason = String::from_utf8(body.to_vec()).map_err(|_| WireError::Body("DROPPED"))?;
@@ -483,7 +492,10 @@ mod tests {
             // A frame cut short is an error (publish and sample data may
             // be empty, so cut inside their fixed part).
             let fixed = match f {
-                Frame::Publish { .. } | Frame::Sample { .. } | Frame::Error { .. } | Frame::Dropped { .. } => 4,
+                Frame::Publish { .. }
+                | Frame::Sample { .. }
+                | Frame::Error { .. }
+                | Frame::Dropped { .. } => 4,
                 _ => b.len() - 1,
             };
             for cut in 5..fixed.max(5) {

@@ -33,12 +33,24 @@ impl Domain {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Secret::generate_file(&dir.join("cluster.secret")).unwrap();
-        Domain { dir, cluster: format!("dds-{name}-{}", std::process::id()), control: (0..4).map(|_| free_port()).collect() }
+        Domain {
+            dir,
+            cluster: format!("dds-{name}-{}", std::process::id()),
+            control: (0..4).map(|_| free_port()).collect(),
+        }
     }
 
     fn config(&self, id: u32, join: bool) -> OrdoConfig {
-        let control: Vec<String> =
-            self.control.iter().enumerate().map(|(i, p)| format!("{{ id = {i}, addr = \"127.0.0.1:{p}\" }}")).collect();
+        self.config_with(id, join, "")
+    }
+
+    fn config_with(&self, id: u32, join: bool, extra: &str) -> OrdoConfig {
+        let control: Vec<String> = self
+            .control
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{{ id = {i}, addr = \"127.0.0.1:{p}\" }}"))
+            .collect();
         let topics: String = TOPICS
             .iter()
             .map(|(n, q)| {
@@ -54,15 +66,20 @@ impl Domain {
             self.dir.join("cluster.secret").display(),
             control.join(", "),
             self.dir.join("data").display(),
-        );
-        OrdoConfig::load_str(&text, Path::new("dds.toml"), std::iter::empty::<(String, String)>(), &[]).unwrap()
+        ) + extra;
+        OrdoConfig::load_str(&text, Path::new("dds.toml"), std::iter::empty::<(String, String)>(), &[])
+            .unwrap()
     }
 
     fn start_all(&self) -> Vec<DomainParticipant> {
+        self.start_all_with("")
+    }
+
+    fn start_all_with(&self, extra: &str) -> Vec<DomainParticipant> {
         std::thread::scope(|s| {
             let hs: Vec<_> = (0..4u32)
                 .map(|id| {
-                    let c = self.config(id, false);
+                    let c = self.config_with(id, false, extra);
                     s.spawn(move || DomainParticipant::new(&c).unwrap())
                 })
                 .collect();
@@ -102,8 +119,11 @@ fn publish(p: &DomainParticipant, range: std::ops::Range<u64>) {
     }
 }
 
+/// (sequence, position, data) of samples, in take order.
+type Got = Vec<(u64, u64, Vec<u8>)>;
+
 /// (sequence, position, data) of `n` samples from `reader`, in take order.
-fn drain(reader: &ordo_dds::DataReader<Bytes>, n: usize) -> Vec<(u64, u64, Vec<u8>)> {
+fn drain(reader: &ordo_dds::DataReader<Bytes>, n: usize) -> Got {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut got = Vec::new();
     while got.len() < n {
@@ -122,7 +142,14 @@ fn one_publisher_three_subscribers_every_qos_level() {
     let ps = d.start_all();
     let readers: Vec<Vec<_>> = ps[1..]
         .iter()
-        .map(|p| TOPICS.iter().map(|(n, _)| p.create_reader(&p.topic::<Bytes>(n).unwrap(), ReaderQos::keep_all(10_000)).unwrap()).collect())
+        .map(|p| {
+            TOPICS
+                .iter()
+                .map(|(n, _)| {
+                    p.create_reader(&p.topic::<Bytes>(n).unwrap(), ReaderQos::keep_all(10_000)).unwrap()
+                })
+                .collect()
+        })
         .collect();
     // A subscriber cannot write; an unknown topic or a wrong type is refused.
     assert!(ps[1].create_writer(&ps[1].topic::<Bytes>("a").unwrap()).is_err());
@@ -130,7 +157,7 @@ fn one_publisher_three_subscribers_every_qos_level() {
     assert!(ps[0].topic::<String>("a").is_err());
     const N: u64 = 400;
     publish(&ps[0], 1..N + 1);
-    let mut per_topic: Vec<Vec<Vec<(u64, u64, Vec<u8>)>>> = vec![Vec::new(); 4];
+    let mut per_topic: Vec<Vec<Got>> = vec![Vec::new(); 4];
     for rs in &readers {
         for (t, r) in rs.iter().enumerate() {
             let got = drain(r, N as usize);
@@ -140,7 +167,11 @@ fn one_publisher_three_subscribers_every_qos_level() {
                 assert_eq!(bytes, &data(t, *seq));
             }
             if TOPICS[t].1.ordered() {
-                assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), (1..=N).collect::<Vec<_>>(), "positions");
+                assert_eq!(
+                    got.iter().map(|g| g.1).collect::<Vec<_>>(),
+                    (1..=N).collect::<Vec<_>>(),
+                    "positions"
+                );
             }
             per_topic[t].push(got);
         }
@@ -189,7 +220,11 @@ fn a_subscriber_that_restarts_catches_up_from_the_history_and_its_log() {
     for (t, name) in [(2, "v"), (3, "l")] {
         let r = back.create_reader(&back.topic::<Bytes>(name).unwrap(), ReaderQos::keep_all(10_000)).unwrap();
         let got = drain(&r, 100);
-        assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), (total - 99..=total).collect::<Vec<_>>(), "{name}");
+        assert_eq!(
+            got.iter().map(|g| g.1).collect::<Vec<_>>(),
+            (total - 99..=total).collect::<Vec<_>>(),
+            "{name}"
+        );
         for (seq, pos, bytes) in &got {
             assert_eq!(seq, pos, "one publisher: its sequence is the position");
             assert_eq!(bytes, &data(t, *seq));
@@ -216,10 +251,104 @@ fn a_subscriber_that_restarts_catches_up_from_the_history_and_its_log() {
     // Segments: the first (a marker, samples 1..=N1), the rejoin's (a
     // marker, the restored history of 100, then N3 live samples).
     assert_eq!(reopened.log().unwrap().last_index(), 1 + N1 + 1 + 100 + N3);
-    assert_eq!(reopened.history().map(|s| s.position).collect::<Vec<_>>(), (total + N3 - 99..=total + N3).collect::<Vec<_>>());
+    assert_eq!(
+        reopened.history().map(|s| s.position).collect::<Vec<_>>(),
+        (total + N3 - 99..=total + N3).collect::<Vec<_>>()
+    );
     for s in reopened.history() {
         assert_eq!(s.data(), &data(3, s.position)[..]);
     }
+    for p in ps {
+        p.stop();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Reading {
+    sensor: u32,
+    flags: u32,
+    value: f64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
+struct Alarm {
+    room: String,
+    level: u32,
+}
+
+impl ordo_dds::JsonKey for Alarm {
+    fn key(&self) -> Vec<u8> {
+        self.room.as_bytes().to_vec()
+    }
+}
+
+#[test]
+fn loans_listeners_waitsets_and_keyed_instances() {
+    use ordo_dds::{KeyedJson, Pod, WaitSet};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let d = Domain::new("api");
+    let extra = "[[dds.topics]]\nname = \"pod\"\npublishers = [0]\nsubscribers = [1, 2, 3]\nmax_sample = 64\n\
+                 [[dds.topics]]\nname = \"alarms\"\nqos = \"volatile-storage\"\npublishers = [0]\nsubscribers = [1, 2, 3]\nmax_sample = 256\nhistory = 50\n";
+    let ps = d.start_all_with(extra);
+    let pod = ps[0].topic::<Pod<Reading>>("pod").unwrap();
+    let alarms = ps[0].topic::<KeyedJson<Alarm>>("alarms").unwrap();
+    // Member 1: a listener on the pod topic, a waitset over both readers.
+    let r_pod =
+        ps[1].create_reader(&ps[1].topic::<Pod<Reading>>("pod").unwrap(), ReaderQos::keep_all(1000)).unwrap();
+    let r_alarm = ps[1]
+        .create_reader(&ps[1].topic::<KeyedJson<Alarm>>("alarms").unwrap(), ReaderQos::keep_last(1))
+        .unwrap();
+    let heard = Arc::new(AtomicU64::new(0));
+    let h = heard.clone();
+    r_pod.set_listener(Some(Box::new(move || {
+        h.fetch_add(1, Ordering::Relaxed);
+    })));
+    let mut ws = WaitSet::new();
+    let (i_pod, i_alarm) = (ws.attach(&r_pod), ws.attach(&r_alarm));
+    assert!(ws.wait(Duration::from_millis(20)).is_empty(), "nothing yet");
+    // The loan: the sample is built in the ring slot.
+    let w = ps[0].create_writer(&pod).unwrap();
+    for k in 0..100u32 {
+        w.loan(|r| *r = Reading { sensor: k, flags: 0, value: f64::from(k) / 2.0 }).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut readings = Vec::new();
+    while readings.len() < 100 {
+        assert!(Instant::now() < deadline);
+        let ready = ws.wait(Duration::from_millis(100));
+        if ready.contains(&i_pod) {
+            r_pod.take_in_place(usize::MAX, |_, r| readings.push(*r));
+        }
+    }
+    assert_eq!(readings.iter().map(|r| r.sensor).collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+    assert_eq!(readings[7].value, 3.5);
+    assert!(heard.load(Ordering::Relaxed) >= 1, "the listener ran");
+    // Keyed instances: KEEP_LAST(1) keeps the newest alarm per room.
+    let wa = ps[0].create_writer(&alarms).unwrap();
+    for (room, level) in [("a", 1), ("b", 1), ("a", 2), ("a", 3), ("b", 4)] {
+        wa.write(&KeyedJson(Alarm { room: room.into(), level })).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ps[1].topic_stats(&ps[1].topic::<KeyedJson<Alarm>>("alarms").unwrap()).delivered < 5 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(ws.wait(Duration::from_secs(1)).contains(&i_alarm));
+    let mut got: Vec<(String, u32)> =
+        r_alarm.take(10).into_iter().map(|s| (s.data.0.room, s.data.0.level)).collect();
+    got.sort();
+    assert_eq!(got, vec![("a".into(), 3), ("b".into(), 4)]);
+    // A late reader of the stored topic gets its history (TRANSIENT).
+    let late = ps[2]
+        .create_reader(&ps[2].topic::<KeyedJson<Alarm>>("alarms").unwrap(), ReaderQos::keep_all(100))
+        .unwrap();
+    let all = late.read(100);
+    assert_eq!(all.len(), 5);
+    assert!(all.iter().all(|s| !s.info.was_read));
+    assert!(late.read(100).iter().all(|s| s.info.was_read), "read marks, take removes");
+    assert_eq!(all[2].info.key, b"a");
     for p in ps {
         p.stop();
     }

@@ -206,7 +206,11 @@ pub struct TopicConfig {
 impl TopicConfig {
     /// Publishers and subscribers, each once, in `group` order.
     pub fn members(&self, group: &[MemberId]) -> Vec<MemberId> {
-        group.iter().copied().filter(|m| self.publishers.contains(m) || self.subscribers.contains(m)).collect()
+        group
+            .iter()
+            .copied()
+            .filter(|m| self.publishers.contains(m) || self.subscribers.contains(m))
+            .collect()
     }
 }
 

@@ -26,10 +26,10 @@ pub mod vsync;
 pub mod wiring;
 
 pub use config::{
-    Backend, ConfigError, DdsConfig, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, KvConfig, KvDurability,
-    KvEngine, KvReads, MemberConfig, NodeConfig, NodeEngine, OfiConfig, OfiEndpoint, OrdoConfig,
-    OverrideOrigin, QosLevel, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer, TlsFiles, TopicConfig, ValidationError,
-    VsyncConfig,
+    Backend, ConfigError, DdsConfig, FabricConfig, GroupConfig, IdleConfig, IdleStrategyKind, KvConfig,
+    KvDurability, KvEngine, KvReads, MemberConfig, NodeConfig, NodeEngine, OfiConfig, OfiEndpoint,
+    OrdoConfig, OverrideOrigin, QosLevel, RuntimeConfig, SecurityConfig, ShmConfig, TcpConfig, TcpPeer,
+    TlsFiles, TopicConfig, ValidationError, VsyncConfig,
 };
 pub use control::{ControlError, ControlPlane};
 pub use node::{DeliverFn, Node, NodeApp, NodeError, NodeExit, NodeStatus, ViewFn, ViewSender};

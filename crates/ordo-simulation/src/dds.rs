@@ -142,25 +142,30 @@ impl Checker<ViewsEvent> for Positions {
             }
         }
         let mut at: BTreeMap<(usize, u64, u64), (Sample, MemberId)> = BTreeMap::new();
-        let mut agree =
-            |t: usize, era: u64, pos: u64, s: Sample, who: MemberId, what: &str| -> Result<(), Violation> {
-                if !ordered(t) {
-                    return Ok(());
-                }
-                match at.get(&(t, era, pos)) {
-                    Some((other, m)) if *other != s => violation(
-                        "dds positions",
-                        format!(
-                            "topic {t} generation {era} position {pos}: m{m} has {other:?}, m{who} ({what}) {s:?}"
-                        ),
+        let mut agree = |t: usize,
+                         era: u64,
+                         pos: u64,
+                         s: Sample,
+                         who: MemberId,
+                         what: &str|
+         -> Result<(), Violation> {
+            if !ordered(t) {
+                return Ok(());
+            }
+            match at.get(&(t, era, pos)) {
+                Some((other, m)) if *other != s => violation(
+                    "dds positions",
+                    format!(
+                        "topic {t} generation {era} position {pos}: m{m} has {other:?}, m{who} ({what}) {s:?}"
                     ),
-                    Some(_) => Ok(()),
-                    None => {
-                        at.insert((t, era, pos), (s, who));
-                        Ok(())
-                    }
+                ),
+                Some(_) => Ok(()),
+                None => {
+                    at.insert((t, era, pos), (s, who));
+                    Ok(())
                 }
-            };
+            }
+        };
         let mut last: BTreeMap<(MemberId, u64, usize), u64> = BTreeMap::new();
         for e in &h.entries {
             match &e.event {
@@ -235,7 +240,10 @@ impl Checker<ViewsEvent> for CatchUp {
             }
             let want: Vec<u64> = (delivered + 1 - history.len() as u64..=*delivered).collect();
             let got: Vec<u64> = history.iter().map(|x| x.0).collect();
-            if history.len() > t.history || (t.qos.stores() && got != want) || (!t.qos.stores() && !history.is_empty()) {
+            if history.len() > t.history
+                || (t.qos.stores() && got != want)
+                || (!t.qos.stores() && !history.is_empty())
+            {
                 return violation(
                     self.name(),
                     format!(

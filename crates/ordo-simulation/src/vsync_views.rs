@@ -65,7 +65,9 @@
 
 use crate::SeedReport;
 use crate::Workload;
+use ordo_dds::{DomainCore, QosLevel, TopicConfig, TopicCore};
 use ordo_fabric::MemberId;
+use ordo_raft::storage::MemDisk;
 use ordo_sim::rng::{SimRng, derive_seed, splitmix64, stream};
 use ordo_sim::{
     Checker, Ctx, FabricConfig, FaultNote, History, NetAddr, Sim, SimConfig, SimFabric, SimProcess,
@@ -77,8 +79,6 @@ use ordo_vsync::{
     ViewMember,
 };
 use std::cell::RefCell;
-use ordo_dds::{DomainCore, QosLevel, TopicConfig, TopicCore};
-use ordo_raft::storage::MemDisk;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -577,7 +577,11 @@ fn dds_app(ctx: &mut Ctx<'_, ViewsEvent>, topics: &[TopicConfig], shared: &Rc<Re
         }
         match TopicCore::with_log(t.clone(), disk, true) {
             Ok(c) => {
-                ctx.record(ViewsEvent::DdsRecovered { topic: g, delivered: c.delivered(), history: dds_history(&c) });
+                ctx.record(ViewsEvent::DdsRecovered {
+                    topic: g,
+                    delivered: c.delivered(),
+                    history: dds_history(&c),
+                });
                 cores.push(c);
             }
             Err(e) => {
@@ -874,9 +878,8 @@ impl SimProcess<ViewsEvent> for Member {
             sh.changing[self.me as usize] = self.vm.is_changing().then(|| self.vm.view().members.clone());
             sh.state[self.me as usize] = Some((ctx.incarnation(), self.app.state.borrow().clone()));
             if let Some(d) = self.app.dds.as_ref() {
-                sh.dds_state[self.me as usize] = Some(
-                    d.core.topics().iter().map(|t| (t.delivered(), fnv64(&t.snapshot()))).collect(),
-                );
+                sh.dds_state[self.me as usize] =
+                    Some(d.core.topics().iter().map(|t| (t.delivered(), fnv64(&t.snapshot()))).collect());
             }
         }
         ctx.wake_at(self.next_tick.max(now + 1));

@@ -73,7 +73,10 @@ fn the_seeds_cover_restores_restarts_and_replays() {
         }
     }
     assert_eq!(qos.len(), 4, "{qos:?}");
-    assert!(restored >= 20 && reset >= 2 && replayed >= 10, "restored {restored}, reset {reset}, replayed {replayed}");
+    assert!(
+        restored >= 20 && reset >= 2 && replayed >= 10,
+        "restored {restored}, reset {reset}, replayed {replayed}"
+    );
 }
 
 fn params(qos: QosLevel, history: usize) -> Params {
@@ -139,7 +142,12 @@ fn every_dds_checker_catches_its_violation() {
             (
                 1,
                 2,
-                ViewsEvent::DdsRestored { topic: 0, digest, delivered: 4, history: vec![(2, 0, 1, 1), (3, 0, 2, 2), (4, 0, 3, 3)] },
+                ViewsEvent::DdsRestored {
+                    topic: 0,
+                    digest,
+                    delivered: 4,
+                    history: vec![(2, 0, 1, 1), (3, 0, 2, 2), (4, 0, 3, 3)],
+                },
             ),
             (1, 2, ViewsEvent::Restored { view: 1, subgroup: 0, count: 4, digest: 0 }),
         ]
@@ -149,7 +157,16 @@ fn every_dds_checker_catches_its_violation() {
     // A restored history that is not the last `history` positions.
     let bad = history(vec![
         (0, 1, ViewsEvent::DdsSnapshot { view: 1, topic: 0, digest: 5 }),
-        (1, 2, ViewsEvent::DdsRestored { topic: 0, digest: 5, delivered: 4, history: vec![(2, 0, 1, 1), (4, 0, 3, 3)] }),
+        (
+            1,
+            2,
+            ViewsEvent::DdsRestored {
+                topic: 0,
+                digest: 5,
+                delivered: 4,
+                history: vec![(2, 0, 1, 1), (4, 0, 3, 3)],
+            },
+        ),
         (1, 2, ViewsEvent::Restored { view: 1, subgroup: 0, count: 4, digest: 0 }),
     ]);
     assert!(checker(&p, "dds late-joiner").check(&bad).is_err());
