@@ -353,3 +353,35 @@ fn loans_listeners_waitsets_and_keyed_instances() {
         p.stop();
     }
 }
+
+#[test]
+fn bad_domains_are_refused_with_a_clear_error() {
+    let d = Domain::new("bad");
+    let base = d.config(0, false);
+    let refused = |c: OrdoConfig| match DomainParticipant::new(&c) {
+        Err(ordo_dds::DdsError::Config(why)) => why,
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("accepted"),
+    };
+    let mut c = base.clone();
+    c.dds.topics[1].name = "u".into();
+    assert!(refused(c).contains("declared twice"));
+    let mut c = base.clone();
+    c.dds.topics[0].subscribers.push(9);
+    assert!(refused(c).contains("not in group.members"));
+    let mut c = base.clone();
+    c.dds.topics[0].publishers.clear();
+    assert!(refused(c).contains("no publishers"));
+    let mut c = base.clone();
+    c.dds.topics[2].history = 0;
+    assert!(refused(c).contains("history is 0"));
+    let mut c = base.clone();
+    c.dds.relay = vec![ordo_runtime::TcpPeer { id: 0, addr: "127.0.0.1:1".into() }];
+    assert!(refused(c).contains("client_secret"));
+    let mut c = base.clone();
+    c.vsync.subgroups = ordo_dds::vsync_layout(&base);
+    assert!(refused(c).contains("vsync.subgroups"));
+    let mut c = base;
+    c.dds.topics.clear();
+    assert!(refused(c).contains("no `[[dds.topics]]`"));
+}
