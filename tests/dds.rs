@@ -20,6 +20,14 @@ fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ordo"))
 }
 
+/// These tests run one at a time: each is 4-5 busy processes, and on two
+/// cores several at once starve members past their failure detector.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -55,7 +63,7 @@ impl Domain {
         let fabric: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let relay_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let mut text = format!(
-            "[group]\nmembers = [{}]\n[fabric]\nbackend = \"{backend}\"\n[fabric.shm]\ncluster = \"{cluster}\"\n[fabric.tcp]\npeers = [{}]\n[security]\nsecret_file = \"{}\"\nclient_secret_file = \"{}\"\n[node]\ncontrol = [{}]\ntick_ms = 10\n[dds]\ndata_dir = \"{}\"\n",
+            "[group]\nmembers = [{}]\n[fabric]\nbackend = \"{backend}\"\n[fabric.shm]\ncluster = \"{cluster}\"\n[fabric.tcp]\npeers = [{}]\n[security]\nsecret_file = \"{}\"\nclient_secret_file = \"{}\"\n[node]\ncontrol = [{}]\ntick_ms = 50\n[dds]\ndata_dir = \"{}\"\n",
             members.join(", "),
             peers(&fabric),
             dir.join("cluster.secret").display(),
@@ -147,6 +155,7 @@ impl Drop for Domain {
 }
 
 fn one_publisher_three_subscribers(backend: &str) {
+    let _one = serial();
     let mut d = Domain::new(&format!("fan-{backend}"), 4, backend, &[("a", "atomic-multicast", "0")], false);
     let subs: Vec<usize> = (1..=3)
         .map(|m| d.spawn(m, false, &["sub", "--topic", "a", "--until-publishers-leave", "--json"]))
@@ -179,6 +188,7 @@ fn one_publisher_three_subscriber_processes_on_tcp() {
 /// it gets every sample from the history (which holds them all here), in
 /// the order the others got them.
 fn a_killed_subscriber_rejoins_and_catches_up(qos: &str) {
+    let _one = serial();
     let mut d = Domain::new(&format!("late-{qos}"), 4, "shm", &[("t", qos, "0")], false);
     const N: u64 = 4000;
     let subs: Vec<usize> = (1..=2)
@@ -227,6 +237,7 @@ fn a_killed_subscriber_rejoins_and_catches_up_from_its_log_and_the_group() {
 
 #[test]
 fn an_external_publisher_moves_on_when_its_relay_is_killed() {
+    let _one = serial();
     let mut d = Domain::new("relay", 3, "shm", &[("l", "logged-storage", "0, 1")], true);
     // Every member is a process (with its relay); they only host here.
     let members: Vec<usize> = (0..3).map(|m| d.spawn(m, false, &["sub", "--topic", "l", "--json"])).collect();

@@ -63,7 +63,7 @@ secret_file = "{}"
 client_secret_file = "{}"
 [node]
 control = [{}]
-tick_ms = 10
+tick_ms = 25
 join = {join}
 [dds]
 data_dir = "{}"

@@ -61,7 +61,7 @@ impl Domain {
             })
             .collect();
         let text = format!(
-            "[member]\nid = {id}\n[group]\nmembers = [0, 1, 2, 3]\n[fabric.shm]\ncluster = \"{}\"\n[security]\nsecret_file = \"{}\"\n[node]\ncontrol = [{}]\ntick_ms = 10\njoin = {join}\n[dds]\ndata_dir = \"{}\"\n{topics}",
+            "[member]\nid = {id}\n[group]\nmembers = [0, 1, 2, 3]\n[fabric.shm]\ncluster = \"{}\"\n[security]\nsecret_file = \"{}\"\n[node]\ncontrol = [{}]\ntick_ms = 25\njoin = {join}\n[dds]\ndata_dir = \"{}\"\n{topics}",
             self.cluster,
             self.dir.join("cluster.secret").display(),
             control.join(", "),
