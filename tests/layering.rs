@@ -28,7 +28,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("ordo-r2p2", 7),
     ("ordo-kv", 8),
     ("ordo-simulation", 9),
-    ("ordo-dds", 7),
+    ("ordo-dds", 8),
     ("ordo-bench", 9),
     ("ordo", 10),
 ];
