@@ -22,6 +22,49 @@ pub enum Dds {
     /// Print a member's log of a logged-storage topic (its last segment's
     /// samples; earlier segments are counted).
     Log(LogArgs),
+    /// Round trips: publish a sample on `--topic`, wait for its echo on
+    /// `--reply-topic` (from `ordo dds pong`), one at a time, like
+    /// `ddsperf ping`; prints the round-trip times.
+    Ping(PingArgs),
+    /// Echo every sample of `--topic` on `--reply-topic` from the delivery
+    /// upcall, like `ddsperf pong`.
+    Pong(PongArgs),
+}
+
+#[derive(Args)]
+pub struct PingArgs {
+    #[command(flatten)]
+    pub config: crate::ConfigArgs,
+    /// The topic pings go out on.
+    #[arg(long)]
+    pub topic: String,
+    /// The topic echoes come back on.
+    #[arg(long)]
+    pub reply_topic: String,
+    /// Sample size in bytes (at least 8).
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Round trips (after 100 for warm-up).
+    #[arg(long, default_value_t = 10_000)]
+    pub count: u64,
+    /// Print only one JSON summary line at the end (for `ordo bench dds`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct PongArgs {
+    #[command(flatten)]
+    pub config: crate::ConfigArgs,
+    /// The topic pings arrive on.
+    #[arg(long)]
+    pub topic: String,
+    /// The topic echoes go out on.
+    #[arg(long)]
+    pub reply_topic: String,
+    /// Stop after this many seconds (default: once the pinger left).
+    #[arg(long)]
+    pub for_s: Option<f64>,
 }
 
 /// Being an external client instead of a member.
@@ -138,6 +181,8 @@ pub fn main(cmd: Dds) -> Result<(), String> {
         Dds::Pub(a) => publish(a),
         Dds::Sub(a) => subscribe(a),
         Dds::Log(a) => log(a),
+        Dds::Ping(a) => ping(a),
+        Dds::Pong(a) => pong(a),
     }
 }
 
@@ -603,5 +648,122 @@ fn log(a: LogArgs) -> Result<(), String> {
             );
         }
     }
+    Ok(())
+}
+
+fn ping(a: PingArgs) -> Result<(), String> {
+    use std::sync::atomic::AtomicU64;
+    if a.size < 8 {
+        return Err("--size is at least 8 (the echo carries the ping's number)".into());
+    }
+    let p = start(&a.config, a.json)?;
+    let out = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
+    let back = p.topic::<Bytes>(&a.reply_topic).map_err(|e| e.to_string())?;
+    let w = p.create_writer(&out).map_err(|e| e.to_string())?;
+    let echoed = Arc::new(AtomicU64::new(0));
+    let e = echoed.clone();
+    let _sub = p
+        .subscribe_in_place(&back, move |_, data| {
+            if let Some(b) = data.get(..8) {
+                e.store(u64::from_le_bytes(b.try_into().expect("8 bytes")), Ordering::Release);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    const WARM: u64 = 100;
+    let mut rtt_ns: Vec<u64> = Vec::with_capacity(a.count as usize);
+    for i in 1..=a.count + WARM {
+        let t0 = Instant::now();
+        w.write_with(&[], a.size, |b| {
+            b[..8].copy_from_slice(&i.to_le_bytes());
+            b[8..].fill(i as u8);
+        })
+        .map_err(|e| e.to_string())?;
+        // Spin briefly, then yield: the echo comes back in microseconds.
+        let mut spins = 0u32;
+        while echoed.load(Ordering::Acquire) < i {
+            if t0.elapsed() > Duration::from_secs(5) {
+                return Err(format!("no echo of ping {i} within 5 s (is `ordo dds pong` running?)"));
+            }
+            spins += 1;
+            if spins < 2000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if i > WARM {
+            rtt_ns.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    rtt_ns.sort_unstable();
+    let mean = rtt_ns.iter().sum::<u64>() as f64 / rtt_ns.len().max(1) as f64 / 1e3;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"role": "ping", "count": rtt_ns.len(), "size": a.size, "mean_us": mean,
+                "min_us": percentile(&rtt_ns, 0.0), "p50_us": percentile(&rtt_ns, 0.5),
+                "p90_us": percentile(&rtt_ns, 0.9), "p99_us": percentile(&rtt_ns, 0.99), "max_us": percentile(&rtt_ns, 1.0)})
+        );
+    } else {
+        println!(
+            "size {} round trips {}: mean {mean:.1} µs min {:.1} 50% {:.1} 90% {:.1} 99% {:.1} max {:.1}",
+            a.size,
+            rtt_ns.len(),
+            percentile(&rtt_ns, 0.0),
+            percentile(&rtt_ns, 0.5),
+            percentile(&rtt_ns, 0.9),
+            percentile(&rtt_ns, 0.99),
+            percentile(&rtt_ns, 1.0)
+        );
+    }
+    p.leave();
+    let _ = p.wait(Duration::from_secs(5));
+    p.stop();
+    Ok(())
+}
+
+fn pong(a: PongArgs) -> Result<(), String> {
+    let p = start(&a.config, true)?;
+    let inp = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
+    let out = p.topic::<Bytes>(&a.reply_topic).map_err(|e| e.to_string())?;
+    let w = p.create_writer(&out).map_err(|e| e.to_string())?;
+    let pinger: Vec<u32> = p
+        .config()
+        .dds
+        .topics
+        .iter()
+        .find(|t| t.name == a.topic)
+        .map(|t| t.publishers.clone())
+        .unwrap_or_default();
+    let missed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let m = missed.clone();
+    // The echo is written from the delivery upcall itself: a lock-free slot
+    // claim, never a wait (a full ring is counted, not waited for).
+    let _sub = p
+        .subscribe_in_place(&inp, move |_, data| {
+            if w.try_write_with(&[], data.len(), |b| b.copy_from_slice(data)).is_err() {
+                m.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut seen_pinger = false;
+    while !stop_now(started, a.for_s) && stopped(&p).is_none() {
+        let here = p.status().members.iter().any(|x| pinger.contains(x));
+        if seen_pinger && !here {
+            break;
+        }
+        seen_pinger |= here;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(_sub);
+    if missed.load(Ordering::Relaxed) > 0 {
+        eprintln!("{} pings not echoed (the reply ring was full)", missed.load(Ordering::Relaxed));
+    }
+    if stopped(&p).is_none() {
+        p.leave();
+        let _ = p.wait(Duration::from_secs(5));
+    }
+    p.stop();
     Ok(())
 }

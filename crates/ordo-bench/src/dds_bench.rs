@@ -15,6 +15,12 @@
 //! - `ddsperf -i D -D S pub size B` and N `ddsperf -i D sub` on a domain id
 //!   of their own; a subscriber's throughput is the mean of its per-second
 //!   `rate` lines after the first.
+//! - **Round trips** (one sample in flight, light load): `ordo dds pong`
+//!   echoing each sample of a `ping` topic from its delivery upcall on a
+//!   `pong` topic, `ordo dds ping` timing each round trip (atomic
+//!   multicast, 2 members), beside `ddsperf pong` and `ddsperf ping size
+//!   B`; p50 and p99 per point, ordo / Cyclone as the median of per-round
+//!   ratios.
 //! - Compared points are measured interleaved: every round runs every point
 //!   once (Spindle, baseline, Cyclone side by side), at least 3 rounds;
 //!   each point is reported as median [min–max] over rounds and each ratio
@@ -64,6 +70,10 @@ pub struct DdsArgs {
     /// Logged storage without fsync (page cache only).
     #[arg(long)]
     pub no_fsync: bool,
+    /// Leave out the round-trip points (`ordo dds ping|pong` beside
+    /// `ddsperf ping|pong`).
+    #[arg(long)]
+    pub no_latency: bool,
     /// Directory for report.json and dds.csv.
     #[arg(long, default_value = "bench-results/dds")]
     pub out: PathBuf,
@@ -92,6 +102,25 @@ pub struct Run {
     pub p50_us: Option<f64>,
     /// Median over subscribers of their p99 latency under load (µs; ordo).
     pub p99_us: Option<f64>,
+    /// CPU the rest of the machine used during the point, in cores.
+    pub foreign_cores: f64,
+    /// Flagged: left out of medians and ratios.
+    pub contended: bool,
+}
+
+/// One round-trip measurement (ping → echo, one at a time).
+#[derive(Clone, Debug, Serialize)]
+pub struct RttRun {
+    /// `ordo` (atomic multicast) or `cyclone` (reliable).
+    pub system: String,
+    /// Sample bytes.
+    pub size: usize,
+    /// Round.
+    pub round: usize,
+    /// Round trip p50 (µs).
+    pub p50_us: f64,
+    /// Round trip p99 (µs).
+    pub p99_us: f64,
     /// CPU the rest of the machine used during the point, in cores.
     pub foreign_cores: f64,
     /// Flagged: left out of medians and ratios.
@@ -146,6 +175,12 @@ pub struct DdsReport {
     pub ratios: Vec<Ratio>,
     /// Why Cyclone is missing, if it is.
     pub cyclone_missing: Option<String>,
+    /// Round trips (one sample in flight): every run.
+    pub rtt: Vec<RttRun>,
+    /// Per system and size: median p50 and p99 (µs) of clean rounds.
+    pub rtt_summary: Vec<(String, usize, f64, f64)>,
+    /// ordo p50 / Cyclone p50 per size: median [min–max] of rounds.
+    pub rtt_ratios: Vec<Ratio>,
 }
 
 /// `ordo bench dds`.
@@ -413,6 +448,102 @@ impl DdsBench {
     }
 }
 
+impl DdsBench {
+    /// `ordo dds pong` as member 1, `ordo dds ping` as member 0: (p50, p99).
+    fn run_ordo_rtt(&self, size: usize, dir: &Path, k: usize) -> Result<(f64, f64), String> {
+        let cluster = format!("bddsrtt-{}-{k}", std::process::id());
+        let control = [free_port()?, free_port()?];
+        let text = format!(
+            "[group]\nmembers = [0, 1]\n[fabric.shm]\ncluster = \"{cluster}\"\n[security]\nsecret_file = \"{}\"\n[node]\ncontrol = [{{ id = 0, addr = \"127.0.0.1:{}\" }}, {{ id = 1, addr = \"127.0.0.1:{}\" }}]\n[dds]\ndata_dir = \"{}\"\n[[dds.topics]]\nname = \"ping\"\npublishers = [0]\nsubscribers = [1]\nmax_sample = {size}\n[[dds.topics]]\nname = \"pong\"\npublishers = [1]\nsubscribers = [0]\nmax_sample = {size}\n",
+            dir.join("secret").display(),
+            control[0],
+            control[1],
+            dir.join("data").display(),
+        );
+        let config = dir.join(format!("{cluster}.toml"));
+        std::fs::write(&config, text).map_err(|e| e.to_string())?;
+        let count = if self.args.quick { 3000 } else { 10_000 };
+        let mut kids = Kids(Vec::new());
+        kids.0.push(
+            Command::new(&self.exe)
+                .args(["dds", "pong", "--topic", "ping", "--reply-topic", "pong", "--for-s", "120", "-c"])
+                .arg(&config)
+                .args(["--set", "member.id=1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("starting pong: {e}"))?,
+        );
+        let ping = Command::new(&self.exe)
+            .args([
+                "dds",
+                "ping",
+                "--topic",
+                "ping",
+                "--reply-topic",
+                "pong",
+                "--json",
+                "--size",
+                &size.to_string(),
+            ])
+            .args(["--count", &count.to_string(), "-c"])
+            .arg(&config)
+            .args(["--set", "member.id=0"])
+            .output()
+            .map_err(|e| format!("ping: {e}"))?;
+        for c in std::mem::take(&mut kids.0) {
+            let _ = c.wait_with_output();
+        }
+        ordo_runtime::node::remove_view_files(Path::new("/dev/shm"), &cluster);
+        let _ = std::fs::remove_file(&config);
+        let v = last_json(&ping.stdout).map_err(|e| {
+            format!("ping: {e}; {}", String::from_utf8_lossy(&ping.stderr).lines().last().unwrap_or(""))
+        })?;
+        Ok((v["p50_us"].as_f64().unwrap_or(0.0), v["p99_us"].as_f64().unwrap_or(0.0)))
+    }
+
+    /// `ddsperf pong` and `ddsperf ping size S`: (p50, p99), the medians of
+    /// its per-second round-trip lines after the first.
+    fn run_cyclone_rtt(&self, size: usize, k: usize) -> Result<(f64, f64), String> {
+        let secs: u64 = if self.args.quick { 2 } else { 4 };
+        let domain = (std::process::id() as usize * 7 + k) % 200 + 20;
+        let mut kids = Kids(Vec::new());
+        kids.0.push(
+            Command::new("ddsperf")
+                .args(["-i", &domain.to_string(), "-D", &(secs + 2).to_string(), "pong"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("ddsperf: {e}"))?,
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let o = Command::new("ddsperf")
+            .args(["-i", &domain.to_string(), "-D", &secs.to_string(), "ping", "size", &size.to_string()])
+            .output()
+            .map_err(|e| format!("ddsperf: {e}"))?;
+        drop(kids);
+        // "[pid] 2.000  host:pid size 10240 mean 21.7us min 8.2us 50% 23.1us 90% 24.2us 99% 37.2us max 703us cnt N"
+        let field = |l: &str, name: &str| -> Option<f64> {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let at = w.iter().position(|x| *x == name)?;
+            w.get(at + 1)?.trim_end_matches("us").parse().ok()
+        };
+        let lines: Vec<(f64, f64)> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains(" mean ") && l.contains(" 50% "))
+            .filter_map(|l| Some((field(l, "50%")?, field(l, "99%")?)))
+            .collect();
+        let steady: Vec<(f64, f64)> = lines.iter().skip(usize::from(lines.len() > 1)).copied().collect();
+        if steady.is_empty() {
+            return Err("ddsperf ping printed no round-trip lines".into());
+        }
+        Ok((
+            median(steady.iter().map(|x| x.0).collect()).unwrap_or(0.0),
+            median(steady.iter().map(|x| x.1).collect()).unwrap_or(0.0),
+        ))
+    }
+}
+
 /// How much foreign load flags a point.
 pub const MAX_FOREIGN_CORES: f64 = 0.1;
 
@@ -540,7 +671,81 @@ impl Experiment for DdsBench {
                 }
             }
         }
+        let mut rtt = Vec::new();
+        if !self.args.no_latency {
+            for round in 0..self.args.rounds.max(1) {
+                for &size in &self.sizes() {
+                    k += 1;
+                    let (r, foreign) = with_foreign(|| self.run_ordo_rtt(size, &dir, k));
+                    let (p50, p99) = r?;
+                    progress(&format!(
+                        "round {round} ordo atomic-multicast round trip {size} B: p50 {p50:.1} µs p99 {p99:.1} µs (foreign {foreign:.2} cores)"
+                    ));
+                    rtt.push(RttRun {
+                        system: "ordo".into(),
+                        size,
+                        round,
+                        p50_us: p50,
+                        p99_us: p99,
+                        foreign_cores: foreign,
+                        contended: foreign > MAX_FOREIGN_CORES,
+                    });
+                    if cyclone_missing.is_none() {
+                        k += 1;
+                        let (r, foreign) = with_foreign(|| self.run_cyclone_rtt(size, k));
+                        let (p50, p99) = r?;
+                        progress(&format!(
+                            "round {round} cyclone reliable round trip {size} B: p50 {p50:.1} µs p99 {p99:.1} µs (foreign {foreign:.2} cores)"
+                        ));
+                        rtt.push(RttRun {
+                            system: "cyclone".into(),
+                            size,
+                            round,
+                            p50_us: p50,
+                            p99_us: p99,
+                            foreign_cores: foreign,
+                            contended: foreign > MAX_FOREIGN_CORES,
+                        });
+                    }
+                }
+            }
+        }
         let _ = std::fs::remove_dir_all(&dir);
+        let mut rtt_summary = Vec::new();
+        let mut rtt_ratios = Vec::new();
+        for &size in &self.sizes() {
+            for sys in ["ordo", "cyclone"] {
+                let clean: Vec<&RttRun> =
+                    rtt.iter().filter(|r| r.system == sys && r.size == size && !r.contended).collect();
+                if let (Some(a), Some(b)) = (
+                    median(clean.iter().map(|r| r.p50_us).collect()),
+                    median(clean.iter().map(|r| r.p99_us).collect()),
+                ) {
+                    rtt_summary.push((sys.to_string(), size, a, b));
+                }
+            }
+            let mut v = Vec::new();
+            for round in 0..self.args.rounds.max(1) {
+                let o = rtt.iter().find(|r| r.system == "ordo" && r.size == size && r.round == round);
+                let c = rtt.iter().find(|r| r.system == "cyclone" && r.size == size && r.round == round);
+                if let (Some(o), Some(c)) = (o, c)
+                    && !o.contended
+                    && !c.contended
+                    && c.p50_us > 0.0
+                {
+                    v.push(o.p50_us / c.p50_us);
+                }
+            }
+            if !v.is_empty() {
+                let m = median(v.clone()).unwrap_or(0.0);
+                let lo = v.iter().copied().fold(f64::MAX, f64::min);
+                let hi = v.iter().copied().fold(0.0, f64::max);
+                rtt_ratios.push(Ratio {
+                    what: format!("round trip p50 {size} B: ordo / cyclone"),
+                    ratio: Some([m, lo, hi]),
+                });
+            }
+        }
         // Points.
         let mut keys: Vec<_> = runs.iter().map(key).collect();
         keys.dedup();
@@ -641,6 +846,9 @@ impl Experiment for DdsBench {
             points,
             ratios,
             cyclone_missing,
+            rtt,
+            rtt_summary,
+            rtt_ratios,
         })
     }
 
@@ -685,10 +893,32 @@ impl Experiment for DdsBench {
                 x.ratio.map_or("no clean pair".into(), |[m, lo, hi]| format!("{m:.2}× [{lo:.2}×–{hi:.2}×]"))
             );
         }
+        if !r.rtt_summary.is_empty() {
+            println!();
+            println!(
+                "round trips, one sample in flight (ordo: atomic multicast, ping and pong topics; cyclone: ddsperf ping/pong):"
+            );
+            for (sys, size, p50, p99) in &r.rtt_summary {
+                println!("{sys:<8} {size:>6} B  p50 {p50:>8.1} µs  p99 {p99:>8.1} µs");
+            }
+            for x in &r.rtt_ratios {
+                println!(
+                    "{:<75} {}",
+                    x.what,
+                    x.ratio
+                        .map_or("no clean pair".into(), |[m, lo, hi]| format!("{m:.2}× [{lo:.2}×–{hi:.2}×]"))
+                );
+            }
+        }
         if let Some(why) = &r.cyclone_missing {
             println!("Cyclone DDS left out: {why}");
         }
-        let flagged = r.runs.iter().filter(|x| x.contended).count();
+        let flagged =
+            r.runs.iter().filter(|x| x.contended).count() + r.rtt.iter().filter(|x| x.contended).count();
+        println!(
+            "{flagged} of {} runs contended (foreign load above {MAX_FOREIGN_CORES} core) and left out",
+            r.runs.len() + r.rtt.len()
+        );
         println!(
             "{flagged} of {} runs contended (foreign load above {MAX_FOREIGN_CORES} core) and left out",
             r.runs.len()

@@ -442,7 +442,7 @@ pub struct TopicCore<D: Disk> {
     delivered: u64,
     history: VecDeque<StoredSample>,
     log: Option<LogStore<D>>,
-    log_error: Option<String>,
+    fault: Option<String>,
     readers: Vec<Weak<ReaderQueue>>,
     in_place: Vec<InPlace>,
     next_in_place: u64,
@@ -472,7 +472,9 @@ fn call_in_place(subs: &mut [InPlace], ordered: bool, epoch: u64, info: &SampleI
 
 /// The state a snapshot carries is bounded by this many bytes per sample
 /// on top of the topic's `max_sample`.
-const SNAPSHOT_SAMPLE_OVERHEAD: usize = 24 + crate::sample::HEADER + crate::sample::MAX_KEY + 8;
+/// (A log record adds 21 bytes and the log's own framing; the envelope up
+/// to `HEADER + MAX_KEY`.)
+const SNAPSHOT_SAMPLE_OVERHEAD: usize = 512 + crate::sample::HEADER + crate::sample::MAX_KEY;
 
 impl<D: Disk> TopicCore<D> {
     /// A topic without a log.
@@ -483,7 +485,7 @@ impl<D: Disk> TopicCore<D> {
             delivered: 0,
             history: VecDeque::new(),
             log: None,
-            log_error: None,
+            fault: None,
             readers: Vec::new(),
             in_place: Vec::new(),
             next_in_place: 0,
@@ -527,9 +529,10 @@ impl<D: Disk> TopicCore<D> {
         self.history.iter()
     }
 
-    /// Why the log stopped, if it did.
-    pub fn log_error(&self) -> Option<&str> {
-        self.log_error.as_deref()
+    /// Why the topic stopped at this member, if it did (its log failed, or
+    /// the group's state did not restore): it shows readers nothing more.
+    pub fn fault(&self) -> Option<&str> {
+        self.fault.as_deref()
     }
 
     /// Its counters.
@@ -546,8 +549,14 @@ impl<D: Disk> TopicCore<D> {
     /// (TRANSIENT durability), any other with the next sample delivered.
     pub fn add_reader(&mut self, qos: ReaderQos) -> Arc<ReaderQueue> {
         let ordered = self.config.qos.ordered();
+        let qos = match qos.history {
+            History::KeepLast(n) => {
+                ReaderQos { history: History::KeepLast(n.max(1)), max_samples: qos.max_samples.max(1) }
+            }
+            History::KeepAll => ReaderQos { max_samples: qos.max_samples.max(1), ..qos },
+        };
         let r = Arc::new(ReaderQueue::new(qos, ordered, (0, 0)));
-        if self.config.qos.stores() {
+        if self.config.qos.stores() && self.fault.is_none() {
             let h: Vec<StoredSample> = self.history.iter().cloned().collect();
             r.push_all(self.epoch, &h);
         }
@@ -565,11 +574,17 @@ impl<D: Disk> TopicCore<D> {
     /// with every sample delivered from now on (and a joiner's restored
     /// history); its id for [`remove_in_place`](Self::remove_in_place).
     pub fn add_in_place(&mut self, f: InPlaceFn) -> u64 {
+        self.add_in_place_after(f, 0)
+    }
+
+    /// As [`add_in_place`](Self::add_in_place), but only the history above
+    /// position `after` (an external subscriber resuming at a relay).
+    pub fn add_in_place_after(&mut self, f: InPlaceFn, after: u64) -> u64 {
         self.next_in_place += 1;
         let id = self.next_in_place;
         let ordered = self.config.qos.ordered();
-        let mut sub = [InPlace { id, last: (0, 0), f }];
-        if self.config.qos.stores() {
+        let mut sub = [InPlace { id, last: (self.epoch, after), f }];
+        if self.config.qos.stores() && self.fault.is_none() {
             for s in &self.history {
                 call_in_place(&mut sub, ordered, self.epoch, &SampleInfo::of(s, false), s.data());
             }
@@ -622,7 +637,16 @@ impl<D: Disk> TopicCore<D> {
         self.delivered += 1;
         self.stats.delivered = self.delivered;
         self.stats.bytes += d.payload.len() as u64;
-        let envelope = match Envelope::decode(d.payload) {
+        let envelope = match Envelope::decode(d.payload).and_then(|e| {
+            // A sample over the topic's bound (a peer that ignores it) is
+            // refused alike everywhere: it could not be logged.
+            let data = d.payload.len() - e.data_at as usize;
+            if usize::from(e.key_len) + data > self.config.max_sample {
+                Err("sample over the topic's max_sample")
+            } else {
+                Ok(e)
+            }
+        }) {
             Ok(e) => e,
             Err(why) => {
                 self.stats.undecodable += 1;
@@ -630,6 +654,10 @@ impl<D: Disk> TopicCore<D> {
                 return None;
             }
         };
+        if self.fault.is_some() {
+            // The topic stopped here: nothing more is kept or shown.
+            return None;
+        }
         let logged = self.log.is_some();
         if !logged && !self.in_place.is_empty() {
             let info = SampleInfo::parts(self.delivered, view, d.sender, &envelope, d.payload, false);
@@ -660,7 +688,7 @@ impl<D: Disk> TopicCore<D> {
     /// failed now or before.
     fn log_batch(&mut self, samples: &[StoredSample]) -> bool {
         let Some(log) = self.log.as_mut() else { return true };
-        if self.log_error.is_some() {
+        if self.fault.is_some() {
             return false;
         }
         let next = log.last_index() + 1;
@@ -683,7 +711,14 @@ impl<D: Disk> TopicCore<D> {
             }
             Err(e) => {
                 tracing::error!(topic = %self.config.name, error = %e, "the topic's log failed: its samples are no longer handed to readers");
-                self.log_error = Some(e.to_string());
+                self.fault = Some(e.to_string());
+                // What the failed batch put in the history was not logged:
+                // no later reader may get it.
+                let first = samples.first().map_or(u64::MAX, |s| s.position);
+                while self.history.back().is_some_and(|s| s.position >= first) {
+                    self.history.pop_back();
+                }
+                self.stats.history = self.history.len() as u64;
                 false
             }
         }
@@ -728,14 +763,13 @@ impl<D: Disk> TopicCore<D> {
             if len > self.config.max_sample + SNAPSHOT_SAMPLE_OVERHEAD {
                 return Err("snapshot sample longer than the topic allows");
             }
-            if prev.is_some_and(|p| position != p + 1) || position > delivered || position == 0 {
-                return Err("snapshot positions are not contiguous up to its count");
+            // Increasing, within the count (a message that was no sample
+            // holds a position and leaves a gap in the history).
+            if prev.is_some_and(|p| position <= p) || position > delivered || position == 0 {
+                return Err("snapshot positions do not increase up to its count");
             }
             prev = Some(position);
             history.push_back(StoredSample::new(position, view, sender, take(len)?)?);
-        }
-        if prev.is_some_and(|p| p != delivered) {
-            return Err("snapshot history does not end at its count");
         }
         if at != b.len() {
             return Err("bytes after the snapshot");
@@ -758,7 +792,7 @@ impl<D: Disk> TopicCore<D> {
                 data: s.log_record(),
             }));
             if let Err(e) = log.append(&entries).and_then(|()| log.sync()) {
-                self.log_error = Some(e.to_string());
+                self.fault = Some(e.to_string());
                 return Err(format!("the log could not start a segment: {e}"));
             }
         }
@@ -799,8 +833,15 @@ impl<D: Disk> TopicCore<D> {
         if b.is_empty() {
             return self.start_fresh();
         }
-        let (delivered, history) = self.decode_snapshot(b).map_err(str::to_owned)?;
-        self.start_segment(delivered, history)
+        match self.decode_snapshot(b) {
+            Ok((delivered, history)) => self.start_segment(delivered, history),
+            Err(why) => {
+                // Without the group's state this member's positions would
+                // not be the group's: the topic stops here, and says why.
+                self.fault = Some(format!("the group's state did not restore: {why}"));
+                Err(why.to_owned())
+            }
+        }
     }
 }
 
@@ -1008,7 +1049,7 @@ mod tests {
         b
     }
 
-    fn deliver(core: &mut DomainCore<MemDisk>, view: u64, msgs: &[(MemberId, Vec<u8>)]) {
+    fn deliver<D: Disk>(core: &mut DomainCore<D>, view: u64, msgs: &[(MemberId, Vec<u8>)]) {
         let batch: Vec<Delivered<'_>> = msgs
             .iter()
             .map(|(s, p)| Delivered { subgroup: 0, sender: *s, seq: 0, round: 0, payload: p })
@@ -1155,6 +1196,95 @@ mod tests {
         let back = TopicCore::<MemDisk>::with_log(topic(QosLevel::LoggedStorage, 3), disk, true).unwrap();
         assert_eq!(back.delivered(), 7);
         assert_eq!(back.history().map(|s| s.position).collect::<Vec<_>>(), vec![5, 6, 7]);
+    }
+
+    #[test]
+    fn a_message_that_is_no_sample_leaves_a_gap_a_joiner_restores() {
+        let mut a = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 10))]);
+        deliver(&mut a, 0, &[(0, sample(1, b"", b"a")), (0, vec![7; 30]), (0, sample(2, b"", b"b"))]);
+        // Over the topic's bound (max_sample 64): refused alike.
+        deliver(&mut a, 0, &[(0, sample(3, b"", &[1; 65]))]);
+        assert_eq!(a.topic(0).stats().undecodable, 2);
+        let mut j = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 10))]);
+        j.restore(0, &a.snapshot(0)).unwrap();
+        assert_eq!(j.topic(0).delivered(), 4);
+        assert_eq!(j.topic(0).history().map(|s| s.position).collect::<Vec<_>>(), vec![1, 3]);
+        deliver(&mut a, 1, &[(0, sample(4, b"", b"c"))]);
+        deliver(&mut j, 1, &[(0, sample(4, b"", b"c"))]);
+        assert_eq!(j.snapshot(0), a.snapshot(0), "the joiner's positions are the group's");
+        // A snapshot that does not decode stops the topic here, saying why.
+        let mut k = DomainCore::<MemDisk>::new(1, vec![TopicCore::new(topic(QosLevel::VolatileStorage, 10))]);
+        let r = k.topic_mut(0).add_reader(ReaderQos::keep_all(10));
+        assert!(k.restore(0, &[1, 2, 3]).is_err());
+        assert!(k.topic(0).fault().is_some());
+        deliver(&mut k, 1, &[(0, sample(5, b"", b"d"))]);
+        assert!(r.is_empty());
+    }
+
+    /// A disk whose appends fail once `fail` is set.
+    #[derive(Clone, Default)]
+    struct Flaky {
+        disk: MemDisk,
+        fail: std::rc::Rc<std::cell::Cell<bool>>,
+    }
+
+    impl Disk for Flaky {
+        fn list(&mut self) -> std::io::Result<Vec<String>> {
+            self.disk.list()
+        }
+        fn create(&mut self, n: &str) -> std::io::Result<()> {
+            self.disk.create(n)
+        }
+        fn append(&mut self, n: &str, b: &[u8]) -> std::io::Result<()> {
+            if self.fail.get() {
+                return Err(std::io::Error::other("disk full"));
+            }
+            self.disk.append(n, b)
+        }
+        fn read(&mut self, n: &str) -> std::io::Result<Vec<u8>> {
+            self.disk.read(n)
+        }
+        fn read_range(&mut self, n: &str, o: u64, l: usize) -> std::io::Result<Vec<u8>> {
+            self.disk.read_range(n, o, l)
+        }
+        fn file_len(&mut self, n: &str) -> std::io::Result<u64> {
+            self.disk.file_len(n)
+        }
+        fn sync(&mut self, n: &str) -> std::io::Result<()> {
+            self.disk.sync(n)
+        }
+        fn truncate(&mut self, n: &str, l: u64) -> std::io::Result<()> {
+            self.disk.truncate(n, l)
+        }
+        fn remove(&mut self, n: &str) -> std::io::Result<()> {
+            self.disk.remove(n)
+        }
+        fn rename(&mut self, a: &str, b: &str) -> std::io::Result<()> {
+            self.disk.rename(a, b)
+        }
+        fn sync_dir(&mut self) -> std::io::Result<()> {
+            self.disk.sync_dir()
+        }
+    }
+
+    #[test]
+    fn a_sample_the_log_did_not_take_is_never_shown() {
+        let flaky = Flaky::default();
+        let mut m = DomainCore::new(
+            1,
+            vec![TopicCore::with_log(topic(QosLevel::LoggedStorage, 10), flaky.clone(), true).unwrap()],
+        );
+        let r = m.topic_mut(0).add_reader(ReaderQos::keep_all(100));
+        deliver(&mut m, 0, &[(0, sample(1, b"", b"a"))]);
+        flaky.fail.set(true);
+        deliver(&mut m, 0, &[(0, sample(2, b"", b"b")), (0, sample(3, b"", b"c"))]);
+        deliver(&mut m, 0, &[(0, sample(4, b"", b"d"))]);
+        assert_eq!(r.take(10).iter().map(|s| s.position).collect::<Vec<_>>(), vec![1]);
+        assert!(m.topic(0).fault().is_some());
+        // Neither a new reader nor a joiner's snapshot gets the unlogged.
+        let late = m.topic_mut(0).add_reader(ReaderQos::keep_all(100));
+        assert!(late.is_empty());
+        assert_eq!(m.topic(0).history().map(|s| s.position).collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]

@@ -404,9 +404,10 @@ impl DomainParticipant {
         lock(&self.core).topic(topic.index).stats()
     }
 
-    /// Why `topic`'s log stopped, if it did.
-    pub fn log_error<T>(&self, topic: &Topic<T>) -> Option<String> {
-        lock(&self.core).topic(topic.index).log_error().map(str::to_owned)
+    /// Why `topic` stopped at this member, if it did (its log failed, or
+    /// the group's state did not restore).
+    pub fn fault<T>(&self, topic: &Topic<T>) -> Option<String> {
+        lock(&self.core).topic(topic.index).fault().map(str::to_owned)
     }
 
     /// Leaves the group gracefully (the others install a view without it).

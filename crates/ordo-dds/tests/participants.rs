@@ -184,7 +184,7 @@ fn one_publisher_three_subscribers_every_qos_level() {
         let l = p.topic::<Bytes>("l").unwrap();
         let st = p.topic_stats(&l);
         assert_eq!((st.delivered, st.logged), (N, N));
-        assert!(p.log_error(&l).is_none());
+        assert!(p.fault(&l).is_none());
     }
     for p in ps {
         p.stop();
