@@ -72,7 +72,7 @@ impl Domain {
             dir.join("data").display(),
         );
         if relays {
-            text.push_str(&format!("relay = [{}]\n", peers(&relay_ports)));
+            text.push_str(&format!("relay = [{}]\nmax_relay_queue = 100000\n", peers(&relay_ports)));
         }
         for (t, qos, publishers) in topics {
             text.push_str(&format!(

@@ -11,9 +11,11 @@
 //!   ordered topic resumes after the last position it received, so a
 //!   stored topic's history fills the gap (as far as the history reaches)
 //!   and nothing is delivered twice.
-//! - A sample is *stable* once [`ExternalWriter::flush`] returned: it is
-//!   delivered at the relay's member, so at every member of the topic.
-//!   Samples written since the last flush may be lost with their relay.
+//! - A sample is *stable* once an [`ExternalWriter::flush`] after it
+//!   returned `Ok`: delivered at the relay's member, so at every member of
+//!   the topic. A flush returns an error when something written since the
+//!   previous successful one may be lost (a refused sample, or a
+//!   connection that changed in between).
 //! - What a subscription holds is bounded (`max_samples`; beyond it new
 //!   samples are counted as rejected), so a slow application never makes
 //!   the client grow.
@@ -108,6 +110,9 @@ struct Inner {
     next_req: AtomicU32,
     stop: AtomicBool,
     reconnects: AtomicU64,
+    /// Connections made so far (a flush vouches only for writes made on
+    /// the connection it travels on).
+    generation: AtomicU64,
     relay_member: AtomicU32,
     max_frame: usize,
 }
@@ -178,6 +183,7 @@ impl Inner {
                         write_frame(&mut w, &f).map_err(|e| e.to_string())?;
                     }
                     *lock(&self.conn) = Some(w);
+                    self.generation.fetch_add(1, Ordering::AcqRel);
                     return Ok(s);
                 }
                 Err(e) => why.push(e),
@@ -231,6 +237,13 @@ impl Inner {
                             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some((c + 1) % n));
                         match self.connect() {
                             Ok(next) => {
+                                // Dropped while connecting: nobody else
+                                // will close this connection.
+                                if self.stop.load(Ordering::Acquire) {
+                                    let _ = next.shutdown(Shutdown::Both);
+                                    *lock(&self.conn) = None;
+                                    return;
+                                }
                                 self.reconnects.fetch_add(1, Ordering::Relaxed);
                                 s = next;
                                 backoff = Duration::from_millis(10);
@@ -333,6 +346,7 @@ impl ExternalParticipant {
             next_req: AtomicU32::new(1),
             stop: AtomicBool::new(false),
             reconnects: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             relay_member: AtomicU32::new(u32::MAX),
             max_frame: 64 << 20,
         });
@@ -381,23 +395,28 @@ impl ExternalParticipant {
             max: max_samples.max(1),
         });
         let req = self.inner.next_req.fetch_add(1, Ordering::Relaxed);
-        lock(&self.inner.subs).push(Sub {
-            topic: topic.into(),
-            type_name: type_name.into(),
-            ordered: true,
-            last: 0,
-            id: None,
-            req,
-            queue: queue.clone(),
-        });
         let (tx, rx) = mpsc::channel();
         lock(&self.inner.pending).insert(req, tx);
-        let sent = self.inner.send(&Frame::Subscribe {
-            req,
-            after: 0,
-            topic: topic.into(),
-            type_name: type_name.into(),
-        });
+        // Registered and sent under one lock: a reconnect either re-sends
+        // it (it is registered) or happens after it was sent — never both.
+        let sent = {
+            let mut subs = lock(&self.inner.subs);
+            subs.push(Sub {
+                topic: topic.into(),
+                type_name: type_name.into(),
+                ordered: true,
+                last: 0,
+                id: None,
+                req,
+                queue: queue.clone(),
+            });
+            self.inner.send(&Frame::Subscribe {
+                req,
+                after: 0,
+                topic: topic.into(),
+                type_name: type_name.into(),
+            })
+        };
         let answer =
             sent.and_then(|()| rx.recv_timeout(REQUEST_TIMEOUT).map_err(|_| ClientError::Disconnected));
         lock(&self.inner.pending).remove(&req);
@@ -423,14 +442,24 @@ impl ExternalParticipant {
 
     /// A writer of `topic` through the relay (its member must publish it).
     pub fn writer(&self, topic: &str, type_name: &str) -> Result<ExternalWriter, ClientError> {
-        let f = self.inner.request(|req| Frame::Writer {
-            req,
-            topic: topic.into(),
-            type_name: type_name.into(),
-        })?;
-        let Frame::Ok { topic: id, max_sample, .. } = f else { return Err(ClientError::Disconnected) };
+        // Declared first: a reconnect during the request re-declares it.
         lock(&self.inner.writers).push(Declared { topic: topic.into(), type_name: type_name.into() });
-        Ok(ExternalWriter { inner: self.inner.clone(), topic: id, max_sample: max_sample as usize })
+        let generation = self.inner.generation.load(Ordering::Acquire);
+        let f =
+            self.inner.request(|req| Frame::Writer { req, topic: topic.into(), type_name: type_name.into() });
+        let Ok(Frame::Ok { topic: id, max_sample, .. }) = f else {
+            let mut w = lock(&self.inner.writers);
+            if let Some(i) = w.iter().rposition(|d| d.topic == topic) {
+                w.remove(i);
+            }
+            return Err(f.err().unwrap_or(ClientError::Disconnected));
+        };
+        Ok(ExternalWriter {
+            inner: self.inner.clone(),
+            topic: id,
+            max_sample: max_sample as usize,
+            flushed_on: AtomicU64::new(generation),
+        })
     }
 }
 
@@ -484,6 +513,8 @@ pub struct ExternalWriter {
     inner: Arc<Inner>,
     topic: u16,
     max_sample: usize,
+    /// The connection of the last flush that succeeded (or of creation).
+    flushed_on: AtomicU64,
 }
 
 impl ExternalWriter {
@@ -495,9 +526,20 @@ impl ExternalWriter {
         self.inner.send(&Frame::Publish { topic: self.topic, key: key.to_vec(), data: data.to_vec() })
     }
 
-    /// Returns once everything written before it through the current relay
-    /// is delivered (stable at every member of the topic).
+    /// Returns `Ok` once everything written since the last successful
+    /// flush is delivered (stable at every member of the topic). An error
+    /// means some of it may be lost: the relay refused a sample, or the
+    /// connection changed since (writes made through a relay that died are
+    /// in doubt); the next flush vouches for what is written after it.
     pub fn flush(&self) -> Result<(), ClientError> {
-        self.inner.request(|req| Frame::Flush { req }).map(|_| ())
+        let g = self.inner.generation.load(Ordering::Acquire);
+        let r = self.inner.request(|req| Frame::Flush { req }).map(|_| ());
+        let same = self.inner.generation.load(Ordering::Acquire) == g;
+        let before = self.flushed_on.swap(g, Ordering::AcqRel);
+        match r {
+            Ok(()) if same && before == g => Ok(()),
+            Ok(()) => Err(ClientError::Disconnected),
+            Err(e) => Err(e),
+        }
     }
 }

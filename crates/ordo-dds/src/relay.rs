@@ -175,6 +175,9 @@ struct Outbox {
     state: Mutex<OutState>,
     cv: Condvar,
     max: usize,
+    /// The client's socket: shut down (which never blocks) when the client
+    /// is dropped, so a sender blocked on a stalled client wakes up.
+    stream: Option<TcpStream>,
 }
 
 #[derive(Default)]
@@ -185,7 +188,8 @@ struct OutState {
 }
 
 impl Outbox {
-    /// Queues a frame; false (and the client marked dropped) when full.
+    /// Queues a frame; false (and the client dropped) when the client
+    /// holds `max` frames already.
     fn push(&self, frame: Vec<u8>) -> bool {
         let mut st = lock(&self.state);
         if st.dropped || st.closed {
@@ -195,6 +199,9 @@ impl Outbox {
             st.dropped = true;
             st.frames.clear();
             self.cv.notify_all();
+            if let Some(s) = &self.stream {
+                let _ = s.shutdown(Shutdown::Read);
+            }
             return false;
         }
         st.frames.push_back(frame);
@@ -202,13 +209,10 @@ impl Outbox {
         true
     }
 
-    /// Control answers are never dropped (at most one per request).
+    /// Answers count against the same bound: a client that sends requests
+    /// and never reads is dropped too.
     fn push_reply(&self, f: &Frame) {
-        let mut st = lock(&self.state);
-        if !st.closed {
-            st.frames.push_back(f.to_bytes());
-            self.cv.notify_all();
-        }
+        self.push(f.to_bytes());
     }
 
     fn close(&self) {
@@ -238,6 +242,7 @@ fn send_loop(mut s: TcpStream, out: Arc<Outbox>, shared: Arc<RelayShared>) {
         };
         if dropped {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
+            let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
             let _ =
                 write_frame(&mut s, &Frame::Dropped { reason: "the subscriber fell too far behind".into() });
             let _ = s.shutdown(Shutdown::Both);
@@ -252,10 +257,40 @@ fn send_loop(mut s: TcpStream, out: Arc<Outbox>, shared: Arc<RelayShared>) {
     }
 }
 
-/// The handshake, acceptor side: true when the client proved the secret.
+/// Reads one frame of at most `max` bytes before `deadline` (a deadline
+/// for the whole frame, however slowly its bytes come).
+fn read_frame_by(s: &mut TcpStream, max: usize, deadline: Instant) -> Option<Frame> {
+    use std::io::Read;
+    let mut read = |buf: &mut [u8]| -> Option<()> {
+        let mut at = 0;
+        while at < buf.len() {
+            let left = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
+            s.set_read_timeout(Some(left)).ok()?;
+            match s.read(&mut buf[at..]) {
+                Ok(0) => return None,
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        Some(())
+    };
+    let mut len = [0u8; 4];
+    read(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > max {
+        return None;
+    }
+    let mut body = vec![0; len];
+    read(&mut body)?;
+    Frame::decode(&body).ok()
+}
+
+/// The handshake, acceptor side: true when the client proved the secret
+/// within [`HANDSHAKE_TIMEOUT`] of connecting.
 fn accept_handshake(s: &mut TcpStream, shared: &RelayShared) -> bool {
-    let _ = s.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    let Ok(Ok(hello @ Frame::Hello { .. })) = read_frame(s, 64) else { return false };
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let Some(hello @ Frame::Hello { .. }) = read_frame_by(s, 64, deadline) else { return false };
     let h_d = hello.to_bytes();
     let nonce = handshake::nonce();
     let h_a = Frame::Welcome { member: shared.me, nonce, proof: [0; 32] }.to_bytes();
@@ -263,7 +298,7 @@ fn accept_handshake(s: &mut TcpStream, shared: &RelayShared) -> bool {
     if write_frame(s, &Frame::Welcome { member: shared.me, nonce, proof }).is_err() {
         return false;
     }
-    let Ok(Ok(Frame::Proof { proof })) = read_frame(s, 64) else { return false };
+    let Some(Frame::Proof { proof }) = read_frame_by(s, 64, deadline) else { return false };
     if !handshake::verify(&shared.key, Role::Dialer, &h_d, &h_a, &proof) {
         return false;
     }
@@ -283,13 +318,23 @@ fn serve(mut s: TcpStream, shared: &Arc<RelayShared>) {
     if let Ok(c) = s.try_clone() {
         lock(&shared.streams).push((id, c));
     }
+    // A stop that swept the streams before this one was registered.
+    if shared.stop.load(Ordering::Acquire) {
+        let _ = s.shutdown(Shutdown::Both);
+        lock(&shared.streams).retain(|(i, _)| *i != id);
+        return;
+    }
     let out = Arc::new(Outbox {
         state: Mutex::new(OutState::default()),
         cv: Condvar::new(),
         max: shared.config.dds.max_relay_queue,
+        stream: s.try_clone().ok(),
     });
     let sender = match s.try_clone() {
         Ok(w) => {
+            // A client that stops reading (its window full for this long)
+            // is dropped rather than held.
+            let _ = w.set_write_timeout(Some(Duration::from_secs(10)));
             let (o, sh) = (out.clone(), shared.clone());
             std::thread::Builder::new()
                 .name("ordo-dds-client-tx".into())
@@ -300,6 +345,7 @@ fn serve(mut s: TcpStream, shared: &Arc<RelayShared>) {
     };
     let mut subs: Vec<(usize, u64)> = Vec::new();
     let mut writing: Vec<Option<u64>> = vec![None; shared.config.dds.topics.len()];
+    let mut failed = false;
     let max = shared.max_frame();
     while !shared.stop.load(Ordering::Acquire) {
         let frame = match read_frame(&mut s, max) {
@@ -314,7 +360,7 @@ fn serve(mut s: TcpStream, shared: &Arc<RelayShared>) {
             }
             Err(_) => break,
         };
-        if let Some(reply) = request(shared, &out, frame, &mut subs, &mut writing) {
+        if let Some(reply) = request(shared, &out, frame, &mut subs, &mut writing, &mut failed) {
             out.push_reply(&reply);
         }
         if lock(&out.state).closed {
@@ -346,6 +392,7 @@ fn request(
     frame: Frame,
     subs: &mut Vec<(usize, u64)>,
     writing: &mut [Option<u64>],
+    failed: &mut bool,
 ) -> Option<Frame> {
     let dds = &shared.config.dds;
     let err = |req, code, message: String| Some(Frame::Error { req, code, message });
@@ -381,8 +428,11 @@ fn request(
                     format!("member {} is not in topic {topic:?}", shared.me),
                 );
             }
-            // The answer first, then history above `after`, then live
-            // samples: taken and registered under the lock deliveries hold.
+            if subs.iter().any(|(x, _)| *x == g) {
+                return err(req, ErrorCode::Malformed, format!("already subscribed to {topic:?}"));
+            }
+            // The answer first, then the history above `after`, then live
+            // samples: registered under the lock deliveries hold.
             out.push_reply(&Frame::Ok {
                 req,
                 topic: g as u16,
@@ -391,36 +441,24 @@ fn request(
             });
             let mut core = lock(&shared.core);
             let topic_core = core.topic_mut(g);
-            for s in topic_core.history().filter(|s| s.position > after) {
-                let f = Frame::Sample {
-                    topic: g as u16,
-                    source: s.sender,
-                    seq: s.envelope.seq,
-                    position: s.position,
-                    view: s.view,
-                    source_ns: s.envelope.source_ns,
-                    key: s.key().to_vec(),
-                    data: s.data().to_vec(),
-                };
-                if !out.push(f.to_bytes()) {
-                    break;
-                }
-            }
             let o = out.clone();
             let gi = g as u16;
-            let id = topic_core.add_in_place(Box::new(move |info, data| {
-                let f = Frame::Sample {
-                    topic: gi,
-                    source: info.source,
-                    seq: info.sequence,
-                    position: info.position,
-                    view: info.view,
-                    source_ns: info.source_timestamp_ns,
-                    key: info.key.clone(),
-                    data: data.to_vec(),
-                };
-                o.push(f.to_bytes());
-            }));
+            let id = topic_core.add_in_place_after(
+                Box::new(move |info, data| {
+                    let f = Frame::Sample {
+                        topic: gi,
+                        source: info.source,
+                        seq: info.sequence,
+                        position: info.position,
+                        view: info.view,
+                        source_ns: info.source_timestamp_ns,
+                        key: info.key.clone(),
+                        data: data.to_vec(),
+                    };
+                    o.push(f.to_bytes());
+                }),
+                after,
+            );
             subs.push((g, id));
             None
         }
@@ -443,6 +481,7 @@ fn request(
         Frame::Publish { topic, key, data } => {
             let g = topic as usize;
             let (Some(Some(last)), Some(Some(w))) = (writing.get_mut(g), shared.writers.get(g)) else {
+                *failed = true;
                 return err(0, ErrorCode::NoWriter, format!("PUBLISH on topic {topic} without a WRITER"));
             };
             let max = dds.topics[g].max_sample;
@@ -452,10 +491,17 @@ fn request(
                     None
                 }
                 Err(crate::DdsError::TooLarge { len, key, max }) => {
+                    *failed = true;
                     err(0, ErrorCode::TooLarge, format!("sample of {len} bytes (key {key}) over {max}"))
                 }
-                Err(e) => err(0, ErrorCode::Unavailable, e.to_string()),
+                Err(e) => {
+                    *failed = true;
+                    err(0, ErrorCode::Unavailable, e.to_string())
+                }
             }
+        }
+        Frame::Flush { req } if std::mem::take(failed) => {
+            err(req, ErrorCode::Unavailable, "a sample published since the last FLUSH was refused".into())
         }
         Frame::Flush { req } => {
             // Everything this client published is delivered here (so at

@@ -75,7 +75,7 @@ qos = "volatile-storage"
 publishers = [0, 1]
 subscribers = [0, 1, 2]
 max_sample = 10240
-history = 10000
+history = {}
 type_name = "bytes"
 [[dds.topics]]
 name = "only0"
@@ -91,6 +91,7 @@ max_sample = 64
             self.dir.join("data").display(),
             list(&self.relay),
             self.queue,
+            self.queue.min(10_000),
         );
         OrdoConfig::load_str(&text, Path::new("dds.toml"), std::iter::empty::<(String, String)>(), &[])
             .unwrap()

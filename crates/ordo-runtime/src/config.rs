@@ -1583,6 +1583,14 @@ impl OrdoConfig {
         {
             return bad("`dds.relay` serves external clients only with `security.client_secret_file` (or `client_secret_env`)".into());
         }
+        if !dds.relay.is_empty()
+            && let Some(t) = dds.topics.iter().find(|t| t.qos.stores() && t.history > dds.max_relay_queue)
+        {
+            return bad(format!(
+                "topic {:?}: history {} exceeds max_relay_queue {} (a relay sends a new subscriber the history at once)",
+                t.name, t.history, dds.max_relay_queue
+            ));
+        }
         Ok(())
     }
 
