@@ -689,21 +689,31 @@ fn ping(a: PingArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     const WARM: u64 = 100;
     let mut rtt_ns: Vec<u64> = Vec::with_capacity(a.count as usize);
-    for i in 1..=a.count + WARM {
-        let t0 = Instant::now();
+    let send = |i: u64| {
         w.write_with(&[], a.size, |b| {
             b[..8].copy_from_slice(&i.to_le_bytes());
             b[8..].fill(i as u8);
         })
-        .map_err(|e| e.to_string())?;
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    };
+    for i in 1..=a.count + WARM {
+        let t0 = Instant::now();
+        send(i)?;
+        let mut resent = t0;
         // Spin briefly, then yield: the echo comes back in microseconds.
         let mut spins = 0u32;
         while echoed.load(Ordering::Acquire) != i {
             if t0.elapsed() > Duration::from_secs(5) {
                 return Err(format!("no echo of ping {i} within 5 s (is `ordo dds pong` running?)"));
             }
+            // Warm-up: the ponger may not be subscribed yet; ask again.
+            if i <= WARM && resent.elapsed() > Duration::from_millis(50) {
+                send(i)?;
+                resent = Instant::now();
+            }
             spins += 1;
-            if spins < 2000 {
+            if spins < 200 {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();

@@ -74,6 +74,9 @@ pub struct DdsArgs {
     /// `ddsperf ping|pong`).
     #[arg(long)]
     pub no_latency: bool,
+    /// Only the round-trip points.
+    #[arg(long)]
+    pub no_throughput: bool,
     /// Directory for report.json and dds.csv.
     #[arg(long, default_value = "bench-results/dds")]
     pub out: PathBuf,
@@ -613,7 +616,7 @@ impl Experiment for DdsBench {
         ordo_auth::Secret::generate_file(&dir.join("secret")).map_err(|e| e.to_string())?;
         let mut runs = Vec::new();
         let mut k = 0;
-        for round in 0..self.args.rounds.max(1) {
+        for round in 0..if self.args.no_throughput { 0 } else { self.args.rounds.max(1) } {
             for &size in &self.sizes() {
                 for &subscribers in &self.args.subscribers {
                     for q in &qos {
@@ -677,7 +680,14 @@ impl Experiment for DdsBench {
                 for &size in &self.sizes() {
                     k += 1;
                     let (r, foreign) = with_foreign(|| self.run_ordo_rtt(size, &dir, k));
-                    let (p50, p99) = r?;
+                    // A failed round-trip point is reported and skipped.
+                    let (p50, p99) = match r {
+                        Ok(x) => x,
+                        Err(e) => {
+                            progress(&format!("round {round} ordo round trip {size} B failed: {e}"));
+                            continue;
+                        }
+                    };
                     progress(&format!(
                         "round {round} ordo atomic-multicast round trip {size} B: p50 {p50:.1} µs p99 {p99:.1} µs (foreign {foreign:.2} cores)"
                     ));
@@ -693,7 +703,13 @@ impl Experiment for DdsBench {
                     if cyclone_missing.is_none() {
                         k += 1;
                         let (r, foreign) = with_foreign(|| self.run_cyclone_rtt(size, k));
-                        let (p50, p99) = r?;
+                        let (p50, p99) = match r {
+                            Ok(x) => x,
+                            Err(e) => {
+                                progress(&format!("round {round} cyclone round trip {size} B failed: {e}"));
+                                continue;
+                            }
+                        };
                         progress(&format!(
                             "round {round} cyclone reliable round trip {size} B: p50 {p50:.1} µs p99 {p99:.1} µs (foreign {foreign:.2} cores)"
                         ));

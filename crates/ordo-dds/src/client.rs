@@ -19,6 +19,15 @@
 //! - What a subscription holds is bounded (`max_samples`; beyond it new
 //!   samples are counted as rejected), so a slow application never makes
 //!   the client grow.
+//!
+//! # Limits
+//! - Positions resume within one lineage of a topic. After a whole-topic
+//!   restart (every member of the topic failed; positions start again at
+//!   1) a subscription's resume point belongs to the old lineage and hides
+//!   the new one's first samples: subscribe again.
+//! - A relay whose member does not publish a topic refuses the writer's
+//!   re-declaration after a move; its samples are then refused, and every
+//!   flush says so.
 
 use crate::wire::{ErrorCode, Frame, HANDSHAKE_LABEL, read_frame, write_frame};
 use ordo_auth::Key;
