@@ -935,9 +935,5 @@ impl Experiment for DdsBench {
             "{flagged} of {} runs contended (foreign load above {MAX_FOREIGN_CORES} core) and left out",
             r.runs.len() + r.rtt.len()
         );
-        println!(
-            "{flagged} of {} runs contended (foreign load above {MAX_FOREIGN_CORES} core) and left out",
-            r.runs.len()
-        );
     }
 }
