@@ -22,9 +22,9 @@
 //!
 //! # Limits
 //! - Positions resume within one lineage of a topic. After a whole-topic
-//!   restart (every member of the topic failed; positions start again at
-//!   1) a subscription's resume point belongs to the old lineage and hides
-//!   the new one's first samples: subscribe again.
+//!   restart (every member of the topic failed, and positions start again
+//!   from the first) a subscription's resume point belongs to the old
+//!   lineage and hides the new one's first samples: subscribe again.
 //! - A relay whose member does not publish a topic refuses the writer's
 //!   re-declaration after a move; its samples are then refused, and every
 //!   flush says so.
