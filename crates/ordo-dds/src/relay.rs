@@ -178,6 +178,8 @@ struct Outbox {
     /// The client's socket: shut down (which never blocks) when the client
     /// is dropped, so a sender blocked on a stalled client wakes up.
     stream: Option<TcpStream>,
+    /// Counts the drop.
+    shared: Arc<RelayShared>,
 }
 
 #[derive(Default)]
@@ -198,6 +200,7 @@ impl Outbox {
         if st.frames.len() >= self.max {
             st.dropped = true;
             st.frames.clear();
+            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
             self.cv.notify_all();
             if let Some(s) = &self.stream {
                 let _ = s.shutdown(Shutdown::Read);
@@ -223,7 +226,7 @@ impl Outbox {
 
 /// Sends what the outbox holds, in batches, until closed; a dropped
 /// client is told and disconnected.
-fn send_loop(mut s: TcpStream, out: Arc<Outbox>, shared: Arc<RelayShared>) {
+fn send_loop(mut s: TcpStream, out: Arc<Outbox>) {
     let mut buf = Vec::new();
     loop {
         let dropped = {
@@ -241,7 +244,7 @@ fn send_loop(mut s: TcpStream, out: Arc<Outbox>, shared: Arc<RelayShared>) {
             st.dropped
         };
         if dropped {
-            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            // Told if its socket still takes a frame (best effort).
             let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
             let _ =
                 write_frame(&mut s, &Frame::Dropped { reason: "the subscriber fell too far behind".into() });
@@ -329,17 +332,15 @@ fn serve(mut s: TcpStream, shared: &Arc<RelayShared>) {
         cv: Condvar::new(),
         max: shared.config.dds.max_relay_queue,
         stream: s.try_clone().ok(),
+        shared: shared.clone(),
     });
     let sender = match s.try_clone() {
         Ok(w) => {
             // A client that stops reading (its window full for this long)
             // is dropped rather than held.
-            let _ = w.set_write_timeout(Some(Duration::from_secs(10)));
-            let (o, sh) = (out.clone(), shared.clone());
-            std::thread::Builder::new()
-                .name("ordo-dds-client-tx".into())
-                .spawn(move || send_loop(w, o, sh))
-                .ok()
+            let _ = w.set_write_timeout(Some(Duration::from_secs(2)));
+            let o = out.clone();
+            std::thread::Builder::new().name("ordo-dds-client-tx".into()).spawn(move || send_loop(w, o)).ok()
         }
         Err(_) => None,
     };
