@@ -678,43 +678,28 @@ impl Experiment for DdsBench {
         if !self.args.no_latency {
             for round in 0..self.args.rounds.max(1) {
                 for &size in &self.sizes() {
-                    k += 1;
-                    let (r, foreign) = with_foreign(|| self.run_ordo_rtt(size, &dir, k));
-                    // A failed round-trip point is reported and skipped.
-                    let (p50, p99) = match r {
-                        Ok(x) => x,
-                        Err(e) => {
-                            progress(&format!("round {round} ordo round trip {size} B failed: {e}"));
+                    for system in ["ordo", "cyclone"] {
+                        if system == "cyclone" && cyclone_missing.is_some() {
                             continue;
                         }
-                    };
-                    progress(&format!(
-                        "round {round} ordo atomic-multicast round trip {size} B: p50 {p50:.1} µs p99 {p99:.1} µs (foreign {foreign:.2} cores)"
-                    ));
-                    rtt.push(RttRun {
-                        system: "ordo".into(),
-                        size,
-                        round,
-                        p50_us: p50,
-                        p99_us: p99,
-                        foreign_cores: foreign,
-                        contended: foreign > MAX_FOREIGN_CORES,
-                    });
-                    if cyclone_missing.is_none() {
                         k += 1;
-                        let (r, foreign) = with_foreign(|| self.run_cyclone_rtt(size, k));
+                        let (r, foreign) = with_foreign(|| match system {
+                            "ordo" => self.run_ordo_rtt(size, &dir, k),
+                            _ => self.run_cyclone_rtt(size, k),
+                        });
+                        // A failed round-trip point is reported and skipped.
                         let (p50, p99) = match r {
                             Ok(x) => x,
                             Err(e) => {
-                                progress(&format!("round {round} cyclone round trip {size} B failed: {e}"));
+                                progress(&format!("round {round} {system} round trip {size} B failed: {e}"));
                                 continue;
                             }
                         };
                         progress(&format!(
-                            "round {round} cyclone reliable round trip {size} B: p50 {p50:.1} µs p99 {p99:.1} µs (foreign {foreign:.2} cores)"
+                            "round {round} {system} round trip {size} B: p50 {p50:.1} µs p99 {p99:.1} µs (foreign {foreign:.2} cores)"
                         ));
                         rtt.push(RttRun {
-                            system: "cyclone".into(),
+                            system: system.into(),
                             size,
                             round,
                             p50_us: p50,
@@ -819,7 +804,8 @@ impl Experiment for DdsBench {
             Ratio { what, ratio: spread }
         };
         let mut ratios = Vec::new();
-        for &size in &self.sizes() {
+        let sizes = if runs.is_empty() { Vec::new() } else { self.sizes() };
+        for &size in &sizes {
             for &subs in &self.args.subscribers {
                 for q in &qos {
                     ratios.push(ratio(

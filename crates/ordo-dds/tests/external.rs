@@ -109,6 +109,22 @@ max_sample = 64
         })
     }
 
+    /// A hand-made client of member `m`'s relay, past the handshake.
+    fn raw_client(&self, m: usize) -> TcpStream {
+        let mut raw = TcpStream::connect(&self.relays()[m]).unwrap();
+        let key = self.client_secret().derive(ordo_dds::wire::HANDSHAKE_LABEL);
+        let hello = Frame::Hello { nonce: ordo_auth::handshake::nonce() };
+        write_frame(&mut raw, &hello).unwrap();
+        let Ok(Ok(Frame::Welcome { member, nonce, .. })) = read_frame(&mut raw, 128) else {
+            panic!("no welcome")
+        };
+        let h_a = Frame::Welcome { member, nonce, proof: [0; 32] }.to_bytes();
+        let proof =
+            ordo_auth::handshake::proof(&key, ordo_auth::handshake::Role::Dialer, &hello.to_bytes(), &h_a);
+        write_frame(&mut raw, &Frame::Proof { proof }).unwrap();
+        raw
+    }
+
     fn client_secret(&self) -> Secret {
         Secret::from_file(&self.dir.join("client.secret")).unwrap()
     }
@@ -153,17 +169,7 @@ fn strangers_and_bad_requests_are_refused_and_change_nothing() {
     let w = c.writer("only0", "").unwrap();
     assert!(matches!(w.write(b"", &[0; 65]), Err(ClientError::TooLarge(..))));
     // A raw client: garbage after the handshake is answered, not applied.
-    let mut raw = TcpStream::connect(&d.relays()[0]).unwrap();
-    let key = d.client_secret().derive(ordo_dds::wire::HANDSHAKE_LABEL);
-    let hello = Frame::Hello { nonce: [7; 16] };
-    write_frame(&mut raw, &hello).unwrap();
-    let Ok(Ok(Frame::Welcome { member, nonce, .. })) = read_frame(&mut raw, 128) else {
-        panic!("no welcome")
-    };
-    let h_a = Frame::Welcome { member, nonce, proof: [0; 32] }.to_bytes();
-    let proof =
-        ordo_auth::handshake::proof(&key, ordo_auth::handshake::Role::Dialer, &hello.to_bytes(), &h_a);
-    write_frame(&mut raw, &Frame::Proof { proof }).unwrap();
+    let mut raw = d.raw_client(0);
     use std::io::Write;
     raw.write_all(&[5, 0, 0, 0, 12, 9, 9, 9, 9]).unwrap(); // a PUBLISH cut short
     let Ok(Ok(Frame::Error { code, .. })) = read_frame(&mut raw, 1 << 20) else { panic!("no error") };
@@ -238,17 +244,7 @@ fn a_subscriber_too_slow_for_its_relay_is_dropped_and_the_group_goes_on() {
     let d = Domain::new("slow", 16);
     let ps = d.start_all();
     // A raw subscriber that never reads.
-    let mut raw = TcpStream::connect(&d.relays()[1]).unwrap();
-    let key = d.client_secret().derive(ordo_dds::wire::HANDSHAKE_LABEL);
-    let hello = Frame::Hello { nonce: [9; 16] };
-    write_frame(&mut raw, &hello).unwrap();
-    let Ok(Ok(Frame::Welcome { member, nonce, .. })) = read_frame(&mut raw, 128) else {
-        panic!("no welcome")
-    };
-    let h_a = Frame::Welcome { member, nonce, proof: [0; 32] }.to_bytes();
-    let proof =
-        ordo_auth::handshake::proof(&key, ordo_auth::handshake::Role::Dialer, &hello.to_bytes(), &h_a);
-    write_frame(&mut raw, &Frame::Proof { proof }).unwrap();
+    let mut raw = d.raw_client(1);
     write_frame(
         &mut raw,
         &Frame::Subscribe { req: 1, after: 0, topic: "v".into(), type_name: String::new() },
