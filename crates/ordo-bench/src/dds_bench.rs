@@ -34,6 +34,7 @@
 
 use crate::experiment::Experiment;
 use crate::machine::MachineInfo;
+use crate::noise::Spread;
 use clap::Args;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -144,7 +145,7 @@ pub struct Point {
     /// As in [`Run`].
     pub subscribers: usize,
     /// Median, min, max samples/s per subscriber (clean rounds).
-    pub samples_per_s: Option<[f64; 3]>,
+    pub samples_per_s: Option<Spread>,
     /// Median bytes/s per subscriber.
     pub bytes_per_s: Option<f64>,
     /// Median p50 / p99 (µs).
@@ -159,7 +160,7 @@ pub struct Ratio {
     /// What is compared.
     pub what: String,
     /// Median, min, max (None: no round where both were clean).
-    pub ratio: Option<[f64; 3]>,
+    pub ratio: Option<Spread>,
 }
 
 /// The whole result.
@@ -296,12 +297,19 @@ fn last_json(out: &[u8]) -> Result<serde_json::Value, String> {
         .ok_or_else(|| format!("no summary line in: {}", text.chars().take(400).collect::<String>()))
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
+fn median(v: &[f64]) -> Option<f64> {
+    Spread::of(v).map(|s| s.median)
+}
+
+/// Median [min–max] of per-round ratios x / y, over the rounds where both
+/// sides were measured and neither was contended.
+fn round_ratios(rounds: usize, pair: impl Fn(usize) -> Option<((f64, bool), (f64, bool))>) -> Option<Spread> {
+    let v: Vec<f64> = (0..rounds)
+        .filter_map(pair)
+        .filter(|((_, cx), (y, cy))| !cx && !cy && *y > 0.0)
+        .map(|((x, _), (y, _))| x / y)
+        .collect();
+    Spread::of(&v)
 }
 
 struct OrdoPoint<'a> {
@@ -396,7 +404,7 @@ impl DdsBench {
             p99.push(v["p99_us"].as_f64().unwrap_or(0.0));
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-        Ok((mean(&rates), mean(&bytes), median(p50).unwrap_or(0.0), median(p99).unwrap_or(0.0)))
+        Ok((mean(&rates), mean(&bytes), median(&p50).unwrap_or(0.0), median(&p99).unwrap_or(0.0)))
     }
 
     fn run_cyclone(&self, size: usize, subscribers: usize, k: usize) -> Result<(f64, f64), String> {
@@ -541,10 +549,14 @@ impl DdsBench {
             return Err("ddsperf ping printed no round-trip lines".into());
         }
         Ok((
-            median(steady.iter().map(|x| x.0).collect()).unwrap_or(0.0),
-            median(steady.iter().map(|x| x.1).collect()).unwrap_or(0.0),
+            median(&steady.iter().map(|x| x.0).collect::<Vec<_>>()).unwrap_or(0.0),
+            median(&steady.iter().map(|x| x.1).collect::<Vec<_>>()).unwrap_or(0.0),
         ))
     }
+}
+
+fn show_ratio(s: Spread) -> String {
+    s.show(|v| format!("{v:.2}×"))
 }
 
 /// How much foreign load flags a point.
@@ -566,27 +578,52 @@ impl Experiment for DdsBench {
     }
 
     fn write_files(&self, r: &DdsReport, dir: &Path) -> Result<(), String> {
-        let mut csv = String::from(
-            "system,qos,switches,size,subscribers,round,samples_per_s,bytes_per_s,p50_us,p99_us,foreign_cores,contended\n",
-        );
+        use crate::experiment::Csv;
+        let mut csv = Csv::new(&[
+            "system",
+            "qos",
+            "switches",
+            "size",
+            "subscribers",
+            "round",
+            "samples_per_s",
+            "bytes_per_s",
+            "p50_us",
+            "p99_us",
+            "foreign_cores",
+            "contended",
+        ]);
         for x in &r.runs {
-            csv.push_str(&format!(
-                "{},{},{},{},{},{},{:.1},{:.1},{},{},{:.3},{}\n",
-                x.system,
-                x.qos,
-                x.switches,
-                x.size,
-                x.subscribers,
-                x.round,
-                x.samples_per_s,
-                x.bytes_per_s,
-                x.p50_us.map_or(String::new(), |v| format!("{v:.1}")),
-                x.p99_us.map_or(String::new(), |v| format!("{v:.1}")),
-                x.foreign_cores,
-                x.contended
-            ));
+            csv.row([
+                x.system.clone(),
+                x.qos.clone(),
+                x.switches.clone(),
+                x.size.to_string(),
+                x.subscribers.to_string(),
+                x.round.to_string(),
+                format!("{:.1}", x.samples_per_s),
+                format!("{:.1}", x.bytes_per_s),
+                Csv::opt(x.p50_us.map(|v| format!("{v:.1}"))),
+                Csv::opt(x.p99_us.map(|v| format!("{v:.1}"))),
+                format!("{:.3}", x.foreign_cores),
+                x.contended.to_string(),
+            ]);
         }
-        crate::experiment::write(&dir.join("dds.csv"), &csv)
+        crate::experiment::write(&dir.join("dds.csv"), csv.text())?;
+        let mut rtt =
+            Csv::new(&["system", "size", "round", "p50_us", "p99_us", "foreign_cores", "contended"]);
+        for x in &r.rtt {
+            rtt.row([
+                x.system.clone(),
+                x.size.to_string(),
+                x.round.to_string(),
+                format!("{:.1}", x.p50_us),
+                format!("{:.1}", x.p99_us),
+                format!("{:.3}", x.foreign_cores),
+                x.contended.to_string(),
+            ]);
+        }
+        crate::experiment::write(&dir.join("rtt.csv"), rtt.text())
     }
 
     fn measure(&self, progress: &mut dyn FnMut(&str)) -> Result<DdsReport, String> {
@@ -718,33 +755,22 @@ impl Experiment for DdsBench {
             for sys in ["ordo", "cyclone"] {
                 let clean: Vec<&RttRun> =
                     rtt.iter().filter(|r| r.system == sys && r.size == size && !r.contended).collect();
-                if let (Some(a), Some(b)) = (
-                    median(clean.iter().map(|r| r.p50_us).collect()),
-                    median(clean.iter().map(|r| r.p99_us).collect()),
-                ) {
+                let p50: Vec<f64> = clean.iter().map(|r| r.p50_us).collect();
+                let p99: Vec<f64> = clean.iter().map(|r| r.p99_us).collect();
+                if let (Some(a), Some(b)) = (median(&p50), median(&p99)) {
                     rtt_summary.push((sys.to_string(), size, a, b));
                 }
             }
-            let mut v = Vec::new();
-            for round in 0..self.args.rounds.max(1) {
-                let o = rtt.iter().find(|r| r.system == "ordo" && r.size == size && r.round == round);
-                let c = rtt.iter().find(|r| r.system == "cyclone" && r.size == size && r.round == round);
-                if let (Some(o), Some(c)) = (o, c)
-                    && !o.contended
-                    && !c.contended
-                    && c.p50_us > 0.0
-                {
-                    v.push(o.p50_us / c.p50_us);
-                }
-            }
-            if !v.is_empty() {
-                let m = median(v.clone()).unwrap_or(0.0);
-                let lo = v.iter().copied().fold(f64::MAX, f64::min);
-                let hi = v.iter().copied().fold(0.0, f64::max);
-                rtt_ratios.push(Ratio {
-                    what: format!("round trip p50 {size} B: ordo / cyclone"),
-                    ratio: Some([m, lo, hi]),
-                });
+            let find = |sys: &str, round: usize| {
+                rtt.iter()
+                    .find(|r| r.system == sys && r.size == size && r.round == round)
+                    .map(|r| (r.p50_us, r.contended))
+            };
+            let ratio = round_ratios(self.args.rounds.max(1), |round| {
+                Some((find("ordo", round)?, find("cyclone", round)?))
+            });
+            if ratio.is_some() {
+                rtt_ratios.push(Ratio { what: format!("round trip p50 {size} B: ordo / cyclone"), ratio });
             }
         }
         // Points.
@@ -756,18 +782,10 @@ impl Experiment for DdsBench {
             .iter()
             .map(|k| {
                 let clean: Vec<&Run> = runs.iter().filter(|r| key(r) == *k && !r.contended).collect();
-                let rates: Vec<f64> = clean.iter().map(|r| r.samples_per_s).collect();
-                let spread = median(rates.clone()).map(|m| {
-                    [
-                        m,
-                        rates.iter().copied().fold(f64::MAX, f64::min),
-                        rates.iter().copied().fold(0.0, f64::max),
-                    ]
-                });
-                let lat = match (
-                    median(clean.iter().filter_map(|r| r.p50_us).collect()),
-                    median(clean.iter().filter_map(|r| r.p99_us).collect()),
-                ) {
+                let of =
+                    |f: &dyn Fn(&Run) -> Option<f64>| clean.iter().filter_map(|r| f(r)).collect::<Vec<f64>>();
+                let spread = Spread::of(&of(&|r| Some(r.samples_per_s)));
+                let lat = match (median(&of(&|r| r.p50_us)), median(&of(&|r| r.p99_us))) {
                     (Some(a), Some(b)) => Some([a, b]),
                     _ => None,
                 };
@@ -778,7 +796,7 @@ impl Experiment for DdsBench {
                     size: k.3,
                     subscribers: k.4,
                     samples_per_s: spread,
-                    bytes_per_s: median(clean.iter().map(|r| r.bytes_per_s).collect()),
+                    bytes_per_s: median(&of(&|r| Some(r.bytes_per_s))),
                     latency_us: lat,
                     clean: clean.len(),
                 }
@@ -786,22 +804,15 @@ impl Experiment for DdsBench {
             .collect();
         // Ratios of per-round pairs.
         let ratio = |what: String, a: &dyn Fn(&Run) -> bool, b: &dyn Fn(&Run) -> bool| {
-            let mut v = Vec::new();
-            for round in 0..self.args.rounds.max(1) {
-                let x = runs.iter().find(|r| r.round == round && a(r));
-                let y = runs.iter().find(|r| r.round == round && b(r));
-                if let (Some(x), Some(y)) = (x, y)
-                    && !x.contended
-                    && !y.contended
-                    && y.samples_per_s > 0.0
-                {
-                    v.push(x.samples_per_s / y.samples_per_s);
-                }
+            let find = |round: usize, side: &dyn Fn(&Run) -> bool| {
+                runs.iter().find(|r| r.round == round && side(r)).map(|r| (r.samples_per_s, r.contended))
+            };
+            Ratio {
+                what,
+                ratio: round_ratios(self.args.rounds.max(1), |round| {
+                    Some((find(round, a)?, find(round, b)?))
+                }),
             }
-            let spread = median(v.clone()).map(|m| {
-                [m, v.iter().copied().fold(f64::MAX, f64::min), v.iter().copied().fold(0.0, f64::max)]
-            });
-            Ratio { what, ratio: spread }
         };
         let mut ratios = Vec::new();
         let sizes = if runs.is_empty() { Vec::new() } else { self.sizes() };
@@ -876,12 +887,7 @@ impl Experiment for DdsBench {
                 p.switches,
                 p.size,
                 p.subscribers,
-                p.samples_per_s.map_or("contended".into(), |[m, lo, hi]| format!(
-                    "{:.1} [{:.1}–{:.1}]",
-                    m / 1e3,
-                    lo / 1e3,
-                    hi / 1e3
-                )),
+                p.samples_per_s.map_or("contended".into(), |s| s.show(|v| format!("{:.1}", v / 1e3))),
                 p.bytes_per_s.map_or("-".into(), |b| format!("{:.2}", b / 1e9)),
                 p.latency_us.map_or("-".into(), |[a, b]| format!("{a:.0}/{b:.0}")),
                 p.clean
@@ -889,11 +895,7 @@ impl Experiment for DdsBench {
         }
         println!();
         for x in &r.ratios {
-            println!(
-                "{:<75} {}",
-                x.what,
-                x.ratio.map_or("no clean pair".into(), |[m, lo, hi]| format!("{m:.2}× [{lo:.2}×–{hi:.2}×]"))
-            );
+            println!("{:<75} {}", x.what, x.ratio.map_or("no clean pair".into(), show_ratio));
         }
         if !r.rtt_summary.is_empty() {
             println!();
@@ -904,12 +906,7 @@ impl Experiment for DdsBench {
                 println!("{sys:<8} {size:>6} B  p50 {p50:>8.1} µs  p99 {p99:>8.1} µs");
             }
             for x in &r.rtt_ratios {
-                println!(
-                    "{:<75} {}",
-                    x.what,
-                    x.ratio
-                        .map_or("no clean pair".into(), |[m, lo, hi]| format!("{m:.2}× [{lo:.2}×–{hi:.2}×]"))
-                );
+                println!("{:<75} {}", x.what, x.ratio.map_or("no clean pair".into(), show_ratio));
             }
         }
         if let Some(why) = &r.cyclone_missing {

@@ -633,10 +633,13 @@ impl<D: Disk> TopicCore<D> {
     /// Takes one delivered message: in-place subscribers of an unlogged
     /// topic see it now, in the slot; it is copied out only when something
     /// keeps it (history, log, queued readers).
-    fn accept(&mut self, view: u64, d: &Delivered<'_>) -> Option<StoredSample> {
+    fn accept(&mut self, view: u64, d: &Delivered<'_>, own: bool) -> Option<StoredSample> {
         self.delivered += 1;
         self.stats.delivered = self.delivered;
         self.stats.bytes += d.payload.len() as u64;
+        if own {
+            self.stats.own += 1;
+        }
         let envelope = match Envelope::decode(d.payload).and_then(|e| {
             // A sample over the topic's bound (a peer that ignores it) is
             // refused alike everywhere: it could not be logged.
@@ -647,7 +650,12 @@ impl<D: Disk> TopicCore<D> {
                 Ok(e)
             }
         }) {
-            Ok(e) => e,
+            Ok(e) => {
+                if own {
+                    self.stats.own_seq = e.seq;
+                }
+                e
+            }
             Err(why) => {
                 self.stats.undecodable += 1;
                 tracing::warn!(topic = %self.config.name, sender = d.sender, %why, "a delivered message is no sample; skipped");
@@ -978,13 +986,7 @@ impl<D: Disk> DomainCore<D> {
                 self.stray += 1;
                 continue;
             };
-            if d.sender == self.me {
-                t.stats.own += 1;
-                if let Ok(e) = Envelope::decode(d.payload) {
-                    t.stats.own_seq = e.seq;
-                }
-            }
-            if let Some(s) = t.accept(view, d) {
+            if let Some(s) = t.accept(view, d, d.sender == self.me) {
                 if out.len() <= d.subgroup {
                     out.resize_with(d.subgroup + 1, Vec::new);
                 }
