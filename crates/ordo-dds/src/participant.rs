@@ -113,7 +113,7 @@ pub fn vsync_layout(config: &OrdoConfig) -> Vec<SubgroupConfig> {
         .dds
         .topics
         .iter()
-        .map(|t| SubgroupConfig {
+        .map(|t| SubgroupConfig { name: String::new(), descriptor: Vec::new(),
             members: t.members(&config.group.members),
             senders: t.publishers.clone(),
             window: t.window,

@@ -314,7 +314,7 @@ impl Params {
             rng.shuffle(&mut senders);
             members.sort_unstable();
             let mode = if rng.chance(200_000) { DeliveryMode::Unordered } else { DeliveryMode::Ordered };
-            subgroups.push(SubgroupConfig {
+            subgroups.push(SubgroupConfig { name: String::new(), descriptor: Vec::new(),
                 members,
                 senders: senders.clone(),
                 window: rng.range(1, 8) as usize,

@@ -5,7 +5,7 @@ use ordo_fabric::MemberId;
 use serde::{Deserialize, Serialize};
 
 /// How a subgroup delivers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeliveryMode {
     /// Atomic multicast: round-robin total order, delivered once every
@@ -18,7 +18,7 @@ pub enum DeliveryMode {
 }
 
 /// One subgroup (a shard of the top-level group).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubgroupConfig {
     /// Members, a subset of the top-level group.
@@ -33,6 +33,17 @@ pub struct SubgroupConfig {
     /// Ordered (default) or unordered delivery.
     #[serde(default)]
     pub mode: DeliveryMode,
+    /// The subgroup's name: what members declare to join it at run time
+    /// ([`crate::view::Declaration`]; ordo-dds: the topic's name). Empty for
+    /// an anonymous configured subgroup; at most [`MAX_NAME`] bytes, unique
+    /// in the group when not empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The application's description of the subgroup, opaque to vsync and
+    /// agreed with its name (ordo-dds: the topic's QoS level, history and
+    /// type); at most [`MAX_DESCRIPTOR`] bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub descriptor: Vec<u8>,
 }
 
 /// The Spindle optimizations, each a switch (spindle §III). All on is
@@ -148,6 +159,10 @@ pub enum ConfigError {
 pub const MAX_WINDOW: usize = 1 << 16;
 /// Largest payload a slot may hold.
 pub const MAX_PAYLOAD: usize = 1 << 24;
+/// Longest subgroup name, in bytes.
+pub const MAX_NAME: usize = 255;
+/// Longest subgroup descriptor, in bytes.
+pub const MAX_DESCRIPTOR: usize = 1024;
 
 impl GroupConfig {
     /// Checks the configuration (at least one subgroup).
@@ -162,6 +177,19 @@ impl GroupConfig {
     /// but a view may have no active subgroup (every sender of each one
     /// left; see [`crate::view::allocate`]).
     pub fn validate_view(&self) -> Result<(), ConfigError> {
+        self.check(false)
+    }
+
+    /// Checks the configured group of a member that changes views (the
+    /// template every view is allocated from, [`crate::view::allocate`]):
+    /// as [`validate_view`](Self::validate_view), but it may have no
+    /// subgroup yet, and a subgroup may have no sender yet (it is inactive
+    /// until one joins it: subgroups grow by declarations).
+    pub fn validate_template(&self) -> Result<(), ConfigError> {
+        self.check(true)
+    }
+
+    fn check(&self, template: bool) -> Result<(), ConfigError> {
         let mut members = self.members.clone();
         members.sort_unstable();
         members.dedup();
@@ -185,7 +213,7 @@ impl GroupConfig {
             let mut snd = s.senders.clone();
             snd.sort_unstable();
             snd.dedup();
-            if snd.len() != s.senders.len() || snd.is_empty() {
+            if snd.len() != s.senders.len() || (snd.is_empty() && !template) {
                 return bad(format!("senders {:?} must be non-empty and distinct", s.senders));
             }
             if let Some(x) = s.senders.iter().find(|x| !s.members.contains(x)) {
@@ -196,6 +224,12 @@ impl GroupConfig {
             }
             if s.max_payload == 0 || s.max_payload > MAX_PAYLOAD {
                 return bad(format!("max_payload {} must be in 1..={MAX_PAYLOAD}", s.max_payload));
+            }
+            if s.name.len() > MAX_NAME || s.descriptor.len() > MAX_DESCRIPTOR {
+                return bad(format!("a name of at most {MAX_NAME} bytes and a descriptor of at most {MAX_DESCRIPTOR}"));
+            }
+            if !s.name.is_empty() && self.subgroups[..g].iter().any(|o| o.name == s.name) {
+                return bad(format!("the name {:?} is taken by an earlier subgroup", s.name));
             }
         }
         Ok(())

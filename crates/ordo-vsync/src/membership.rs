@@ -33,6 +33,14 @@
 //!   deliveries need its receive counts). A subgroup none of whose members
 //!   was in it before starts empty at the joiner.
 //!
+//! - **Declarations.** [`ViewMember::declare`] asks to be in a named
+//!   subgroup (created if new) through a view change
+//!   ([`crate::view`], "Declarations"); the sink learns every view's
+//!   catalogue ([`StateTransfer::catalogue`]) before anything of the view
+//!   is delivered or restored, and a member newly in a subgroup fetches
+//!   its state from the subgroup's other members like a joiner (it holds
+//!   none).
+//!
 //! # Sending across views
 //! [`ViewMember::sender`] returns the handle of the current view. A handle
 //! of an earlier view answers [`crate::SendError::Wedged`] without calling
@@ -47,7 +55,9 @@ use crate::config::{ConfigError, GroupConfig};
 use crate::driver::VsyncDriver;
 use crate::engine::{Delivered, DeliverySink, Sender};
 use crate::layout::GroupLayout;
-use crate::view::{ControlMsg, Decision, STATE_CHUNK, Status, View, ViewChange, ViewEvent, ViewGroup};
+use crate::view::{
+    ControlMsg, Decision, Declaration, STATE_CHUNK, Status, View, ViewChange, ViewEvent, ViewGroup,
+};
 use ordo_fabric::{Fabric, FailureCause, MemberId};
 use std::collections::BTreeMap;
 
@@ -65,6 +75,14 @@ pub trait StateTransfer: DeliverySink {
     /// delivers anything there).
     fn restore(&mut self, subgroup: usize, state: &[u8]) {
         let _ = (subgroup, state);
+    }
+
+    /// The catalogue of the view being installed (every subgroup that
+    /// exists, configured and declared, in configured order), before
+    /// anything of that view is restored or delivered; also once at the
+    /// start. A catalogue only grows.
+    fn catalogue(&mut self, template: &GroupConfig) {
+        let _ = template;
     }
 }
 
@@ -117,6 +135,21 @@ pub enum MembershipEvent {
         subgroup: usize,
         /// Bytes of state.
         bytes: usize,
+    },
+    /// This member's declaration is in the catalogue: it is in subgroup
+    /// `subgroup` (its configured index) from the current view on.
+    Declared {
+        /// The subgroup's name.
+        name: String,
+        /// Its configured index.
+        subgroup: usize,
+    },
+    /// This member's declaration of `name` is refused for good.
+    DeclarationRefused {
+        /// The subgroup's name.
+        name: String,
+        /// Why.
+        why: String,
     },
     /// The next view's fabric endpoint could not be opened (a member of it
     /// never came up): this member stops; the others suspect it.
@@ -377,6 +410,26 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
         work
     }
 
+    /// Asks to be in the named subgroup `d.name` (created if no subgroup
+    /// has that name), as a sender if `d.sender`: answered by
+    /// [`MembershipEvent::Declared`] once a view's catalogue has it (a view
+    /// change; at once if it already does) or
+    /// [`MembershipEvent::DeclarationRefused`].
+    pub fn declare(&mut self, d: Declaration, sink: &mut impl StateTransfer) {
+        self.finish_open(sink);
+        let received = match self.driver.as_ref() {
+            Some(drv) if self.running() => drv.engine().received_rounds(),
+            _ => Vec::new(),
+        };
+        self.vc.declare(d, &received);
+        self.apply(sink);
+    }
+
+    /// The catalogue the current view was allocated from.
+    pub fn template(&self) -> &GroupConfig {
+        self.vc.template()
+    }
+
     /// Local suspicion from outside the fabric (missed heartbeats).
     pub fn suspect(&mut self, peer: MemberId, sink: &mut impl StateTransfer) {
         self.finish_open(sink);
@@ -474,6 +527,12 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
                     }
                     self.events.push(MembershipEvent::Minority { view, suspects });
                 }
+                ViewEvent::Declared { name, subgroup } => {
+                    self.events.push(MembershipEvent::Declared { name, subgroup })
+                }
+                ViewEvent::DeclarationRefused { name, why } => {
+                    self.events.push(MembershipEvent::DeclarationRefused { name, why })
+                }
             }
         }
         work
@@ -534,6 +593,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
         // sees the old links close suspects this member, and must learn the
         // decision rather than count the closing as a failure.
         self.driver = None;
+        sink.catalogue(self.vc.template());
         match Self::start(&self.vc, &mut self.open) {
             Ok((driver, senders)) => {
                 self.driver = Some(driver);

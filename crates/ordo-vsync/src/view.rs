@@ -45,7 +45,22 @@
 //!    first has the old one suspected and removed. Joiners are told the
 //!    commit (`Commit` goes to them too) and then fetch their state (see
 //!    [`crate::ViewMember`]); they are not acceptors of the view they join.
-//! 7. **One leader at a time, in practice.** Members may disagree on whom
+//! 7. **Declarations** (subgroups created at run time, spindle §IV-F: a
+//!    DDS topic is a subgroup of its publishers and subscribers, created as
+//!    participants declare it). A member of the view that wants to be in a
+//!    named subgroup — as a sender or not; creating it if no subgroup has
+//!    that name — sends `Declare` to every member of the view, every tick
+//!    until an installed view's catalogue says it is in (or refuses it: the
+//!    name is taken with another shape, or the catalogue is full). Any
+//!    member that hears a pending declaration wedges, and the leader's next
+//!    fresh decision carries the **catalogue** (every subgroup: name,
+//!    shape, members, senders) with the declarations it heard applied
+//!    ([`apply_declaration`]). Every decision carries the whole catalogue,
+//!    so members and joiners install the same one; a catalogue only grows
+//!    (subgroups are appended, members and senders are appended to theirs),
+//!    so a configured subgroup index names the same subgroup for ever. A
+//!    member newly in a subgroup fetches its state like a joiner.
+//! 8. **One leader at a time, in practice.** Members may disagree on whom
 //!    they trust (reported suspicions differ; two may suspect each other),
 //!    so several may think they lead. Every ballot is sent to every other
 //!    member, and a member that hears a lower-ranked one running ballots
@@ -75,8 +90,15 @@
 //!   of its view) or dropped, never applied to this one. Decoded messages
 //!   are bounded ([`MAX_MEMBERS`], [`MAX_SUBGROUPS`], [`MAX_SENDERS`]);
 //!   a malformed frame is a [`DecodeError`] and changes nothing.
+//! - **One catalogue per view.** Every member of a view allocates it from
+//!   the catalogue of the decision that made it (or, for view 0, the
+//!   configured one), so all agree on its subgroups; each decision's
+//!   catalogue extends the view's ([`extends`]); its encoding stays within
+//!   [`MAX_CATALOGUE_BYTES`].
 
-use crate::config::{ConfigError, GroupConfig, SubgroupConfig};
+use crate::config::{
+    ConfigError, DeliveryMode, GroupConfig, MAX_DESCRIPTOR, MAX_NAME, MAX_PAYLOAD, MAX_WINDOW, SubgroupConfig,
+};
 use ordo_fabric::MemberId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -89,6 +111,13 @@ pub const MAX_SUBGROUPS: usize = 1024;
 pub const MAX_SENDERS: usize = 1024;
 /// Decisions kept to answer stragglers of earlier views.
 pub const KEPT_DECISIONS: usize = 16;
+/// Most bytes a catalogue may take in a decision (a declaration that would
+/// grow it beyond is refused): a decision, with its trims, fits one control
+/// frame.
+pub const MAX_CATALOGUE_BYTES: usize = 16 * 1024;
+/// Pending declarations a member keeps per declaring member (more are
+/// dropped; the declarer re-sends them in the next view).
+pub const MAX_DECLARATIONS: usize = 16;
 
 /// A view: its number and its members in rank order (rank 0 leads).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -139,6 +168,162 @@ pub struct Decision {
     /// first incarnation, the joiner's own number for a member that joined.
     /// A member of `next` not in the failed view is a **joiner**.
     pub incarnations: Vec<u64>,
+    /// The catalogue of the next view: every subgroup that exists, in
+    /// configured order (the failed view's catalogue with the declarations
+    /// the leader heard applied).
+    pub subgroups: Vec<SubgroupConfig>,
+}
+
+/// A member's request to be in the subgroup called `name` (created if no
+/// subgroup has that name), with the shape it expects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Declaration {
+    /// The subgroup's name (1..=[`MAX_NAME`] bytes).
+    pub name: String,
+    /// The application's description of it (at most [`MAX_DESCRIPTOR`]).
+    pub descriptor: Vec<u8>,
+    /// Slots per sender ring.
+    pub window: usize,
+    /// Largest message payload.
+    pub max_payload: usize,
+    /// Delivery mode.
+    pub mode: DeliveryMode,
+    /// Whether the member sends there (else it only receives).
+    pub sender: bool,
+}
+
+impl Declaration {
+    /// Whether the declaration itself is well formed.
+    pub fn check(&self) -> Result<(), String> {
+        if self.name.is_empty() || self.name.len() > MAX_NAME {
+            return Err(format!("a subgroup name has 1..={MAX_NAME} bytes"));
+        }
+        if self.descriptor.len() > MAX_DESCRIPTOR {
+            return Err(format!("a descriptor has at most {MAX_DESCRIPTOR} bytes"));
+        }
+        if self.window == 0 || self.window > MAX_WINDOW {
+            return Err(format!("window {} must be in 1..={MAX_WINDOW}", self.window));
+        }
+        if self.max_payload == 0 || self.max_payload > MAX_PAYLOAD {
+            return Err(format!("max_payload {} must be in 1..={MAX_PAYLOAD}", self.max_payload));
+        }
+        Ok(())
+    }
+
+    /// Whether subgroup `s` has the shape this declaration expects.
+    fn agrees(&self, s: &SubgroupConfig) -> bool {
+        s.window == self.window
+            && s.max_payload == self.max_payload
+            && s.mode == self.mode
+            && s.descriptor == self.descriptor
+    }
+}
+
+/// Where a declaration stands in a catalogue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Declared {
+    /// The member is in the subgroup (a sender if it asked to be): its
+    /// configured index.
+    In(usize),
+    /// Not yet.
+    Pending,
+    /// It never will be: why.
+    Refused(String),
+}
+
+/// Where `member`'s declaration `d` stands in `template`.
+pub fn declaration_status(template: &GroupConfig, member: MemberId, d: &Declaration) -> Declared {
+    if let Err(why) = d.check() {
+        return Declared::Refused(why);
+    }
+    if !template.members.contains(&member) {
+        return Declared::Refused(format!("member {member} is not configured"));
+    }
+    match template.subgroups.iter().position(|s| s.name == d.name) {
+        Some(g) => {
+            let s = &template.subgroups[g];
+            if !d.agrees(s) {
+                Declared::Refused(format!(
+                    "subgroup {:?} exists with another shape (window {}, max_payload {}, {:?}, descriptor of {} bytes)",
+                    d.name,
+                    s.window,
+                    s.max_payload,
+                    s.mode,
+                    s.descriptor.len()
+                ))
+            } else if s.members.contains(&member) && (!d.sender || s.senders.contains(&member)) {
+                Declared::In(g)
+            } else if s.members.len() >= MAX_MEMBERS {
+                Declared::Refused(format!("subgroup {:?} is full", d.name))
+            } else {
+                Declared::Pending
+            }
+        }
+        None if template.subgroups.len() >= MAX_SUBGROUPS => {
+            Declared::Refused(format!("the group has {MAX_SUBGROUPS} subgroups"))
+        }
+        None => Declared::Pending,
+    }
+}
+
+/// Applies `member`'s declaration to `template` if it is pending there and
+/// the catalogue stays within [`MAX_CATALOGUE_BYTES`]: appends the subgroup
+/// (the member its only member) or the member to it. Returns whether the
+/// catalogue changed. Deterministic: every leader applies the same
+/// declarations in the same order to the same catalogue alike.
+pub fn apply_declaration(template: &mut GroupConfig, member: MemberId, d: &Declaration) -> bool {
+    if declaration_status(template, member, d) != Declared::Pending {
+        return false;
+    }
+    let before = template.subgroups.clone();
+    match template.subgroups.iter_mut().find(|s| s.name == d.name) {
+        Some(s) => {
+            if !s.members.contains(&member) {
+                s.members.push(member);
+            }
+            if d.sender && !s.senders.contains(&member) {
+                s.senders.push(member);
+            }
+        }
+        None => template.subgroups.push(SubgroupConfig {
+            members: vec![member],
+            senders: if d.sender { vec![member] } else { Vec::new() },
+            window: d.window,
+            max_payload: d.max_payload,
+            mode: d.mode,
+            name: d.name.clone(),
+            descriptor: d.descriptor.clone(),
+        }),
+    }
+    if catalogue_len(&template.subgroups) > MAX_CATALOGUE_BYTES {
+        template.subgroups = before;
+        return false;
+    }
+    true
+}
+
+/// Bytes `subgroups` take in a decision.
+pub fn catalogue_len(subgroups: &[SubgroupConfig]) -> usize {
+    let mut out = Vec::new();
+    Writer(&mut out).catalogue(subgroups);
+    out.len()
+}
+
+/// Whether catalogue `new` extends `old`: every subgroup of `old` is in
+/// `new` at the same index with the same shape, its members and senders
+/// first in the same order; later subgroups are new. (A catalogue only
+/// grows: a configured index names one subgroup for ever.)
+pub fn extends(old: &[SubgroupConfig], new: &[SubgroupConfig]) -> bool {
+    new.len() >= old.len()
+        && old.iter().zip(new).all(|(a, b)| {
+            a.name == b.name
+                && a.descriptor == b.descriptor
+                && a.window == b.window
+                && a.max_payload == b.max_payload
+                && a.mode == b.mode
+                && b.members.starts_with(&a.members)
+                && b.senders.starts_with(&a.senders)
+        })
 }
 
 impl Decision {
@@ -257,6 +442,14 @@ pub enum ControlMsg {
         /// Configured subgroup.
         subgroup: u32,
     },
+    /// The sender asks to be in a named subgroup (see the module docs);
+    /// re-sent every tick until the view's catalogue has it.
+    Declare {
+        /// View.
+        view: u64,
+        /// What it asks for.
+        declaration: Declaration,
+    },
     /// A joiner asks for the state of `subgroup` at the start of view
     /// `view`, from `offset`.
     StateRequest {
@@ -290,6 +483,7 @@ impl ControlMsg {
             | ControlMsg::Join { view, .. }
             | ControlMsg::State { view, .. }
             | ControlMsg::NoState { view, .. }
+            | ControlMsg::Declare { view, .. }
             | ControlMsg::StateRequest { view, .. } => *view,
         }
     }
@@ -339,6 +533,7 @@ const TAG_JOIN: u8 = 10;
 const TAG_STATE: u8 = 11;
 const TAG_STATE_REQUEST: u8 = 12;
 const TAG_NO_STATE: u8 = 13;
+const TAG_DECLARE: u8 = 14;
 
 struct Writer<'a>(&'a mut Vec<u8>);
 
@@ -372,6 +567,33 @@ impl Writer<'_> {
         self.members(&d.next.members);
         self.counts(&d.trims);
         d.incarnations.iter().for_each(|i| self.u64(*i));
+        self.catalogue(&d.subgroups);
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
+    fn shape(&mut self, name: &str, descriptor: &[u8], window: usize, max_payload: usize, mode: DeliveryMode) {
+        self.bytes(name.as_bytes());
+        self.bytes(descriptor);
+        self.u32(window as u32);
+        self.u32(max_payload as u32);
+        self.u8(match mode {
+            DeliveryMode::Ordered => 0,
+            DeliveryMode::Unordered => 1,
+        });
+    }
+    fn catalogue(&mut self, subgroups: &[SubgroupConfig]) {
+        self.u32(subgroups.len() as u32);
+        for s in subgroups {
+            self.shape(&s.name, &s.descriptor, s.window, s.max_payload, s.mode);
+            self.members(&s.members);
+            self.members(&s.senders);
+        }
+    }
+    fn declaration(&mut self, d: &Declaration) {
+        self.shape(&d.name, &d.descriptor, d.window, d.max_payload, d.mode);
+        self.u8(d.sender as u8);
     }
 }
 
@@ -435,7 +657,66 @@ impl Reader<'_> {
         }
         let trims = self.counts()?;
         let incarnations = (0..members.len()).map(|_| self.u64()).collect::<Result<Vec<_>, _>>()?;
-        Ok(Decision { next: View { id, members }, trims, incarnations })
+        let subgroups = self.catalogue()?;
+        Ok(Decision { next: View { id, members }, trims, incarnations, subgroups })
+    }
+    fn bytes(&mut self, what: &'static str, max: usize) -> Result<Vec<u8>, DecodeError> {
+        let len = self.count(what, max, 1)?;
+        let out = self.0[..len].to_vec();
+        self.0 = &self.0[len..];
+        Ok(out)
+    }
+    #[allow(clippy::type_complexity)]
+    fn shape(&mut self) -> Result<(String, Vec<u8>, usize, usize, DeliveryMode), DecodeError> {
+        let name = String::from_utf8(self.bytes("name", MAX_NAME)?)
+            .map_err(|_| DecodeError::Invalid("a subgroup name that is not UTF-8"))?;
+        let descriptor = self.bytes("descriptor", MAX_DESCRIPTOR)?;
+        let (window, max_payload) = (self.u32()? as usize, self.u32()? as usize);
+        if window == 0 || window > MAX_WINDOW || max_payload == 0 || max_payload > MAX_PAYLOAD {
+            return Err(DecodeError::Invalid("a subgroup's window or max_payload out of range"));
+        }
+        let mode = match self.u8()? {
+            0 => DeliveryMode::Ordered,
+            1 => DeliveryMode::Unordered,
+            _ => return Err(DecodeError::Invalid("delivery mode")),
+        };
+        Ok((name, descriptor, window, max_payload, mode))
+    }
+    fn catalogue(&mut self) -> Result<Vec<SubgroupConfig>, DecodeError> {
+        let start = self.0.len();
+        let n = self.count("catalogue", MAX_SUBGROUPS, 24)?;
+        let mut out: Vec<SubgroupConfig> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (name, descriptor, window, max_payload, mode) = self.shape()?;
+            let members = self.members("subgroup members")?;
+            let senders = self.members("subgroup senders")?;
+            if members.is_empty() || senders.iter().any(|m| !members.contains(m)) {
+                return Err(DecodeError::Invalid("a subgroup's senders are not among its members"));
+            }
+            if !name.is_empty() && out.iter().any(|o| o.name == name) {
+                return Err(DecodeError::Invalid("a subgroup name listed twice"));
+            }
+            out.push(SubgroupConfig { members, senders, window, max_payload, mode, name, descriptor });
+        }
+        if start - self.0.len() > MAX_CATALOGUE_BYTES {
+            return Err(DecodeError::TooLong {
+                what: "catalogue bytes",
+                len: start - self.0.len(),
+                max: MAX_CATALOGUE_BYTES,
+            });
+        }
+        Ok(out)
+    }
+    fn declaration(&mut self) -> Result<Declaration, DecodeError> {
+        let (name, descriptor, window, max_payload, mode) = self.shape()?;
+        let sender = match self.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(DecodeError::Invalid("sender flag")),
+        };
+        let d = Declaration { name, descriptor, window, max_payload, mode, sender };
+        d.check().map_err(|_| DecodeError::Invalid("a malformed declaration"))?;
+        Ok(d)
     }
 }
 
@@ -517,6 +798,11 @@ impl ControlMsg {
                 w.u64(*view);
                 w.u32(*subgroup);
             }
+            ControlMsg::Declare { view, declaration } => {
+                w.u8(TAG_DECLARE);
+                w.u64(*view);
+                w.declaration(declaration);
+            }
             ControlMsg::StateRequest { view, subgroup, offset } => {
                 w.u8(TAG_STATE_REQUEST);
                 w.u64(*view);
@@ -581,6 +867,7 @@ impl ControlMsg {
             }
             TAG_STATE_REQUEST => ControlMsg::StateRequest { view, subgroup: r.u32()?, offset: r.u64()? },
             TAG_NO_STATE => ControlMsg::NoState { view, subgroup: r.u32()? },
+            TAG_DECLARE => ControlMsg::Declare { view, declaration: r.declaration()? },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         if !r.0.is_empty() {
@@ -673,6 +960,21 @@ pub enum ViewEvent {
         /// Its suspects.
         suspects: Vec<MemberId>,
     },
+    /// This member's declaration is in the catalogue: it is in subgroup
+    /// `subgroup` (configured index) from the current view on.
+    Declared {
+        /// The subgroup's name.
+        name: String,
+        /// Its configured index.
+        subgroup: usize,
+    },
+    /// This member's declaration of `name` is refused for good.
+    DeclarationRefused {
+        /// The subgroup's name.
+        name: String,
+        /// Why.
+        why: String,
+    },
 }
 
 /// Where a member's view change stands.
@@ -744,6 +1046,13 @@ pub struct ViewChange {
     incarnation_of: BTreeMap<MemberId, u64>,
     /// Joiners heard from in this view, with their incarnations.
     joiners: BTreeMap<MemberId, u64>,
+    /// Pending declarations heard in this view, by declarer, in arrival
+    /// order (at most [`MAX_DECLARATIONS`] each).
+    declared: BTreeMap<MemberId, Vec<Declaration>>,
+    /// This member's own declarations not in the catalogue yet.
+    own: Vec<Declaration>,
+    /// The catalogue: configured members, and every subgroup that exists
+    /// (configured or declared) — what every view is allocated from.
     template: GroupConfig,
     group: ViewGroup,
     suspects: BTreeSet<MemberId>,
@@ -784,7 +1093,7 @@ pub struct ViewChange {
 impl ViewChange {
     /// Member `me` in `view` of the configured group `template`.
     pub fn new(me: MemberId, template: GroupConfig, view: View) -> Result<ViewChange, ConfigError> {
-        template.validate()?;
+        template.validate_template()?;
         if !view.contains(me) {
             return Err(ConfigError::Group(format!("member {me} is not in {view}")));
         }
@@ -798,6 +1107,8 @@ impl ViewChange {
             incarnation: 0,
             incarnation_of: view.members.iter().map(|m| (*m, 0)).collect(),
             joiners: BTreeMap::new(),
+            declared: BTreeMap::new(),
+            own: Vec::new(),
             template,
             group,
             suspects: BTreeSet::new(),
@@ -860,6 +1171,70 @@ impl ViewChange {
     /// The current view's group (engine configuration and index maps).
     pub fn group(&self) -> &ViewGroup {
         &self.group
+    }
+
+    /// The catalogue the current view was allocated from: every subgroup
+    /// that exists, in configured order.
+    pub fn template(&self) -> &GroupConfig {
+        &self.template
+    }
+
+    /// Asks to be in the subgroup `d.name` (see the module docs). Answered
+    /// by [`ViewEvent::Declared`] — at once if the catalogue already has
+    /// this member there — or [`ViewEvent::DeclarationRefused`]; until
+    /// then it is re-sent every tick (a view change per declaration).
+    /// `received` as for [`suspect`](Self::suspect).
+    pub fn declare(&mut self, d: Declaration, received: &[Vec<u64>]) {
+        match declaration_status(&self.template, self.me, &d) {
+            Declared::In(g) => self.events.push(ViewEvent::Declared { name: d.name, subgroup: g }),
+            Declared::Refused(why) => self.events.push(ViewEvent::DeclarationRefused { name: d.name, why }),
+            Declared::Pending => {
+                if self.own.iter().any(|o| o.name == d.name) {
+                    self.events.push(ViewEvent::DeclarationRefused {
+                        name: d.name,
+                        why: "a declaration of this name is already pending".into(),
+                    });
+                    return;
+                }
+                self.own.push(d.clone());
+                if self.status == Status::Running {
+                    self.broadcast(ControlMsg::Declare { view: self.group.view.id, declaration: d.clone() });
+                    self.note_declaration(self.me, d, received);
+                }
+            }
+        }
+    }
+
+    /// A pending declaration heard (or made) in this view: remembered for
+    /// the next fresh decision; the change starts.
+    fn note_declaration(&mut self, from: MemberId, d: Declaration, received: &[Vec<u64>]) {
+        if declaration_status(&self.template, from, &d) != Declared::Pending {
+            return;
+        }
+        let list = self.declared.entry(from).or_default();
+        if list.iter().any(|x| *x == d) {
+            return;
+        }
+        if list.len() >= MAX_DECLARATIONS {
+            return;
+        }
+        list.push(d);
+        self.wedge();
+        self.drive(received);
+    }
+
+    /// Reports this member's declarations the installed catalogue settled.
+    fn settle_own(&mut self) {
+        let own = std::mem::take(&mut self.own);
+        for d in own {
+            match declaration_status(&self.template, self.me, &d) {
+                Declared::In(g) => self.events.push(ViewEvent::Declared { name: d.name, subgroup: g }),
+                Declared::Refused(why) => {
+                    self.events.push(ViewEvent::DeclarationRefused { name: d.name, why })
+                }
+                Declared::Pending => self.own.push(d),
+            }
+        }
     }
 
     /// This member.
@@ -962,6 +1337,12 @@ impl ViewChange {
             return;
         }
         let view = self.group.view.id;
+        for d in self.own.clone() {
+            self.broadcast(ControlMsg::Declare { view, declaration: d.clone() });
+            if !self.declared.get(&self.me).is_some_and(|l| l.contains(&d)) {
+                self.note_declaration(self.me, d, received);
+            }
+        }
         for (&v, waiting) in &self.unacked {
             let decision = self.decisions[&v].clone();
             for &m in waiting {
@@ -1104,6 +1485,7 @@ impl ViewChange {
         self.silent.insert(from, 0);
         self.heard.insert(from);
         match msg {
+            ControlMsg::Declare { declaration, .. } => self.note_declaration(from, declaration, received),
             ControlMsg::Suspect { suspects, .. } => {
                 if suspects.contains(&from) {
                     // A graceful leave: a member is trusted about itself.
@@ -1248,10 +1630,23 @@ impl ViewChange {
             && !d.next.members.is_empty()
             && d.incarnations.len() == d.next.members.len()
             && d.next.members.iter().all(|m| self.template.members.contains(m))
+            && self.catalogue_ok(&d.subgroups)
+    }
+
+    /// A decision's catalogue: its subgroups' members are configured
+    /// members, and it is a valid template.
+    fn catalogue_ok(&self, subgroups: &[SubgroupConfig]) -> bool {
+        let t = GroupConfig {
+            members: self.template.members.clone(),
+            subgroups: subgroups.to_vec(),
+            switches: self.template.switches,
+        };
+        t.validate_template().is_ok()
     }
 
     /// This joiner is in `decision.next`: it becomes a member of it.
     fn join_learn(&mut self, decision: Decision) {
+        self.template.subgroups = decision.subgroups.clone();
         self.group = allocate(&self.template, &decision.next);
         self.incarnation_of =
             decision.next.members.iter().copied().zip(decision.incarnations.iter().copied()).collect();
@@ -1261,8 +1656,10 @@ impl ViewChange {
         self.silent.clear();
         self.heard.clear();
         self.joiners.clear();
+        self.declared.clear();
         self.wedged = false;
         self.events.push(ViewEvent::Joined { decision });
+        self.settle_own();
     }
 
     /// `from` suspects `suspects`: wedge, and remember it for the choice of
@@ -1299,6 +1696,8 @@ impl ViewChange {
                 .all(|m| self.group.view.contains(*m) || self.template.members.contains(m))
             && d.trims.len() == subs.len()
             && subs.iter().zip(&d.trims).all(|(s, t)| t.is_empty() || t.len() == s.senders.len())
+            && extends(&self.template.subgroups, &d.subgroups)
+            && self.catalogue_ok(&d.subgroups)
     }
 
     fn add_suspects(&mut self, peers: impl IntoIterator<Item = MemberId>) -> bool {
@@ -1470,6 +1869,15 @@ impl ViewChange {
             }
         }
         let next = View { id: self.group.view.id + 1, members };
+        // The catalogue: this view's, with the declarations heard applied
+        // (by declarer, each in arrival order; one still pending — the
+        // catalogue full — waits for a later view).
+        let mut catalogue = self.template.clone();
+        for (&m, list) in &self.declared {
+            for d in list {
+                apply_declaration(&mut catalogue, m, d);
+            }
+        }
         let trims = self
             .group
             .config
@@ -1488,7 +1896,7 @@ impl ViewChange {
                 trim.unwrap_or_default()
             })
             .collect();
-        Decision { next, trims, incarnations }
+        Decision { next, trims, incarnations, subgroups: catalogue.subgroups }
     }
 
     /// The decision of the current view is known: install it or stop.
@@ -1525,10 +1933,13 @@ impl ViewChange {
         if self.lead.is_some() && !waiting.is_empty() {
             self.unacked.insert(v, waiting);
         }
+        debug_assert!(extends(&self.template.subgroups, &decision.subgroups), "a catalogue only grows");
+        self.template.subgroups = decision.subgroups.clone();
         self.group = allocate(&self.template, &decision.next);
         self.incarnation_of =
             decision.next.members.iter().copied().zip(decision.incarnations.iter().copied()).collect();
         self.joiners.clear();
+        self.declared.clear();
         self.suspects.clear();
         self.reports.clear();
         self.silent.clear();
@@ -1544,6 +1955,7 @@ impl ViewChange {
         self.yield_ticks = u32::MAX;
         self.yield_to = None;
         self.events.push(ViewEvent::Install { old, decision });
+        self.settle_own();
     }
 
     /// Acknowledges the installed view to its members (whoever retransmits

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 fn template(n: u32) -> GroupConfig {
     GroupConfig {
         members: (0..n).collect(),
-        subgroups: vec![SubgroupConfig {
+        subgroups: vec![SubgroupConfig { name: String::new(), descriptor: Vec::new(),
             members: (0..n).collect(),
             senders: (0..n).collect(),
             window: 4,
@@ -135,6 +135,26 @@ fn every_message_round_trips_and_every_truncation_is_refused() {
         next: View { id: 4, members: vec![0, 2, 5] },
         trims: vec![vec![3, 1, 0], vec![]],
         incarnations: vec![0, 0, 77],
+        subgroups: vec![
+            template(6).subgroups[0].clone(),
+            SubgroupConfig {
+                members: vec![2, 5],
+                senders: vec![],
+                window: 8,
+                max_payload: 1024,
+                mode: DeliveryMode::Unordered,
+                name: "topic/é".into(),
+                descriptor: b"{\"qos\":1}".to_vec(),
+            },
+        ],
+    };
+    let decl = Declaration {
+        name: "t".into(),
+        descriptor: vec![1, 2, 3],
+        window: 3,
+        max_payload: 99,
+        mode: DeliveryMode::Ordered,
+        sender: true,
     };
     let b = Ballot { round: 7, leader: 2 };
     let msgs = vec![
@@ -164,6 +184,8 @@ fn every_message_round_trips_and_every_truncation_is_refused() {
         ControlMsg::State { view: 4, subgroup: 1, offset: 3, total: 10, bytes: vec![1, 2, 3] },
         ControlMsg::StateRequest { view: 4, subgroup: 1, offset: 3 },
         ControlMsg::NoState { view: 4, subgroup: 1 },
+        ControlMsg::Declare { view: 2, declaration: decl.clone() },
+        ControlMsg::Declare { view: 2, declaration: Declaration { sender: false, descriptor: vec![], ..decl } },
     ];
     for m in msgs {
         let bytes = m.to_bytes();
@@ -197,9 +219,45 @@ fn malformed_frames_are_refused_before_allocating() {
     assert!(matches!(ControlMsg::decode(&dup), Err(DecodeError::Invalid(_))));
     let empty_view = ControlMsg::Commit {
         view: 0,
-        decision: Decision { next: View { id: 1, members: vec![] }, trims: vec![], incarnations: vec![] },
+        decision: Decision {
+            next: View { id: 1, members: vec![] },
+            trims: vec![],
+            incarnations: vec![],
+            subgroups: vec![],
+        },
     };
     assert!(matches!(ControlMsg::decode(&empty_view.to_bytes()), Err(DecodeError::Invalid(_))));
+    // A catalogue whose subgroup names a sender that is no member, or
+    // lists a name twice; a declaration with an empty name.
+    let mut sub = template(3).subgroups[0].clone();
+    sub.name = "a".into();
+    let bad = |subgroups: Vec<SubgroupConfig>| ControlMsg::Commit {
+        view: 0,
+        decision: Decision {
+            next: View { id: 1, members: vec![0] },
+            trims: vec![],
+            incarnations: vec![0],
+            subgroups,
+        },
+    };
+    let stranger = SubgroupConfig { senders: vec![7], ..sub.clone() };
+    assert!(matches!(ControlMsg::decode(&bad(vec![stranger]).to_bytes()), Err(DecodeError::Invalid(_))));
+    assert!(matches!(
+        ControlMsg::decode(&bad(vec![sub.clone(), sub.clone()]).to_bytes()),
+        Err(DecodeError::Invalid(_))
+    ));
+    let unnamed = ControlMsg::Declare {
+        view: 0,
+        declaration: Declaration {
+            name: String::new(),
+            descriptor: vec![],
+            window: 1,
+            max_payload: 1,
+            mode: DeliveryMode::Ordered,
+            sender: false,
+        },
+    };
+    assert!(matches!(ControlMsg::decode(&unnamed.to_bytes()), Err(DecodeError::Invalid(_))));
 }
 
 #[test]
@@ -364,7 +422,7 @@ fn a_graceful_leave_removes_the_member() {
 #[test]
 fn allocation_keeps_configured_indices_and_drops_subgroups_without_senders() {
     let mut t = template(4);
-    t.subgroups.push(SubgroupConfig {
+    t.subgroups.push(SubgroupConfig { name: String::new(), descriptor: Vec::new(),
         members: vec![1, 2, 3],
         senders: vec![3],
         window: 2,
@@ -376,4 +434,145 @@ fn allocation_keeps_configured_indices_and_drops_subgroups_without_senders() {
     assert_eq!(g.configured, vec![0]);
     assert_eq!(g.config.subgroups[0].senders, vec![0, 1, 2]);
     assert_eq!(g.config.members, vec![0, 1, 2]);
+}
+
+fn decl(name: &str, sender: bool) -> Declaration {
+    Declaration {
+        name: name.into(),
+        descriptor: b"desc".to_vec(),
+        window: 4,
+        max_payload: 64,
+        mode: DeliveryMode::Ordered,
+        sender,
+    }
+}
+
+impl Net {
+    fn declare(&mut self, m: MemberId, d: Declaration) {
+        let r = self.received[m as usize].clone();
+        self.vcs[m as usize].declare(d, &r);
+        self.collect(m);
+    }
+
+    fn declared(&self, m: MemberId) -> Vec<(String, Result<usize, String>)> {
+        self.events[m as usize]
+            .iter()
+            .filter_map(|e| match e {
+                ViewEvent::Declared { name, subgroup } => Some((name.clone(), Ok(*subgroup))),
+                ViewEvent::DeclarationRefused { name, why } => Some((name.clone(), Err(why.clone()))),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_declared_subgroup_is_created_by_a_view_change_and_every_member_installs_one_catalogue() {
+    let mut net = Net::new(3, vec![vec![0, 0, 0]; 3]);
+    net.declare(2, decl("prices", true));
+    net.settle(3);
+    for m in 0..3 {
+        let installs = net.installs(m);
+        assert_eq!(installs.len(), 1, "one view change for one declaration");
+        assert_eq!(installs[0].next.members, vec![0, 1, 2], "nobody leaves");
+        let t = net.vcs[m as usize].template();
+        assert_eq!(t.subgroups.len(), 2);
+        assert_eq!(t.subgroups[1].name, "prices");
+        assert_eq!((t.subgroups[1].members.clone(), t.subgroups[1].senders.clone()), (vec![2], vec![2]));
+        // The view runs it: an active subgroup of one member.
+        assert_eq!(net.vcs[m as usize].group().index, vec![Some(0), Some(1)]);
+    }
+    assert_eq!(net.declared(2), vec![("prices".to_string(), Ok(1))]);
+    // A subscriber joins it: appended, not a sender; a second declaration
+    // of the same shape by the same member is answered at once.
+    net.declare(0, decl("prices", false));
+    net.settle(3);
+    for m in 0..3 {
+        let s = &net.vcs[m as usize].template().subgroups[1];
+        assert_eq!((s.members.clone(), s.senders.clone()), (vec![2, 0], vec![2]));
+        assert_eq!(net.installs(m).len(), 2);
+    }
+    net.declare(0, decl("prices", false));
+    assert_eq!(net.declared(0), vec![("prices".to_string(), Ok(1)), ("prices".to_string(), Ok(1))]);
+    assert_eq!(net.installs(0).len(), 2, "no view change for a declaration already in");
+}
+
+#[test]
+fn a_declaration_of_another_shape_is_refused_and_changes_nothing() {
+    let mut net = Net::new(3, vec![vec![0, 0, 0]; 3]);
+    net.declare(1, decl("t", true));
+    net.settle(3);
+    let before = net.vcs[0].template().clone();
+    let mut other = decl("t", false);
+    other.window = 8;
+    net.declare(0, other.clone());
+    net.settle(3);
+    assert!(matches!(&net.declared(0)[..], [(n, Err(why))] if n == "t" && why.contains("another shape")));
+    assert_eq!(net.installs(0).len(), 1, "a refused declaration starts no view change");
+    assert_eq!(net.vcs[0].template(), &before);
+    // Two members racing to create one name with different shapes: the
+    // decision applies one (by declarer order), the other is refused.
+    let mut net = Net::new(3, vec![vec![0, 0, 0]; 3]);
+    net.declare(1, decl("x", true));
+    net.declare(2, other.clone().tap_name("x"));
+    net.settle(4);
+    let t = net.vcs[0].template().clone();
+    for m in 0..3 {
+        assert_eq!(net.vcs[m as usize].template(), &t, "one catalogue");
+    }
+    let x = t.subgroups.iter().find(|s| s.name == "x").unwrap();
+    assert_eq!(x.members, vec![1]);
+    assert!(matches!(&net.declared(1)[..], [(_, Ok(_))]));
+    assert!(matches!(&net.declared(2)[..], [(_, Err(_))]));
+}
+
+#[test]
+fn a_declaration_lost_with_a_dead_leader_is_resent_until_it_is_in() {
+    let mut net = Net::new(4, vec![vec![0, 0, 0, 0]; 4]);
+    // Member 3's declarations never reach the leader (0), which dies.
+    net.drop = Box::new(|from, to, msg| from == 3 && to == 0 && matches!(msg, ControlMsg::Declare { .. }));
+    net.declare(3, decl("late", false));
+    net.run(100_000);
+    net.dead.insert(0);
+    for m in 1..4 {
+        net.suspect(m, 0);
+    }
+    net.settle(20);
+    for m in 1..4 {
+        let t = net.vcs[m as usize].template();
+        let late = t.subgroups.iter().find(|s| s.name == "late").expect("created in a later view");
+        assert_eq!(late.members, vec![3]);
+        assert!(late.senders.is_empty(), "a subscriber only: inactive until a sender joins");
+        assert_eq!(net.vcs[m as usize].group().config.subgroups.len(), 1, "no sender: not in the view's engine");
+    }
+    assert!(matches!(&net.declared(3)[..], [(_, Ok(1))]));
+}
+
+#[test]
+fn the_catalogue_is_bounded() {
+    let mut t = template(2);
+    let mut made = 0;
+    for i in 0..10_000 {
+        let mut d = decl(&format!("topic-{i:04}"), true);
+        d.descriptor = vec![7; 200];
+        if !apply_declaration(&mut t, 1, &d) {
+            break;
+        }
+        made += 1;
+    }
+    assert!(made > 10 && made < 10_000);
+    assert!(catalogue_len(&t.subgroups) <= MAX_CATALOGUE_BYTES);
+    assert!(extends(&template(2).subgroups, &t.subgroups));
+    assert!(!extends(&t.subgroups, &template(2).subgroups));
+}
+
+trait TapName {
+    fn tap_name(self, name: &str) -> Self;
+}
+
+impl TapName for Declaration {
+    fn tap_name(mut self, name: &str) -> Self {
+        self.name = name.into();
+        self
+    }
 }
