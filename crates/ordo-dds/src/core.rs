@@ -40,7 +40,7 @@ use ordo_fabric::MemberId;
 use ordo_raft::storage::{Disk, LogOptions, LogStore, StorageError};
 use ordo_raft::{Entry, EntryKind};
 use ordo_runtime::{QosLevel, TopicConfig};
-use ordo_vsync::Delivered;
+use ordo_vsync::{Delivered, DeliveryMode, SubgroupConfig};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -942,6 +942,68 @@ impl<D: Disk> Disk for ReadOnly<D> {
     }
 }
 
+/// What a topic's subgroup carries besides its name and shape (the
+/// subgroup's `descriptor`): what every member must agree on to share it.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopicSpec {
+    qos: QosLevel,
+    max_sample: usize,
+    history: usize,
+    type_name: String,
+}
+
+/// The vsync subgroup of topic `t` (members, senders as given): named
+/// after it, its shape and descriptor from its QoS, sizes and type. Two
+/// participants that declare one topic alike produce equal subgroups.
+pub fn topic_subgroup(t: &TopicConfig, members: Vec<MemberId>) -> SubgroupConfig {
+    let spec = TopicSpec {
+        qos: t.qos,
+        max_sample: t.max_sample,
+        history: if t.qos.stores() { t.history } else { 0 },
+        type_name: t.type_name.clone(),
+    };
+    SubgroupConfig {
+        members,
+        senders: t.publishers.clone(),
+        window: t.window,
+        max_payload: crate::participant::slot_payload(t.max_sample),
+        mode: if t.qos.ordered() { DeliveryMode::Ordered } else { DeliveryMode::Unordered },
+        name: t.name.clone(),
+        descriptor: serde_json::to_vec(&spec).expect("a topic spec serializes"),
+    }
+}
+
+/// The topic a subgroup of the catalogue is (None: it is not one — an
+/// anonymous or foreign subgroup): publishers are its senders,
+/// subscribers its other members.
+pub fn subgroup_topic(s: &SubgroupConfig) -> Option<TopicConfig> {
+    let spec: TopicSpec = serde_json::from_slice(&s.descriptor).ok()?;
+    let t = TopicConfig {
+        name: s.name.clone(),
+        qos: spec.qos,
+        publishers: s.senders.clone(),
+        subscribers: s.members.iter().copied().filter(|m| !s.senders.contains(m)).collect(),
+        max_sample: spec.max_sample,
+        window: s.window,
+        history: if spec.qos.stores() { spec.history.max(1) } else { default_history() },
+        type_name: spec.type_name,
+    };
+    // The shape must be the one the spec implies (a peer cannot make a
+    // topic's slots smaller than its samples).
+    spec_matches(&t, s).then_some(t)
+}
+
+fn spec_matches(t: &TopicConfig, s: &SubgroupConfig) -> bool {
+    s.max_payload == crate::participant::slot_payload(t.max_sample)
+        && s.mode == if t.qos.ordered() { DeliveryMode::Ordered } else { DeliveryMode::Unordered }
+        && !s.name.is_empty()
+}
+
+fn default_history() -> usize {
+    1000
+}
+
 /// Every topic of the domain at one member, indexed like the vsync
 /// subgroups they are.
 pub struct DomainCore<D: Disk> {
@@ -1014,6 +1076,71 @@ impl<D: Disk> DomainCore<D> {
     /// Topic `g`'s state for a joiner.
     pub fn snapshot(&self, g: usize) -> Vec<u8> {
         self.topics.get(g).map(TopicCore::snapshot).unwrap_or_default()
+    }
+
+    /// The domain's catalogue (every subgroup, configured and declared, in
+    /// order), before anything of a view that has it is restored or
+    /// delivered: a topic per new subgroup, built by `make` (which opens
+    /// the log of a logged topic this member is in); members and
+    /// publishers of the others updated; a logged topic this member has
+    /// just joined gets its log (`make` again: it held nothing before).
+    /// A subgroup that is no topic becomes a topic that says so (`fault`)
+    /// and never delivers. Returns how many topics were added.
+    pub fn catalogue(
+        &mut self,
+        subgroups: &[SubgroupConfig],
+        mut make: impl FnMut(&TopicConfig) -> Result<TopicCore<D>, String>,
+    ) -> usize {
+        let before = self.topics.len();
+        for (g, s) in subgroups.iter().enumerate() {
+            let member = s.members.contains(&self.me);
+            let Some(cfg) = subgroup_topic(s) else {
+                if g >= self.topics.len() {
+                    let mut t = TopicCore::new(TopicConfig {
+                        name: s.name.clone(),
+                        qos: QosLevel::Unordered,
+                        publishers: s.senders.clone(),
+                        subscribers: Vec::new(),
+                        max_sample: 0,
+                        window: s.window,
+                        history: 1,
+                        type_name: String::new(),
+                    });
+                    t.fault = Some(format!("subgroup {g} ({:?}) is not a topic", s.name));
+                    self.topics.push(t);
+                }
+                continue;
+            };
+            if g >= self.topics.len() {
+                let t = make(&cfg).unwrap_or_else(|why| {
+                    let mut t = TopicCore::new(cfg.clone());
+                    t.fault = Some(why);
+                    t
+                });
+                self.topics.push(t);
+                continue;
+            }
+            let t = &mut self.topics[g];
+            let was = t.config.publishers.contains(&self.me) || t.config.subscribers.contains(&self.me);
+            if member && !was && cfg.qos == QosLevel::LoggedStorage && t.log.is_none() && t.delivered == 0 {
+                let readers = std::mem::take(&mut t.readers);
+                *t = make(&cfg).unwrap_or_else(|why| {
+                    let mut t = TopicCore::new(cfg.clone());
+                    t.fault = Some(why);
+                    t
+                });
+                t.readers = readers;
+            } else {
+                t.config.publishers = cfg.publishers;
+                t.config.subscribers = cfg.subscribers;
+            }
+        }
+        self.topics.len() - before
+    }
+
+    /// The index of the topic called `name`.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.topics.iter().position(|t| t.config.name == name)
     }
 
     /// A joiner's restore of topic `g`.

@@ -13,15 +13,16 @@
 //!   sample that does not decode as `T` is counted and skipped.
 
 use crate::core::{
-    DomainCore, InPlaceFn, ReaderQos, ReaderQueue, ReaderStatus, SampleInfo, Signal, StoredSample, TopicCore,
+    topic_subgroup, DomainCore, InPlaceFn, ReaderQos, ReaderQueue, ReaderStatus, SampleInfo, Signal, StoredSample, TopicCore,
     TopicStats,
 };
 use crate::sample::{self, MAX_KEY};
 use crate::types::{Pod, TopicType};
 use ordo_fabric::MemberId;
 use ordo_r2p2::disk::FsDisk;
-use ordo_runtime::{Node, NodeApp, NodeStatus, OrdoConfig, QosLevel, ViewSender};
-use ordo_vsync::{DeliveryMode, SendError, SubgroupConfig};
+use ordo_runtime::{Node, NodeApp, NodeStatus, OrdoConfig, QosLevel, TopicConfig, ViewSender};
+use ordo_vsync::view::Declaration;
+use ordo_vsync::{GroupConfig, SendError, SubgroupConfig};
 use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,6 +96,16 @@ pub enum DdsError {
     /// This member left the group or failed.
     #[error("the member is no longer in the group: {0}")]
     Stopped(String),
+    /// The group did not take this member's declaration of a topic (its
+    /// name is taken by another definition, the catalogue is full, or no
+    /// view change took it in time).
+    #[error("topic {topic:?}: {why}")]
+    Declare {
+        /// The topic.
+        topic: String,
+        /// Why.
+        why: String,
+    },
     /// A loan of a type whose alignment the slot does not give.
     #[error("a {0}-aligned type cannot be loaned in place (at most 8)")]
     Alignment(usize),
@@ -109,18 +120,7 @@ pub fn slot_payload(max_sample: usize) -> usize {
 /// publishers and subscribers in group order, senders = its publishers,
 /// unordered delivery for `unordered`.
 pub fn vsync_layout(config: &OrdoConfig) -> Vec<SubgroupConfig> {
-    config
-        .dds
-        .topics
-        .iter()
-        .map(|t| SubgroupConfig { name: String::new(), descriptor: Vec::new(),
-            members: t.members(&config.group.members),
-            senders: t.publishers.clone(),
-            window: t.window,
-            max_payload: slot_payload(t.max_sample),
-            mode: if t.qos.ordered() { DeliveryMode::Ordered } else { DeliveryMode::Unordered },
-        })
-        .collect()
+    config.dds.topics.iter().map(|t| topic_subgroup(t, t.members(&config.group.members))).collect()
 }
 
 /// The directory of `topic`'s log at `member`.
@@ -206,9 +206,23 @@ pub struct DomainParticipant {
     config: OrdoConfig,
     me: MemberId,
     core: Arc<Mutex<DomainCore<FsDisk>>>,
-    writers: Vec<Option<Arc<WriterShared>>>,
+    /// Writers' shared state by topic index (topics declared at run time
+    /// get theirs when this member first writes them).
+    writers: Mutex<Vec<Option<Arc<WriterShared>>>>,
     relay: Option<crate::relay::Relay>,
     node: Option<Node>,
+}
+
+/// Topic `t` at member `me` of `config`: with its log (opened and replayed)
+/// when it is a logged topic `me` is in.
+fn open_topic(config: &OrdoConfig, me: MemberId, t: &TopicConfig) -> Result<TopicCore<FsDisk>, String> {
+    if t.qos != QosLevel::LoggedStorage || !(t.publishers.contains(&me) || t.subscribers.contains(&me)) {
+        return Ok(TopicCore::new(t.clone()));
+    }
+    let dir = log_dir(config, me, &t.name);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let disk = FsDisk::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    TopicCore::with_log(t.clone(), disk, config.dds.fsync).map_err(|e| format!("its log did not open: {e}"))
 }
 
 impl DomainParticipant {
@@ -224,18 +238,7 @@ impl DomainParticipant {
         c.vsync.subgroups = vsync_layout(config);
         let mut topics = Vec::new();
         for t in &config.dds.topics {
-            let topic = if t.qos == QosLevel::LoggedStorage && t.members(&config.group.members).contains(&me)
-            {
-                let dir = log_dir(config, me, &t.name);
-                let open = || -> Result<TopicCore<FsDisk>, String> {
-                    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                    let disk = FsDisk::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                    TopicCore::with_log(t.clone(), disk, config.dds.fsync).map_err(|e| e.to_string())
-                };
-                open().map_err(|why| DdsError::Log { topic: t.name.clone(), why })?
-            } else {
-                TopicCore::new(t.clone())
-            };
+            let topic = open_topic(config, me, t).map_err(|why| DdsError::Log { topic: t.name.clone(), why })?;
             topics.push(topic);
         }
         let mut core = DomainCore::new(me, topics);
@@ -245,8 +248,21 @@ impl DomainParticipant {
             core.start_fresh().map_err(|why| DdsError::Log { topic: "*".into(), why })?;
         }
         let core = Arc::new(Mutex::new(core));
-        let (a, b, d) = (core.clone(), core.clone(), core.clone());
+        let (a, b, d, e) = (core.clone(), core.clone(), core.clone(), core.clone());
+        let template = GroupConfig {
+            members: config.group.members.clone(),
+            subgroups: vsync_layout(config),
+            switches: config.vsync.switches,
+        };
+        let cat_config = config.clone();
         let app = NodeApp {
+            template: Some(template),
+            catalogue: Some(Box::new(move |t: &GroupConfig| {
+                let added = lock(&e).catalogue(&t.subgroups, |topic| open_topic(&cat_config, me, topic));
+                if added > 0 {
+                    tracing::info!(member = me, added, topics = t.subgroups.len(), "topics declared");
+                }
+            })),
             on_deliver: Some(Box::new(move |view, batch| lock(&a).deliver(view, batch))),
             on_view: None,
             snapshot: Some(Box::new(move |g| lock(&b).snapshot(g))),
@@ -283,7 +299,14 @@ impl DomainParticipant {
             }
             None => None,
         };
-        Ok(DomainParticipant { config: config.clone(), me, core, writers, relay, node: Some(node) })
+        Ok(DomainParticipant {
+            config: config.clone(),
+            me,
+            core,
+            writers: Mutex::new(writers),
+            relay,
+            node: Some(node),
+        })
     }
 
     /// Where this member's relay for external clients listens, if it runs
@@ -331,51 +354,118 @@ impl DomainParticipant {
     }
 
     /// The topic `name` as type `T` (its `type_name`, when set, must be
-    /// `T`'s).
+    /// `T`'s): one in `[dds]` or declared by any participant so far.
     pub fn topic<T: TopicType>(&self, name: &str) -> Result<Topic<T>, DdsError> {
-        let (index, t) = self
-            .config
-            .dds
-            .topics
-            .iter()
-            .enumerate()
-            .find(|(_, t)| t.name == name)
-            .ok_or_else(|| DdsError::UnknownTopic(name.to_owned()))?;
-        if !t.type_name.is_empty() && t.type_name != T::type_name() {
-            return Err(DdsError::TypeMismatch {
-                topic: name.to_owned(),
-                expected: t.type_name.clone(),
-                got: T::type_name(),
-            });
+        let spec = {
+            let core = lock(&self.core);
+            let g = core.find(name).ok_or_else(|| DdsError::UnknownTopic(name.to_owned()))?;
+            core.topic(g).config().clone()
+        };
+        if spec.max_sample == 0 {
+            return Err(DdsError::UnknownTopic(name.to_owned()));
         }
-        Ok(Topic { name: name.to_owned(), index, qos: t.qos, max_sample: t.max_sample, _t: PhantomData })
+        Topic::checked(spec)
     }
 
-    /// A writer of `topic` (this member must be one of its publishers).
+    /// Defines topic `t.name` (DCPS `create_topic`): if the domain has it
+    /// (configured or declared), `t` must define it alike — QoS level,
+    /// `max_sample`, `window`, `history` (storage levels) and `type_name`;
+    /// if not, it is created — through a view change, as a vsync subgroup
+    /// of its publishers and subscribers — when this member first creates
+    /// a writer or reader of it. `t.publishers`/`t.subscribers` are not
+    /// used (members declare themselves).
+    pub fn create_topic<T: TopicType>(&self, t: TopicConfig) -> Result<Topic<T>, DdsError> {
+        t.check().map_err(DdsError::Config)?;
+        let wanted = topic_subgroup(&t, Vec::new());
+        let core = lock(&self.core);
+        if let Some(g) = core.find(&t.name) {
+            let have = core.topic(g).config();
+            let existing = topic_subgroup(have, Vec::new());
+            let same = existing.window == wanted.window
+                && existing.max_payload == wanted.max_payload
+                && existing.mode == wanted.mode
+                && existing.descriptor == wanted.descriptor;
+            if !same || have.max_sample == 0 {
+                return Err(DdsError::Declare {
+                    topic: t.name.clone(),
+                    why: format!(
+                        "the domain defines it otherwise ({}, max_sample {}, window {}, history {}, type {:?})",
+                        have.qos.name(),
+                        have.max_sample,
+                        have.window,
+                        have.history,
+                        have.type_name
+                    ),
+                });
+            }
+            return Topic::checked(have.clone());
+        }
+        drop(core);
+        Topic::checked(TopicConfig { publishers: Vec::new(), subscribers: Vec::new(), ..t })
+    }
+
+    /// The index of `topic`, with this member in it (as a publisher if
+    /// `publisher`): declared through a view change if it is not yet.
+    fn join_topic<T>(&self, topic: &Topic<T>, publisher: bool) -> Result<usize, DdsError> {
+        {
+            let core = lock(&self.core);
+            if let Some(g) = core.find(&topic.name) {
+                let c = core.topic(g).config();
+                if c.publishers.contains(&self.me) || (!publisher && c.subscribers.contains(&self.me)) {
+                    return Ok(g);
+                }
+            }
+        }
+        let node = self.node.as_ref().ok_or_else(|| DdsError::Stopped("stopped".into()))?;
+        let sub = topic_subgroup(&topic.spec, Vec::new());
+        let d = Declaration {
+            name: sub.name,
+            descriptor: sub.descriptor,
+            window: sub.window,
+            max_payload: sub.max_payload,
+            mode: sub.mode,
+            sender: publisher,
+        };
+        let timeout = Duration::from_millis(self.config.node.tick_ms.max(1) * 400).max(Duration::from_secs(10));
+        node.declare(d, timeout).map_err(|why| DdsError::Declare { topic: topic.name.clone(), why })
+    }
+
+    /// A writer of `topic`: this member publishes it (a publisher in
+    /// `[dds]`, or declared one now through a view change).
     pub fn create_writer<T: TopicType>(&self, topic: &Topic<T>) -> Result<DataWriter<T>, DdsError> {
-        let shared = self.writers[topic.index]
-            .clone()
-            .ok_or(DdsError::NotAPublisher { member: self.me, topic: topic.name.clone() })?;
+        let g = self.join_topic(topic, true)?;
+        let mut writers = lock(&self.writers);
+        if writers.len() <= g {
+            writers.resize(g + 1, None);
+        }
+        if writers[g].is_none() {
+            let sender = self
+                .node
+                .as_ref()
+                .and_then(|n| n.sender(g))
+                .ok_or(DdsError::NotAPublisher { member: self.me, topic: topic.name.clone() })?;
+            writers[g] = Some(Arc::new(WriterShared { sender, next_seq: Mutex::new(1) }));
+        }
+        let shared = writers[g].clone().expect("set above");
         Ok(DataWriter {
             shared,
-            max_sample: topic.max_sample,
+            max_sample: topic.spec.max_sample,
             max_blocking: Duration::from_secs(1),
             _t: PhantomData,
         })
     }
 
-    /// A reader of `topic` (this member must publish or subscribe it). On a
-    /// storage topic it starts with the history this member holds.
+    /// A reader of `topic` (this member publishes or subscribes it, or
+    /// declares itself a subscriber now through a view change, and then
+    /// receives the topic's state first). On a storage topic it starts
+    /// with the history this member holds.
     pub fn create_reader<T: TopicType>(
         &self,
         topic: &Topic<T>,
         qos: ReaderQos,
     ) -> Result<DataReader<T>, DdsError> {
-        let t = &self.config.dds.topics[topic.index];
-        if !t.members(&self.config.group.members).contains(&self.me) {
-            return Err(DdsError::NotASubscriber { member: self.me, topic: topic.name.clone() });
-        }
-        let queue = lock(&self.core).topic_mut(topic.index).add_reader(qos);
+        let g = self.join_topic(topic, false)?;
+        let queue = lock(&self.core).topic_mut(g).add_reader(qos);
         Ok(DataReader { queue, topic: topic.name.clone(), decode_errors: AtomicU64::new(0), _t: PhantomData })
     }
 
@@ -384,30 +474,36 @@ impl DomainParticipant {
     /// the log's sync on a logged topic) — no copy, no queue, no wake-up
     /// (the paper's delivery upcall; `ddsperf`'s listener mode). `f` must
     /// not block or call into this participant. Unsubscribed when the
-    /// returned handle is dropped.
+    /// returned handle is dropped. Declares this member a subscriber if it
+    /// is not in the topic yet.
     pub fn subscribe_in_place<T>(
         &self,
         topic: &Topic<T>,
         f: impl FnMut(&SampleInfo, &[u8]) + Send + 'static,
     ) -> Result<InPlaceSubscription, DdsError> {
-        let t = &self.config.dds.topics[topic.index];
-        if !t.members(&self.config.group.members).contains(&self.me) {
-            return Err(DdsError::NotASubscriber { member: self.me, topic: topic.name.clone() });
-        }
+        let g = self.join_topic(topic, false)?;
         let f: InPlaceFn = Box::new(f);
-        let id = lock(&self.core).topic_mut(topic.index).add_in_place(f);
-        Ok(InPlaceSubscription { core: self.core.clone(), topic: topic.index, id })
+        let id = lock(&self.core).topic_mut(g).add_in_place(f);
+        Ok(InPlaceSubscription { core: self.core.clone(), topic: g, id })
+    }
+
+    /// The names of the domain's topics this member knows (configured and
+    /// declared so far), in order.
+    pub fn topic_names(&self) -> Vec<String> {
+        lock(&self.core).topics().iter().map(|t| t.config().name.clone()).collect()
     }
 
     /// Counters of `topic` at this member.
     pub fn topic_stats<T>(&self, topic: &Topic<T>) -> TopicStats {
-        lock(&self.core).topic(topic.index).stats()
+        let core = lock(&self.core);
+        core.find(&topic.name).map(|g| core.topic(g).stats()).unwrap_or_default()
     }
 
     /// Why `topic` stopped at this member, if it did (its log failed, or
     /// the group's state did not restore).
     pub fn fault<T>(&self, topic: &Topic<T>) -> Option<String> {
-        lock(&self.core).topic(topic.index).fault().map(str::to_owned)
+        let core = lock(&self.core);
+        core.find(&topic.name).and_then(|g| core.topic(g).fault().map(str::to_owned))
     }
 
     /// Leaves the group gracefully (the others install a view without it).
@@ -450,10 +546,26 @@ impl Drop for InPlaceSubscription {
 /// A topic of the domain, typed.
 pub struct Topic<T> {
     name: String,
-    index: usize,
+    /// Its definition (members not kept: they change with declarations).
+    spec: TopicConfig,
     qos: QosLevel,
     max_sample: usize,
     _t: PhantomData<fn() -> T>,
+}
+
+impl<T: TopicType> Topic<T> {
+    /// `spec` as type `T`: its `type_name`, when set, must be `T`'s.
+    fn checked(spec: TopicConfig) -> Result<Topic<T>, DdsError> {
+        if !spec.type_name.is_empty() && spec.type_name != T::type_name() {
+            return Err(DdsError::TypeMismatch {
+                topic: spec.name.clone(),
+                expected: spec.type_name.clone(),
+                got: T::type_name(),
+            });
+        }
+        let spec = TopicConfig { publishers: Vec::new(), subscribers: Vec::new(), ..spec };
+        Ok(Topic { name: spec.name.clone(), qos: spec.qos, max_sample: spec.max_sample, spec, _t: PhantomData })
+    }
 }
 
 impl<T> Topic<T> {

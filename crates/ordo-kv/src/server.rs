@@ -474,6 +474,7 @@ fn start_vsync(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> R
                 tracing::error!(%why, "the group's state does not decode; table kept");
             }
         })),
+        ..Default::default()
     };
     let node = ordo_runtime::Node::start_with(&c, app).map_err(|e| KvError::Start(e.to_string()))?;
     let sender = node.sender(0).ok_or_else(|| KvError::Config("this replica sends in no subgroup".into()))?;

@@ -212,6 +212,28 @@ impl TopicConfig {
             .filter(|m| self.publishers.contains(m) || self.subscribers.contains(m))
             .collect()
     }
+
+    /// Checks what the topic itself must satisfy (name, sizes, history);
+    /// members are checked against the group by `validate_dds`.
+    pub fn check(&self) -> Result<(), String> {
+        let t = self;
+        if t.name.is_empty() || t.name.len() > 255 || t.name.chars().any(char::is_control) {
+            return Err(format!("topic name {:?}: 1..=255 bytes, no control characters", t.name));
+        }
+        if t.max_sample == 0 || t.max_sample > 64 << 20 {
+            return Err(format!("topic {:?}: max_sample {} is not in 1..=64 MiB", t.name, t.max_sample));
+        }
+        if t.window == 0 || t.window > 1 << 16 {
+            return Err(format!("topic {:?}: window {} is not in 1..=65536", t.name, t.window));
+        }
+        if t.qos.stores() && t.history == 0 {
+            return Err(format!("topic {:?}: history is 0 for a storage QoS", t.name));
+        }
+        if t.type_name.len() > 255 {
+            return Err(format!("topic {:?}: type_name is longer than 255 bytes", t.name));
+        }
+        Ok(())
+    }
 }
 
 /// `[kv]`: `ordo kv serve`, the replicated hash table (acuerdo §4.3)
@@ -1529,9 +1551,6 @@ impl OrdoConfig {
         self.validate()?;
         let dds = &self.dds;
         let bad = |reason: String| Err(ValidationError::Dds { reason });
-        if dds.topics.is_empty() {
-            return bad("no `[[dds.topics]]`".into());
-        }
         if !self.vsync.subgroups.is_empty() {
             return bad("`vsync.subgroups` is set: with `[dds]` the topics are the subgroups".into());
         }
@@ -1540,9 +1559,7 @@ impl OrdoConfig {
         }
         let mut names = HashSet::new();
         for t in &dds.topics {
-            if t.name.is_empty() || t.name.len() > 255 || t.name.chars().any(char::is_control) {
-                return bad(format!("topic name {:?}: 1..=255 bytes, no control characters", t.name));
-            }
+            t.check().map_err(|reason| ValidationError::Dds { reason })?;
             if !names.insert(t.name.as_str()) {
                 return bad(format!("topic {:?} is declared twice", t.name));
             }
@@ -1557,15 +1574,6 @@ impl OrdoConfig {
             let mut seen = HashSet::new();
             if let Some(m) = t.publishers.iter().find(|m| !seen.insert(**m)) {
                 return bad(format!("topic {:?}: publisher {m} listed twice", t.name));
-            }
-            if t.max_sample == 0 || t.max_sample > 64 << 20 {
-                return bad(format!("topic {:?}: max_sample {} is not in 1..=64 MiB", t.name, t.max_sample));
-            }
-            if t.window == 0 {
-                return bad(format!("topic {:?}: window is 0", t.name));
-            }
-            if t.qos.stores() && t.history == 0 {
-                return bad(format!("topic {:?}: history is 0 for a storage QoS", t.name));
             }
         }
         for (i, r) in dds.relay.iter().enumerate() {

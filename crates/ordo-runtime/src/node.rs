@@ -28,7 +28,7 @@ use crate::control::{ControlError, ControlPlane};
 use crate::wiring::{MemberFabric, WiringError, connect_fabric, connect_view_fabric};
 use crate::{Agent, Runner, RunnerError};
 use ordo_fabric::{Doorbell, Fabric, MemberId};
-use ordo_vsync::view::{Status, View, ViewGroup};
+use ordo_vsync::view::{Declaration, Status, View, ViewGroup};
 use ordo_vsync::{Delivered, DeliverySink, MembershipEvent, SendError, ViewMember};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -253,6 +253,13 @@ struct Shared {
     exited: Condvar,
     /// Set by [`Node::leave`]; the agent starts the graceful leave.
     leave: std::sync::atomic::AtomicBool,
+    /// Declarations from [`Node::declare`], for the agent.
+    declare: Mutex<Vec<Declaration>>,
+    /// Their outcomes by name (the configured index, or why refused),
+    /// published after the view's send handles.
+    declared: Mutex<std::collections::BTreeMap<String, Result<usize, String>>>,
+    /// Signalled when an outcome is published.
+    declared_cv: Condvar,
 }
 
 /// Counts deliveries and writes the delivery log.
@@ -264,13 +271,24 @@ struct NodeSink {
     on_deliver: Option<DeliverFn>,
     snapshot: Option<SnapshotFn>,
     restore: Option<RestoreFn>,
+    catalogue: Option<CatalogueFn>,
+}
+
+impl NodeSink {
+    /// The counters of subgroup `g` (the catalogue grows at run time).
+    fn counts(&mut self, g: usize) -> &mut (u64, u64) {
+        if self.counts.len() <= g {
+            self.counts.resize(g + 1, (0, 0));
+        }
+        &mut self.counts[g]
+    }
 }
 
 /// The node's state of a subgroup: its delivered counters (16 bytes), then
 /// the application's.
 impl ordo_vsync::StateTransfer for NodeSink {
     fn snapshot(&mut self, subgroup: usize) -> Vec<u8> {
-        let (m, b) = self.counts[subgroup];
+        let (m, b) = *self.counts(subgroup);
         let mut out = m.to_le_bytes().to_vec();
         out.extend_from_slice(&b.to_le_bytes());
         if let Some(f) = self.snapshot.as_mut() {
@@ -283,10 +301,17 @@ impl ordo_vsync::StateTransfer for NodeSink {
         if state.len() >= 16 {
             let m = u64::from_le_bytes(state[..8].try_into().expect("8 bytes"));
             let b = u64::from_le_bytes(state[8..16].try_into().expect("8 bytes"));
-            self.counts[subgroup] = (m, b);
+            *self.counts(subgroup) = (m, b);
         }
         if let Some(f) = self.restore.as_mut() {
             f(subgroup, state.get(16..).unwrap_or_default());
+        }
+    }
+
+    fn catalogue(&mut self, template: &ordo_vsync::GroupConfig) {
+        self.counts(template.subgroups.len().saturating_sub(1));
+        if let Some(f) = self.catalogue.as_mut() {
+            f(template);
         }
     }
 }
@@ -309,9 +334,20 @@ pub type SnapshotFn = Box<dyn FnMut(usize) -> Vec<u8> + Send>;
 /// delivers anything there).
 pub type RestoreFn = Box<dyn FnMut(usize, &[u8]) + Send>;
 
+/// An application's view of the catalogue: every subgroup that exists
+/// (configured and declared at run time), in configured order, before
+/// anything of a view that has it is restored or delivered.
+pub type CatalogueFn = Box<dyn FnMut(&ordo_vsync::GroupConfig) + Send>;
+
 /// What an application embedding a [`Node`] hooks in.
 #[derive(Default)]
 pub struct NodeApp {
+    /// The application's group (ordo-dds: its topics, possibly none yet),
+    /// instead of `vsync.subgroups` (whose empty default is one subgroup of
+    /// every member). Checked with `GroupConfig::validate_template`.
+    pub template: Option<ordo_vsync::GroupConfig>,
+    /// The catalogue, whenever it may have grown.
+    pub catalogue: Option<CatalogueFn>,
     /// Delivered batches.
     pub on_deliver: Option<DeliverFn>,
     /// View changes.
@@ -346,7 +382,7 @@ impl ViewSender {
     /// change or when this member is no sender of the subgroup in the
     /// current view.
     pub fn try_send_with(&self, len: usize, build: impl FnOnce(&mut [u8])) -> Result<(), SendError> {
-        let sender = self.current.lock().unwrap_or_else(|p| p.into_inner())[self.subgroup].clone();
+        let sender = self.current.lock().unwrap_or_else(|p| p.into_inner()).get(self.subgroup).cloned().flatten();
         match sender {
             Some(s) => s.try_send_with(len, build),
             None => Err(SendError::Wedged),
@@ -370,7 +406,7 @@ impl DeliverySink for NodeSink {
             f(self.view, batch);
         }
         for d in batch {
-            let c = &mut self.counts[d.subgroup];
+            let c = self.counts(d.subgroup);
             c.0 += 1;
             c.1 += d.payload.len() as u64;
             if let Some(log) = self.log.as_mut() {
@@ -455,7 +491,12 @@ impl ViewAgent {
             return;
         }
         self.shared_key = Some(key);
-        let n = self.sent.len();
+        let n = self.member.template().subgroups.len();
+        if self.sent.len() < n {
+            // Declared subgroups: no load generator there.
+            self.sent.resize(n, 0);
+            self.due.resize(n, Duration::MAX);
+        }
         // An application thread's commit rings this view's doorbell, so a
         // parked agent posts it at once rather than at its next timeout
         // (without it a light-load round trip waited out a park: ~50 µs).
@@ -519,6 +560,7 @@ impl ViewAgent {
     }
 
     fn handle_events(&mut self) {
+        let mut outcomes = Vec::new();
         for e in self.member.take_events() {
             if let Some(f) = self.on_view.as_mut() {
                 f(&e);
@@ -562,10 +604,25 @@ impl ViewAgent {
                     self.stop(NodeExit::Minority { view: view.id, suspects })
                 }
                 MembershipEvent::Failed { view, why } => self.stop(NodeExit::Failed { view: view.id, why }),
+                MembershipEvent::Declared { name, subgroup } => {
+                    tracing::info!(member = self.me, name, subgroup, "declared");
+                    outcomes.push((name, Ok(subgroup)));
+                }
+                MembershipEvent::DeclarationRefused { name, why } => {
+                    tracing::warn!(member = self.me, name, why, "declaration refused");
+                    outcomes.push((name, Err(why)));
+                }
             }
         }
         self.suspicions += self.member.take_suspicions().len() as u64;
         self.share_senders();
+        if !outcomes.is_empty() {
+            // After the send handles: a declarer that learns its subgroup
+            // finds its handle there.
+            let mut d = self.shared.declared.lock().unwrap_or_else(|p| p.into_inner());
+            d.extend(outcomes);
+            self.shared.declared_cv.notify_all();
+        }
     }
 
     fn stop(&mut self, why: NodeExit) {
@@ -625,7 +682,7 @@ impl ViewAgent {
                 subgroup: g,
                 delivered_messages: msgs,
                 delivered_bytes: bytes,
-                sent_messages: self.sent[g],
+                sent_messages: self.sent.get(g).copied().unwrap_or(0),
                 ..SubgroupStatus::default()
             };
             if let Some(d) = self.member.try_driver()
@@ -661,6 +718,14 @@ impl Agent for ViewAgent {
             tracing::info!(member = self.me, view = self.member.view().id, "leaving the group");
             self.sink.view = self.member.view().id;
             self.member.leave(&mut self.sink);
+            self.flush_outbox();
+            self.handle_events();
+            work += 1;
+        }
+        let declarations = std::mem::take(&mut *self.shared.declare.lock().unwrap_or_else(|p| p.into_inner()));
+        for d in declarations {
+            self.sink.view = self.member.view().id;
+            self.member.declare(d, &mut self.sink);
             self.flush_outbox();
             self.handle_events();
             work += 1;
@@ -888,6 +953,7 @@ fn start_acuerdo(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
         on_deliver: app.on_deliver,
         snapshot: app.snapshot,
         restore: app.restore,
+        catalogue: None,
     }));
     let (s1, s2, s3) = (sink.clone(), sink.clone(), sink.clone());
     let options = MemberOptions {
@@ -912,6 +978,9 @@ fn start_acuerdo(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
         exit: Mutex::new(None),
         exited: Condvar::new(),
         leave: std::sync::atomic::AtomicBool::new(false),
+        declare: Mutex::new(Vec::new()),
+        declared: Mutex::new(Default::default()),
+        declared_cv: Condvar::new(),
     });
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (rate, bytes, tick) =
@@ -1026,7 +1095,14 @@ impl Node {
             return start_acuerdo(config, app);
         }
         let me = config.member.id;
-        let template = config.vsync_group()?;
+        let mut app = app;
+        let template = match app.template.take() {
+            Some(t) => {
+                t.validate_template().map_err(|e| NodeError::Start(e.to_string()))?;
+                t
+            }
+            None => config.vsync_group()?,
+        };
         let secret = config.security.load_secret()?;
         if secret.is_none() && !config.security.allow_unauthenticated {
             return Err(crate::ValidationError::SecretMissing.into());
@@ -1067,6 +1143,9 @@ impl Node {
             exit: Mutex::new(None),
             exited: Condvar::new(),
             leave: std::sync::atomic::AtomicBool::new(false),
+            declare: Mutex::new(Vec::new()),
+            declared: Mutex::new(Default::default()),
+            declared_cv: Condvar::new(),
         });
         let senders_in: Vec<bool> = template.subgroups.iter().map(|s| s.senders.contains(&me)).collect();
         let senders = Arc::new(Mutex::new(vec![None; n]));
@@ -1083,6 +1162,7 @@ impl Node {
                 on_deliver: app.on_deliver,
                 snapshot: app.snapshot,
                 restore: app.restore,
+                catalogue: app.catalogue,
             },
             shared: shared.clone(),
             t0: Instant::now(),
@@ -1121,6 +1201,38 @@ impl Node {
     pub fn sender(&self, g: usize) -> Option<ViewSender> {
         let n = self.senders.lock().unwrap_or_else(|p| p.into_inner()).len();
         (g < n).then(|| ViewSender { subgroup: g, current: self.senders.clone() })
+    }
+
+    /// Asks to be in the subgroup `d.name` — created, through a view
+    /// change, if no subgroup has that name; joined (as a sender if
+    /// `d.sender`) if one has it with the same shape — and waits up to
+    /// `timeout` for the answer: the subgroup's configured index (its
+    /// [`sender`](Self::sender) handle is there), or why it is refused.
+    /// A member newly in a subgroup receives its state before it delivers
+    /// there. Vsync members only.
+    pub fn declare(&self, d: Declaration, timeout: Duration) -> Result<usize, String> {
+        if self.acuerdo.is_some() {
+            return Err("declarations are for vsync members".into());
+        }
+        let name = d.name.clone();
+        let mut done = self.shared.declared.lock().unwrap_or_else(|p| p.into_inner());
+        done.remove(&name);
+        self.shared.declare.lock().unwrap_or_else(|p| p.into_inner()).push(d);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = done.remove(&name) {
+                return r;
+            }
+            if let Some(e) = self.shared.exit.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                return Err(format!("the member stopped: {e}"));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("no view change took the declaration of {name:?} within {timeout:?}"));
+            }
+            let wait = left.min(Duration::from_millis(50));
+            done = self.shared.declared_cv.wait_timeout(done, wait).unwrap_or_else(|p| p.into_inner()).0;
+        }
     }
 
     /// The control plane's address.

@@ -27,10 +27,18 @@
 //!   (its messages get new indices). At the calm every partition heals.
 //! - The application: per subgroup, a count of delivered messages and a
 //!   digest chained over them — what members snapshot and joiners restore.
+//! - **Late subscribers** (a third of the seeds, `vsync-views` only): in
+//!   each subgroup with members that never send, one of them starts
+//!   outside it and **declares** itself in at a drawn time before the calm
+//!   (`ViewMember::declare`: a view change whose decision carries the
+//!   grown catalogue); it then fetches the subgroup's state like a joiner.
 //!
 //! # Checked
 //! - **anomalies**: none (no ring faults, no undecodable control message,
 //!   no refused send other than back-pressure or a wedge).
+//! - **one catalogue per view**: members that install view `v` install the
+//!   same catalogue (members per subgroup); it only grows; a declared
+//!   member is in it from the view that answered it on.
 //! - **view agreement**: members that install view `v` install the same
 //!   member list; each incarnation installs consecutive views (an original
 //!   one from view 1, a joiner from the view that admitted it).
@@ -38,7 +46,8 @@
 //!   view before it; a member that stopped in a minority (or was removed)
 //!   installs nothing afterwards.
 //! - **membership**: a member delivers in view `v` only if it is in `v` and
-//!   in the subgroup, and only messages of the subgroup's senders in `v`.
+//!   in the subgroup (by `v`'s catalogue: a late subscriber not before it
+//!   declared), and only messages of the subgroup's senders in `v`.
 //! - **virtual synchrony**: the members that survive view `v` (install
 //!   `v + 1`) delivered exactly the same messages in `v`, in the same order
 //!   (ordered subgroups).
@@ -73,7 +82,7 @@ use ordo_sim::{
     Checker, Ctx, FabricConfig, FaultNote, History, NetAddr, Sim, SimConfig, SimFabric, SimProcess,
     SimSocket, Undo, UndoQueue, Violation, fnv64,
 };
-use ordo_vsync::view::{ControlMsg, View, ViewGroup};
+use ordo_vsync::view::{ControlMsg, Declaration, View, ViewGroup};
 use ordo_vsync::{
     Delivered, DeliveryMode, GroupConfig, GroupLayout, MembershipEvent, SendError, SubgroupConfig, Switches,
     ViewMember,
@@ -144,6 +153,13 @@ pub enum ViewsEvent {
         ragged: usize,
         /// Own messages resent.
         resent: usize,
+        /// Members of each configured subgroup in the view's catalogue.
+        catalogue: Vec<Vec<MemberId>>,
+    },
+    /// This member's declaration into `subgroup` was answered: it is in.
+    Declared {
+        /// Configured subgroup.
+        subgroup: usize,
     },
     /// Left out of the next view: stopped.
     Removed {
@@ -288,6 +304,9 @@ pub struct Params {
     /// `dds`: one topic per configured subgroup (the messages are DDS
     /// samples, every member runs a `DomainCore` over them).
     pub dds: Option<Arc<Vec<TopicConfig>>>,
+    /// Late subscribers: (subgroup, member, when it declares itself in).
+    /// `group` has them in; the group starts without them.
+    pub late: Vec<(usize, MemberId, u64)>,
 }
 
 impl Params {
@@ -314,7 +333,7 @@ impl Params {
             rng.shuffle(&mut senders);
             members.sort_unstable();
             let mode = if rng.chance(200_000) { DeliveryMode::Unordered } else { DeliveryMode::Ordered };
-            subgroups.push(SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+            subgroups.push(SubgroupConfig { name: format!("g{g}"), descriptor: Vec::new(),
                 members,
                 senders: senders.clone(),
                 window: rng.range(1, 8) as usize,
@@ -337,6 +356,17 @@ impl Params {
         let group = GroupConfig { members: (0..n).collect(), subgroups, switches };
         group.validate().expect("drawn groups are valid");
         let calm_ns = rng.range(500_000, 4_000_000);
+        // From a stream of their own: every other draw stays the seed's.
+        let mut late_rng = SimRng::new(derive_seed(seed, stream::SCENARIO + 200));
+        let mut late = Vec::new();
+        if late_rng.chance(333_333) {
+            for (g, s) in group.subgroups.iter().enumerate() {
+                let quiet: Vec<MemberId> = s.members.iter().copied().filter(|m| !s.senders.contains(m)).collect();
+                if !quiet.is_empty() {
+                    late.push((g, quiet[late_rng.index(quiet.len())], late_rng.range(0, calm_ns)));
+                }
+            }
+        }
         Params {
             group,
             sends,
@@ -354,7 +384,18 @@ impl Params {
             restart_at_calm: rng.chance(500_000),
             end_ns: calm_ns + 8_000_000,
             dds: None,
+            late,
         }
+    }
+
+    /// The group the members start with: `group` without the late
+    /// subscribers in their subgroups.
+    pub fn initial_group(&self) -> GroupConfig {
+        let mut g = self.group.clone();
+        for &(sub, m, _) in &self.late {
+            g.subgroups[sub].members.retain(|x| *x != m);
+        }
+        g
     }
 
     /// The parameters of `seed` for the `dds` workload: those of
@@ -363,6 +404,7 @@ impl Params {
     /// storage) with a small history, slots grown by the sample envelope.
     pub fn draw_dds(seed: u64) -> Params {
         let mut p = Params::draw(seed);
+        p.late.clear();
         let mut rng = SimRng::new(derive_seed(seed, stream::SCENARIO + 100));
         let topics = p
             .group
@@ -639,6 +681,8 @@ struct Member {
     first_index: u64,
     /// The `dds` workload: messages are DDS samples.
     dds: bool,
+    /// This member's late subscriptions not answered yet: (subgroup, when).
+    late: Vec<(usize, u64)>,
     app: App,
     shared: Rc<RefCell<Shared>>,
 }
@@ -661,10 +705,10 @@ impl Member {
         });
         let vm = if joining {
             // A restarted member rejoins as a new incarnation.
-            ViewMember::join(me, params.group.clone(), ctx.incarnation(), open).expect("a configured member")
+            ViewMember::join(me, params.initial_group(), ctx.incarnation(), open).expect("a configured member")
         } else {
             let view = View { id: 0, members: params.group.members.clone() };
-            ViewMember::new(me, params.group.clone(), view, open).expect("a valid group")
+            ViewMember::new(me, params.initial_group(), view, open).expect("a valid group")
         };
         let sock = ctx.bind(CONTROL_PORT).expect("the control port is free");
         let plans = params.sends[me as usize].clone();
@@ -682,6 +726,7 @@ impl Member {
             template: Arc::new(params.group.clone()),
             first_index: (ctx.incarnation() - 1) << 32,
             dds: params.dds.is_some(),
+            late: params.late.iter().filter(|l| l.1 == me).map(|l| (l.0, l.2)).collect(),
             app: App {
                 got: Rc::new(RefCell::new(Vec::new())),
                 state: Rc::new(RefCell::new(vec![(0, 0); params.group.subgroups.len()])),
@@ -738,7 +783,15 @@ impl Member {
             ctx.record(match e {
                 MembershipEvent::Wedged { view } => ViewsEvent::Wedged { view },
                 MembershipEvent::Installed { view, ragged, resent, .. } => {
-                    ViewsEvent::Installed { view: view.id, members: view.members, ragged, resent }
+                    let catalogue = self.vm.template().subgroups.iter().map(|s| s.members.clone()).collect();
+                    ViewsEvent::Installed { view: view.id, members: view.members, ragged, resent, catalogue }
+                }
+                MembershipEvent::Declared { subgroup, .. } => {
+                    self.late.retain(|l| l.0 != subgroup);
+                    ViewsEvent::Declared { subgroup }
+                }
+                MembershipEvent::DeclarationRefused { name, why } => {
+                    ViewsEvent::Anomaly { what: format!("declaration of {name:?} refused: {why}") }
                 }
                 MembershipEvent::Removed { next } => {
                     self.stopped = true;
@@ -816,7 +869,8 @@ impl Member {
     }
 
     fn is_finished(&self) -> bool {
-        self.vm.is_settled()
+        self.late.is_empty()
+            && self.vm.is_settled()
             && self.sent.iter().zip(&self.plans).all(|(s, p)| *s == p.count)
             && self.vm.try_driver().is_some_and(|d| d.is_idle())
     }
@@ -872,6 +926,35 @@ impl SimProcess<ViewsEvent> for Member {
             return work + 1;
         }
         work += self.send(ctx);
+        // Late subscriptions due: declared once per incarnation (answered
+        // at once if an earlier incarnation's already is in).
+        if let Some(i) = self.late.iter().position(|l| l.1 <= now && l.1 != u64::MAX)
+            && self.vm.is_settled()
+        {
+            let g = self.late[i].0;
+            self.late[i].1 = u64::MAX;
+            let s = &self.template.subgroups[g];
+            let d = Declaration {
+                name: s.name.clone(),
+                descriptor: s.descriptor.clone(),
+                window: s.window,
+                max_payload: s.max_payload,
+                mode: s.mode,
+                sender: false,
+            };
+            self.set_view();
+            let view = self.vm.view().id;
+            self.vm.declare(d, &mut self.app);
+            self.record_deliveries(ctx, view);
+            self.record_membership(ctx);
+            if self.stopped {
+                return work + 1;
+            }
+            work += 1;
+        }
+        if let Some(next) = self.late.iter().map(|l| l.1).filter(|t| *t != u64::MAX).min() {
+            ctx.wake_at(next.max(now + 1));
+        }
         self.flush_outbox();
         {
             let mut sh = self.shared.borrow_mut();
@@ -1034,17 +1117,30 @@ pub fn simulate(seed: u64, params: &Params) -> History<ViewsEvent> {
     history
 }
 
-/// Every checker, in order.
+/// Every checker, in order, for a run without late subscribers.
 pub fn checkers(group: &GroupConfig) -> Vec<Box<dyn Checker<ViewsEvent>>> {
+    checkers_with(group, group)
+}
+
+/// Every checker for the run of `params` (its late subscribers included).
+pub fn checkers_for(params: &Params) -> Vec<Box<dyn Checker<ViewsEvent>>> {
+    checkers_with(&params.group, &params.initial_group())
+}
+
+/// Every checker: `group` has every member that may be in each subgroup,
+/// `initial` the members the run starts with.
+pub fn checkers_with(group: &GroupConfig, initial: &GroupConfig) -> Vec<Box<dyn Checker<ViewsEvent>>> {
     let g = Arc::new(group.clone());
+    let i = Arc::new(initial.clone());
     vec![
         Box::new(Anomalies),
         Box::new(ViewAgreement { group: g.clone() }),
-        Box::new(Membership { group: g.clone() }),
+        Box::new(CatalogueAgreement { initial: i.clone() }),
+        Box::new(Membership { group: g.clone(), initial: i.clone() }),
         Box::new(Integrity { group: g.clone(), dds: false }),
-        Box::new(VirtualSynchrony { group: g.clone() }),
+        Box::new(VirtualSynchrony { group: g.clone(), initial: i.clone() }),
         Box::new(TotalOrder { group: g.clone() }),
-        Box::new(NoLossForSurvivors { group: g.clone() }),
+        Box::new(NoLossForSurvivors { group: g.clone(), initial: i }),
         Box::new(StateTransferCheck { group: g.clone() }),
         Box::new(Liveness { group: g }),
     ]
@@ -1055,7 +1151,7 @@ pub fn run(seed: u64) -> Result<(u64, String), String> {
     let params = Params::draw(seed);
     let history = std::panic::catch_unwind(|| simulate(seed, &params))
         .map_err(|p| format!("seed {seed}: panicked: {}", crate::panic_message(&*p)))?;
-    ordo_sim::check_all(&history, &checkers(&params.group)).map_err(|v| format!("seed {seed}: {v}"))?;
+    ordo_sim::check_all(&history, &checkers_for(&params)).map_err(|v| format!("seed {seed}: {v}"))?;
     let views = history
         .entries
         .iter()
@@ -1173,6 +1269,73 @@ fn running(h: &History<ViewsEvent>) -> BTreeSet<MemberId> {
     alive_at_end(h).into_iter().filter(|(m, i)| *i == 1 && !restarted.contains(m)).map(|(m, _)| m).collect()
 }
 
+/// Per view, the members of each subgroup by its catalogue: view 0's is
+/// the group the members start with (`initial`); later ones as installed
+/// (the first installer's; `CatalogueAgreement` checks the rest agree).
+fn catalogues(h: &History<ViewsEvent>, initial: &GroupConfig) -> BTreeMap<u64, Vec<Vec<MemberId>>> {
+    let mut out = BTreeMap::new();
+    out.insert(0, initial.subgroups.iter().map(|s| s.members.clone()).collect());
+    for e in &h.entries {
+        if let ViewsEvent::Installed { view, catalogue, .. } = &e.event {
+            out.entry(*view).or_insert_with(|| catalogue.clone());
+        }
+    }
+    out
+}
+
+/// Whether `m` is in subgroup `g` by view `v`'s catalogue.
+fn in_catalogue(cats: &BTreeMap<u64, Vec<Vec<MemberId>>>, v: u64, g: usize, m: MemberId) -> bool {
+    cats.get(&v).and_then(|c| c.get(g)).is_some_and(|ms| ms.contains(&m))
+}
+
+/// One catalogue per view; it only grows; a declared member is in every
+/// later catalogue it installs.
+struct CatalogueAgreement {
+    initial: Arc<GroupConfig>,
+}
+
+impl Checker<ViewsEvent> for CatalogueAgreement {
+    fn name(&self) -> &'static str {
+        "one catalogue per view"
+    }
+    fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
+        let cats = catalogues(h, &self.initial);
+        let mut declared: BTreeSet<(MemberId, u64, usize)> = BTreeSet::new();
+        for e in &h.entries {
+            match &e.event {
+                ViewsEvent::Installed { view, catalogue, .. } => {
+                    if cats.get(view) != Some(catalogue) {
+                        return violation(
+                            self.name(),
+                            format!("m{} installed view {view} with catalogue {catalogue:?}, others {:?}", e.member, cats.get(view)),
+                        );
+                    }
+                    for &(m, inc, g) in &declared {
+                        if m == e.member && inc == e.incarnation && !catalogue[g].contains(&m) {
+                            return violation(
+                                self.name(),
+                                format!("m{m} declared into subgroup {g} but view {view} leaves it out"),
+                            );
+                        }
+                    }
+                }
+                ViewsEvent::Declared { subgroup } => {
+                    declared.insert((e.member, e.incarnation, *subgroup));
+                }
+                _ => {}
+            }
+        }
+        let views: Vec<&Vec<Vec<MemberId>>> = cats.values().collect();
+        for w in views.windows(2) {
+            let grows = w[1].len() >= w[0].len() && w[0].iter().zip(w[1]).all(|(a, b)| b.starts_with(a));
+            if !grows {
+                return violation(self.name(), format!("the catalogue shrank: {:?} then {:?}", w[0], w[1]));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn ordered(group: &GroupConfig, g: usize) -> bool {
     group.subgroups[g].mode == DeliveryMode::Ordered
 }
@@ -1277,6 +1440,7 @@ impl Checker<ViewsEvent> for ViewAgreement {
 
 struct Membership {
     group: Arc<GroupConfig>,
+    initial: Arc<GroupConfig>,
 }
 
 impl Checker<ViewsEvent> for Membership {
@@ -1285,6 +1449,7 @@ impl Checker<ViewsEvent> for Membership {
     }
     fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
         let views = views(h, &self.group);
+        let cats = catalogues(h, &self.initial);
         for e in &h.entries {
             if let ViewsEvent::Delivered { subgroup, sender, view, .. } = e.event {
                 let Some(members) = views.get(&view) else {
@@ -1293,7 +1458,7 @@ impl Checker<ViewsEvent> for Membership {
                 let s = &self.group.subgroups[subgroup];
                 let ok = members.contains(&e.member)
                     && members.contains(&sender)
-                    && s.members.contains(&e.member)
+                    && in_catalogue(&cats, view, subgroup, e.member)
                     && s.senders.contains(&sender);
                 if !ok {
                     return violation(
@@ -1392,6 +1557,7 @@ impl Checker<ViewsEvent> for Integrity {
 
 struct VirtualSynchrony {
     group: Arc<GroupConfig>,
+    initial: Arc<GroupConfig>,
 }
 
 impl Checker<ViewsEvent> for VirtualSynchrony {
@@ -1401,6 +1567,7 @@ impl Checker<ViewsEvent> for VirtualSynchrony {
     fn check(&self, h: &History<ViewsEvent>) -> Result<(), Violation> {
         let all = deliveries(h);
         let views = views(h, &self.group);
+        let cats = catalogues(h, &self.initial);
         for &v in views.keys() {
             let surv = survivors(h, v);
             if surv.is_empty() {
@@ -1423,8 +1590,7 @@ impl Checker<ViewsEvent> for VirtualSynchrony {
                 if !ordered(&self.group, g) {
                     continue;
                 }
-                let in_g: Vec<MemberId> =
-                    surv.iter().copied().filter(|m| self.group.subgroups[g].members.contains(m)).collect();
+                let in_g: Vec<MemberId> = surv.iter().copied().filter(|m| in_catalogue(&cats, v, g, *m)).collect();
                 let Some(&first) = in_g.first() else { continue };
                 let reference = of(first);
                 for &m in &in_g[1..] {
@@ -1510,6 +1676,7 @@ impl Checker<ViewsEvent> for TotalOrder {
 
 struct NoLossForSurvivors {
     group: Arc<GroupConfig>,
+    initial: Arc<GroupConfig>,
 }
 
 impl Checker<ViewsEvent> for NoLossForSurvivors {
@@ -1529,7 +1696,8 @@ impl Checker<ViewsEvent> for NoLossForSurvivors {
             if !run.contains(&sender) || !ordered(&self.group, g) {
                 continue;
             }
-            for &m in run.iter().filter(|m| self.group.subgroups[g].members.contains(m)) {
+            // A late subscriber got what came before it as state.
+            for &m in run.iter().filter(|m| self.initial.subgroups[g].members.contains(m)) {
                 let got: BTreeSet<u64> = all
                     .get(&m)
                     .map(|d| {

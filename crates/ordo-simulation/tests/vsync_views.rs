@@ -86,7 +86,8 @@ fn delivered(m: MemberId, sender: MemberId, index: u64, view: u64) -> (MemberId,
 }
 
 fn installed(m: MemberId, view: u64, members: Vec<MemberId>) -> (MemberId, ViewsEvent) {
-    (m, ViewsEvent::Installed { view, members, ragged: 0, resent: 0 })
+    let catalogue = three().subgroups.iter().map(|s| s.members.clone()).collect();
+    (m, ViewsEvent::Installed { view, members, ragged: 0, resent: 0, catalogue })
 }
 
 #[test]
@@ -108,6 +109,37 @@ fn every_checker_catches_its_violation() {
     // A member removed in view 1 delivered there.
     let h = history(vec![sent(0, 0), installed(1, 1, vec![0, 1]), delivered(2, 0, 0, 1)]);
     assert!(checker("delivery by members").check(&h).is_err());
+    // Two members install view 1 with different catalogues; a catalogue
+    // that shrinks; a declared member left out of the next one; a late
+    // subscriber delivering before the view that took it in.
+    let cat = |m: MemberId, view: u64, c: Vec<Vec<MemberId>>| {
+        (m, ViewsEvent::Installed { view, members: vec![0, 1, 2], ragged: 0, resent: 0, catalogue: c })
+    };
+    let h = history(vec![cat(0, 1, vec![vec![0, 1, 2]]), cat(1, 1, vec![vec![0, 1]])]);
+    assert!(checker("one catalogue").check(&h).is_err());
+    let h = history(vec![cat(0, 1, vec![vec![0, 1, 2]]), cat(0, 2, vec![vec![0, 1]])]);
+    assert!(checker("one catalogue").check(&h).is_err());
+    let h = history(vec![(2, ViewsEvent::Declared { subgroup: 0 }), cat(2, 1, vec![vec![0, 1]])]);
+    assert!(checker("one catalogue").check(&h).is_err());
+    let h = history(vec![
+        sent(0, 0),
+        delivered(2, 0, 0, 0),
+        (2, ViewsEvent::Declared { subgroup: 0 }),
+        cat(2, 1, vec![vec![0, 1, 2]]),
+    ]);
+    let mut initial = three();
+    initial.subgroups[0].members.retain(|m| *m != 2);
+    let late_aware = sim::checkers_with(&three(), &initial);
+    let membership = late_aware.iter().find(|c| c.name().starts_with("delivery by members")).unwrap();
+    assert!(membership.check(&h).is_err());
+    // Delivering in the view that took it in is fine.
+    let h = history(vec![
+        (2, ViewsEvent::Declared { subgroup: 0 }),
+        cat(2, 1, vec![vec![0, 1, 2]]),
+        sent(0, 0),
+        delivered(2, 0, 0, 1),
+    ]);
+    membership.check(&h).unwrap_or_else(|v| panic!("{v}"));
     // Duplicate delivery across views.
     let h = history(vec![sent(0, 0), delivered(1, 0, 0, 0), delivered(1, 0, 0, 1)]);
     assert!(checker("integrity").check(&h).is_err());
@@ -156,7 +188,7 @@ fn print_history() {
     for e in &h.entries {
         println!("{:>9} m{} {:?}", e.time_ns, e.member, e.event);
     }
-    println!("{:?}", ordo_sim::check_all(&h, &sim::checkers(&params.group)));
+    println!("{:?}", ordo_sim::check_all(&h, &sim::checkers_for(&params)));
 }
 
 /// The seeds exercise what they claim to: view changes, ragged edges,
@@ -165,12 +197,12 @@ fn print_history() {
 fn seeds_cover_the_interesting_paths() {
     let (mut views, mut ragged, mut resent, mut minority, mut removed, mut survived, mut multi) =
         (0, 0, 0, 0, 0, 0, 0);
-    let (mut restored, mut restored_state) = (0, 0);
+    let (mut restored, mut restored_state, mut late) = (0, 0, 0);
     let seeds = 300;
     for seed in 5000..5000 + seeds {
         let params = sim::Params::draw(seed);
         let h = sim::simulate(seed, &params);
-        ordo_sim::check_all(&h, &sim::checkers(&params.group)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+        ordo_sim::check_all(&h, &sim::checkers_for(&params)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
         let mut top = 0;
         let mut finished = false;
         for e in &h.entries {
@@ -186,6 +218,7 @@ fn seeds_cover_the_interesting_paths() {
                     restored_state += usize::from(*count > 0);
                 }
                 sim::ViewsEvent::Removed { .. } => removed += 1,
+                sim::ViewsEvent::Declared { .. } => late += 1,
                 sim::ViewsEvent::Finished => finished = true,
                 _ => {}
             }
@@ -197,8 +230,9 @@ fn seeds_cover_the_interesting_paths() {
     println!(
         "{seeds} seeds: {views} with a view change, {multi} with two or more, {survived} finished after one; \
          installs with a ragged edge {ragged}, with resends {resent}; minority stops {minority}, removals {removed}; \
-         joiners' restores {restored} ({restored_state} with a non-empty state)"
+         joiners' restores {restored} ({restored_state} with a non-empty state); late subscribers declared {late}"
     );
+    assert!(late >= 40, "late subscribers declare themselves in ({late})");
     assert!(
         restored >= 50 && restored_state >= 20,
         "joiners restore state ({restored}, {restored_state} non-empty)"
