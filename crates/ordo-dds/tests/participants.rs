@@ -151,8 +151,8 @@ fn one_publisher_three_subscribers_every_qos_level() {
                 .collect()
         })
         .collect();
-    // A subscriber cannot write; an unknown topic or a wrong type is refused.
-    assert!(ps[1].create_writer(&ps[1].topic::<Bytes>("a").unwrap()).is_err());
+    // An unknown topic or a wrong type is refused. (A subscriber that
+    // creates a writer becomes a publisher: `topics_declared_at_run_time`.)
     assert!(ps[0].topic::<Bytes>("nope").is_err());
     assert!(ps[0].topic::<String>("a").is_err());
     const N: u64 = 400;
@@ -382,6 +382,117 @@ fn bad_domains_are_refused_with_a_clear_error() {
     c.vsync.subgroups = ordo_dds::vsync_layout(&base);
     assert!(refused(c).contains("vsync.subgroups"));
     let mut c = base;
-    c.dds.topics.clear();
-    assert!(refused(c).contains("no `[[dds.topics]]`"));
+    c.dds.topics[3].window = 0;
+    assert!(refused(c).contains("window"));
+}
+
+fn spec(name: &str, qos: QosLevel) -> ordo_dds::TopicConfig {
+    ordo_dds::TopicConfig {
+        name: name.into(),
+        qos,
+        publishers: vec![],
+        subscribers: vec![],
+        max_sample: 1024,
+        window: 16,
+        history: 100,
+        type_name: "bytes".into(),
+    }
+}
+
+fn write_n(w: &ordo_dds::DataWriter<Bytes>, t: usize, range: std::ops::Range<u64>) {
+    for i in range {
+        let d = data(t, i);
+        assert_eq!(w.write_with(&[], d.len(), |b| b.copy_from_slice(&d)).unwrap(), i);
+    }
+}
+
+/// Topics that no configuration names: participants create them (DCPS
+/// `create_topic`) and join them by creating writers and readers — each a
+/// view change whose decision carries the grown catalogue (spindle §IV-F:
+/// the topic's subgroup holds its publishers and subscribers). A reader
+/// that joins a volatile topic late starts with its history (state
+/// transfer); a logged topic gets a log at every member that joins it.
+#[test]
+fn topics_declared_at_run_time() {
+    let d = Domain::new("runtime");
+    let ps: Vec<DomainParticipant> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4u32)
+            .map(|id| {
+                let mut c = d.config(id, false);
+                c.dds.topics.clear();
+                s.spawn(move || DomainParticipant::new(&c).unwrap())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for p in &ps {
+        assert!(p.wait_running(Duration::from_secs(20)));
+        assert!(p.topic_names().is_empty());
+        assert!(matches!(p.topic::<Bytes>("rt"), Err(ordo_dds::DdsError::UnknownTopic(_))));
+    }
+    let view0 = ps[0].status().view;
+    let rt = ps[0].create_topic::<Bytes>(spec("rt", QosLevel::VolatileStorage)).unwrap();
+    let mut w = ps[0].create_writer(&rt).unwrap();
+    w.set_max_blocking_time(Duration::from_secs(20));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ps[0].status().view == view0 {
+        assert!(Instant::now() < deadline, "the topic was created by a view change");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Two subscribers join it (a view change each) before anything is
+    // written; every member learns the topic.
+    let r1 = ps[1].create_reader(&ps[1].topic::<Bytes>("rt").unwrap(), ReaderQos::keep_all(10_000)).unwrap();
+    let r2 = ps[2]
+        .create_reader(&ps[2].create_topic::<Bytes>(spec("rt", QosLevel::VolatileStorage)).unwrap(), ReaderQos::keep_all(10_000))
+        .unwrap();
+    // Another definition of the same name is refused, and a writer of a
+    // topic is not a reader's business: member 1 did not become a
+    // publisher.
+    match ps[3].create_topic::<Bytes>(spec("rt", QosLevel::LoggedStorage)) {
+        Err(ordo_dds::DdsError::Declare { why, .. }) => assert!(why.contains("otherwise"), "{why}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a second definition was accepted"),
+    }
+    write_n(&w, 0, 1..201);
+
+    let a = drain(&r1, 200);
+    let b = drain(&r2, 200);
+    assert_eq!(a, b, "one order");
+    assert_eq!(a.iter().map(|x| x.1).collect::<Vec<_>>(), (1..=200).collect::<Vec<u64>>());
+    // A late subscriber: it starts with the last `history` samples (the
+    // state its join fetched), then gets the new ones.
+    let r3 = ps[3].create_reader(&ps[3].topic::<Bytes>("rt").unwrap(), ReaderQos::keep_all(10_000)).unwrap();
+    write_n(&w, 0, 201..301);
+    let c = drain(&r3, 200);
+    assert_eq!(c.iter().map(|x| x.1).collect::<Vec<_>>(), (101..=300).collect::<Vec<u64>>());
+    let a2 = drain(&r1, 100);
+    assert_eq!(&c[100..], &a2[..], "the late subscriber's new samples are the others'");
+    assert_eq!(c[..100], a[100..200], "its history is theirs");
+    // A subscriber that creates a writer becomes one of the topic's
+    // publishers (a view change); its samples join the one order.
+    let mut w1 = ps[1].create_writer(&ps[1].topic::<Bytes>("rt").unwrap()).unwrap();
+    w1.set_max_blocking_time(Duration::from_secs(20));
+    write_n(&w1, 5, 1..11);
+    let tail = drain(&r2, 110);
+    assert_eq!(&tail[..100], &a2[..]);
+    assert_eq!(tail[100..].iter().map(|x| (x.0, x.1)).collect::<Vec<_>>(), (1..=10).map(|i| (i, 300 + i)).collect::<Vec<_>>());
+    assert!(tail[100..].iter().enumerate().all(|(i, x)| x.2 == data(5, i as u64 + 1)));
+    // A logged topic created at run time: member 1 publishes, member 2
+    // subscribes; member 2's log holds the samples.
+    let lt = ps[1].create_topic::<Bytes>(spec("lt", QosLevel::LoggedStorage)).unwrap();
+    let mut lw = ps[1].create_writer(&lt).unwrap();
+    lw.set_max_blocking_time(Duration::from_secs(20));
+    let lr = ps[2].create_reader(&ps[2].topic::<Bytes>("lt").unwrap(), ReaderQos::keep_all(10_000)).unwrap();
+    write_n(&lw, 1, 1..51);
+    assert_eq!(drain(&lr, 50).len(), 50);
+    let lt2 = ps[2].topic::<Bytes>("lt").unwrap();
+    assert_eq!(ps[2].fault(&lt2), None);
+    assert_eq!(ps[2].topic_stats(&lt2).logged, 50);
+    assert!(ordo_dds::log_dir(ps[2].config(), 2, "lt").is_dir());
+    for p in &ps {
+        assert_eq!(p.topic_names(), vec!["rt".to_string(), "lt".to_string()]);
+    }
+    for p in ps {
+        p.stop();
+    }
 }
