@@ -80,12 +80,54 @@ pub struct ExternalArgs {
     pub client_secret_file: Option<PathBuf>,
 }
 
+/// Defines the topic when `--qos` is given: the domain then creates it at
+/// run time (a view change) if no configuration or participant has it yet;
+/// if one has, the definition must be the same.
+#[derive(Args, Clone)]
+pub struct DefineArgs {
+    /// QoS level of a topic to define (unordered, atomic-multicast,
+    /// volatile-storage, logged-storage); without it the topic must exist.
+    #[arg(long)]
+    pub qos: Option<ordo_dds::QosLevel>,
+    /// With --qos: the largest sample, key included.
+    #[arg(long, default_value_t = 10 * 1024)]
+    pub max_sample: usize,
+    /// With --qos: ring slots per publisher.
+    #[arg(long, default_value_t = 100)]
+    pub window: usize,
+    /// With --qos: samples kept (storage levels).
+    #[arg(long, default_value_t = 1000)]
+    pub history: usize,
+}
+
+/// The topic `name` at `p`: defined by `d` when `d.qos` is set, else one
+/// the domain has.
+fn member_topic(p: &DomainParticipant, name: &str, d: &DefineArgs) -> Result<ordo_dds::Topic<Bytes>, String> {
+    match d.qos {
+        Some(qos) => p
+            .create_topic::<Bytes>(ordo_dds::TopicConfig {
+                name: name.to_owned(),
+                qos,
+                publishers: Vec::new(),
+                subscribers: Vec::new(),
+                max_sample: d.max_sample,
+                window: d.window,
+                history: d.history,
+                type_name: String::new(),
+            })
+            .map_err(|e| e.to_string()),
+        None => p.topic::<Bytes>(name).map_err(|e| format!("{e} (give --qos to create it)")),
+    }
+}
+
 #[derive(Args)]
 pub struct PubArgs {
     #[command(flatten)]
     pub config: crate::ConfigArgs,
     #[command(flatten)]
     pub external: ExternalArgs,
+    #[command(flatten)]
+    pub define: DefineArgs,
     /// The topic.
     #[arg(long)]
     pub topic: String,
@@ -118,6 +160,8 @@ pub struct SubArgs {
     pub config: crate::ConfigArgs,
     #[command(flatten)]
     pub external: ExternalArgs,
+    #[command(flatten)]
+    pub define: DefineArgs,
     /// The topic.
     #[arg(long)]
     pub topic: String,
@@ -231,7 +275,7 @@ fn publish(a: PubArgs) -> Result<(), String> {
     let say = !a.json;
     let out = if a.external.connect.is_empty() {
         let p = start(&a.config, a.json)?;
-        let topic = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
+        let topic = member_topic(&p, &a.topic, &a.define)?;
         let writer = p.create_writer(&topic).map_err(|e| e.to_string())?;
         if say {
             println!("publishing {:?} ({}) size {}", a.topic, topic.qos().name(), a.size);
@@ -452,7 +496,7 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
     let say = !a.json;
     let (input, publishers) = if a.external.connect.is_empty() {
         let p = start(&a.config, a.json)?;
-        let topic = p.topic::<Bytes>(&a.topic).map_err(|e| e.to_string())?;
+        let topic = member_topic(&p, &a.topic, &a.define)?;
         let publishers = p
             .config()
             .dds

@@ -13,8 +13,8 @@
 //!   sample that does not decode as `T` is counted and skipped.
 
 use crate::core::{
-    topic_subgroup, DomainCore, InPlaceFn, ReaderQos, ReaderQueue, ReaderStatus, SampleInfo, Signal, StoredSample, TopicCore,
-    TopicStats,
+    DomainCore, InPlaceFn, ReaderQos, ReaderQueue, ReaderStatus, SampleInfo, Signal, StoredSample, TopicCore,
+    TopicStats, topic_subgroup,
 };
 use crate::sample::{self, MAX_KEY};
 use crate::types::{Pod, TopicType};
@@ -238,7 +238,8 @@ impl DomainParticipant {
         c.vsync.subgroups = vsync_layout(config);
         let mut topics = Vec::new();
         for t in &config.dds.topics {
-            let topic = open_topic(config, me, t).map_err(|why| DdsError::Log { topic: t.name.clone(), why })?;
+            let topic =
+                open_topic(config, me, t).map_err(|why| DdsError::Log { topic: t.name.clone(), why })?;
             topics.push(topic);
         }
         let mut core = DomainCore::new(me, topics);
@@ -426,7 +427,8 @@ impl DomainParticipant {
             mode: sub.mode,
             sender: publisher,
         };
-        let timeout = Duration::from_millis(self.config.node.tick_ms.max(1) * 400).max(Duration::from_secs(10));
+        let timeout =
+            Duration::from_millis(self.config.node.tick_ms.max(1) * 400).max(Duration::from_secs(10));
         node.declare(d, timeout).map_err(|why| DdsError::Declare { topic: topic.name.clone(), why })
     }
 
@@ -564,7 +566,13 @@ impl<T: TopicType> Topic<T> {
             });
         }
         let spec = TopicConfig { publishers: Vec::new(), subscribers: Vec::new(), ..spec };
-        Ok(Topic { name: spec.name.clone(), qos: spec.qos, max_sample: spec.max_sample, spec, _t: PhantomData })
+        Ok(Topic {
+            name: spec.name.clone(),
+            qos: spec.qos,
+            max_sample: spec.max_sample,
+            spec,
+            _t: PhantomData,
+        })
     }
 }
 

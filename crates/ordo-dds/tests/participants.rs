@@ -441,9 +441,19 @@ fn topics_declared_at_run_time() {
     }
     // Two subscribers join it (a view change each) before anything is
     // written; every member learns the topic.
-    let r1 = ps[1].create_reader(&ps[1].topic::<Bytes>("rt").unwrap(), ReaderQos::keep_all(10_000)).unwrap();
+    // (Another member knows the topic once it installed the view that made
+    // it; `create_topic` with the same definition needs no wait.)
+    let r1 = ps[1]
+        .create_reader(
+            &ps[1].create_topic::<Bytes>(spec("rt", QosLevel::VolatileStorage)).unwrap(),
+            ReaderQos::keep_all(10_000),
+        )
+        .unwrap();
     let r2 = ps[2]
-        .create_reader(&ps[2].create_topic::<Bytes>(spec("rt", QosLevel::VolatileStorage)).unwrap(), ReaderQos::keep_all(10_000))
+        .create_reader(
+            &ps[2].create_topic::<Bytes>(spec("rt", QosLevel::VolatileStorage)).unwrap(),
+            ReaderQos::keep_all(10_000),
+        )
         .unwrap();
     // Another definition of the same name is refused, and a writer of a
     // topic is not a reader's business: member 1 did not become a
@@ -475,22 +485,34 @@ fn topics_declared_at_run_time() {
     write_n(&w1, 5, 1..11);
     let tail = drain(&r2, 110);
     assert_eq!(&tail[..100], &a2[..]);
-    assert_eq!(tail[100..].iter().map(|x| (x.0, x.1)).collect::<Vec<_>>(), (1..=10).map(|i| (i, 300 + i)).collect::<Vec<_>>());
+    assert_eq!(
+        tail[100..].iter().map(|x| (x.0, x.1)).collect::<Vec<_>>(),
+        (1..=10).map(|i| (i, 300 + i)).collect::<Vec<_>>()
+    );
     assert!(tail[100..].iter().enumerate().all(|(i, x)| x.2 == data(5, i as u64 + 1)));
     // A logged topic created at run time: member 1 publishes, member 2
     // subscribes; member 2's log holds the samples.
     let lt = ps[1].create_topic::<Bytes>(spec("lt", QosLevel::LoggedStorage)).unwrap();
     let mut lw = ps[1].create_writer(&lt).unwrap();
     lw.set_max_blocking_time(Duration::from_secs(20));
-    let lr = ps[2].create_reader(&ps[2].topic::<Bytes>("lt").unwrap(), ReaderQos::keep_all(10_000)).unwrap();
+    let lr = ps[2]
+        .create_reader(
+            &ps[2].create_topic::<Bytes>(spec("lt", QosLevel::LoggedStorage)).unwrap(),
+            ReaderQos::keep_all(10_000),
+        )
+        .unwrap();
     write_n(&lw, 1, 1..51);
     assert_eq!(drain(&lr, 50).len(), 50);
     let lt2 = ps[2].topic::<Bytes>("lt").unwrap();
     assert_eq!(ps[2].fault(&lt2), None);
     assert_eq!(ps[2].topic_stats(&lt2).logged, 50);
     assert!(ordo_dds::log_dir(ps[2].config(), 2, "lt").is_dir());
+    let deadline = Instant::now() + Duration::from_secs(10);
     for p in &ps {
-        assert_eq!(p.topic_names(), vec!["rt".to_string(), "lt".to_string()]);
+        while p.topic_names() != ["rt", "lt"] {
+            assert!(Instant::now() < deadline, "m{}: {:?}", p.member(), p.topic_names());
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
     for p in ps {
         p.stop();

@@ -1324,7 +1324,9 @@ impl OrdoConfig {
     pub fn vsync_group(&self) -> Result<ordo_vsync::GroupConfig, ValidationError> {
         let v = &self.vsync;
         let subgroups = if v.subgroups.is_empty() {
-            vec![ordo_vsync::SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+            vec![ordo_vsync::SubgroupConfig {
+                name: String::new(),
+                descriptor: Vec::new(),
                 members: self.group.members.clone(),
                 senders: self.group.members.clone(),
                 window: v.window,

@@ -382,7 +382,8 @@ impl ViewSender {
     /// change or when this member is no sender of the subgroup in the
     /// current view.
     pub fn try_send_with(&self, len: usize, build: impl FnOnce(&mut [u8])) -> Result<(), SendError> {
-        let sender = self.current.lock().unwrap_or_else(|p| p.into_inner()).get(self.subgroup).cloned().flatten();
+        let sender =
+            self.current.lock().unwrap_or_else(|p| p.into_inner()).get(self.subgroup).cloned().flatten();
         match sender {
             Some(s) => s.try_send_with(len, build),
             None => Err(SendError::Wedged),
@@ -722,7 +723,8 @@ impl Agent for ViewAgent {
             self.handle_events();
             work += 1;
         }
-        let declarations = std::mem::take(&mut *self.shared.declare.lock().unwrap_or_else(|p| p.into_inner()));
+        let declarations =
+            std::mem::take(&mut *self.shared.declare.lock().unwrap_or_else(|p| p.into_inner()));
         for d in declarations {
             self.sink.view = self.member.view().id;
             self.member.declare(d, &mut self.sink);

@@ -17,7 +17,9 @@ type Log = Arc<Mutex<Vec<(MemberId, u64)>>>;
 fn group_cfg(switches: Switches) -> GroupConfig {
     GroupConfig {
         members: vec![0, 1, 2],
-        subgroups: vec![SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+        subgroups: vec![SubgroupConfig {
+            name: String::new(),
+            descriptor: Vec::new(),
             members: vec![0, 1, 2],
             senders: vec![0, 1, 2],
             window: 8,

@@ -333,7 +333,9 @@ impl Params {
             rng.shuffle(&mut senders);
             members.sort_unstable();
             let mode = if rng.chance(200_000) { DeliveryMode::Unordered } else { DeliveryMode::Ordered };
-            subgroups.push(SubgroupConfig { name: format!("g{g}"), descriptor: Vec::new(),
+            subgroups.push(SubgroupConfig {
+                name: format!("g{g}"),
+                descriptor: Vec::new(),
                 members,
                 senders: senders.clone(),
                 window: rng.range(1, 8) as usize,
@@ -361,7 +363,8 @@ impl Params {
         let mut late = Vec::new();
         if late_rng.chance(333_333) {
             for (g, s) in group.subgroups.iter().enumerate() {
-                let quiet: Vec<MemberId> = s.members.iter().copied().filter(|m| !s.senders.contains(m)).collect();
+                let quiet: Vec<MemberId> =
+                    s.members.iter().copied().filter(|m| !s.senders.contains(m)).collect();
                 if !quiet.is_empty() {
                     late.push((g, quiet[late_rng.index(quiet.len())], late_rng.range(0, calm_ns)));
                 }
@@ -705,7 +708,8 @@ impl Member {
         });
         let vm = if joining {
             // A restarted member rejoins as a new incarnation.
-            ViewMember::join(me, params.initial_group(), ctx.incarnation(), open).expect("a configured member")
+            ViewMember::join(me, params.initial_group(), ctx.incarnation(), open)
+                .expect("a configured member")
         } else {
             let view = View { id: 0, members: params.group.members.clone() };
             ViewMember::new(me, params.initial_group(), view, open).expect("a valid group")
@@ -1307,7 +1311,11 @@ impl Checker<ViewsEvent> for CatalogueAgreement {
                     if cats.get(view) != Some(catalogue) {
                         return violation(
                             self.name(),
-                            format!("m{} installed view {view} with catalogue {catalogue:?}, others {:?}", e.member, cats.get(view)),
+                            format!(
+                                "m{} installed view {view} with catalogue {catalogue:?}, others {:?}",
+                                e.member,
+                                cats.get(view)
+                            ),
                         );
                     }
                     for &(m, inc, g) in &declared {
@@ -1590,7 +1598,8 @@ impl Checker<ViewsEvent> for VirtualSynchrony {
                 if !ordered(&self.group, g) {
                     continue;
                 }
-                let in_g: Vec<MemberId> = surv.iter().copied().filter(|m| in_catalogue(&cats, v, g, *m)).collect();
+                let in_g: Vec<MemberId> =
+                    surv.iter().copied().filter(|m| in_catalogue(&cats, v, g, *m)).collect();
                 let Some(&first) = in_g.first() else { continue };
                 let reference = of(first);
                 for &m in &in_g[1..] {

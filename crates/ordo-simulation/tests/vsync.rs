@@ -107,14 +107,18 @@ fn group(null_sends: bool) -> GroupConfig {
     GroupConfig {
         members: vec![0, 1, 2],
         subgroups: vec![
-            SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+            SubgroupConfig {
+                name: String::new(),
+                descriptor: Vec::new(),
                 members: vec![0, 1, 2],
                 senders: vec![1, 0],
                 window: 4,
                 max_payload: 64,
                 mode: DeliveryMode::Ordered,
             },
-            SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+            SubgroupConfig {
+                name: String::new(),
+                descriptor: Vec::new(),
                 members: vec![1, 2],
                 senders: vec![2],
                 window: 4,
@@ -440,7 +444,9 @@ fn declared_inactivity_then_resume_with_window_1() {
     let params = Params {
         group: GroupConfig {
             members: vec![0, 1],
-            subgroups: vec![SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+            subgroups: vec![SubgroupConfig {
+                name: String::new(),
+                descriptor: Vec::new(),
                 members: vec![0, 1],
                 senders: vec![0, 1],
                 window: 1,

@@ -58,7 +58,9 @@ fn history(entries: Vec<(MemberId, ViewsEvent)>) -> History<ViewsEvent> {
 fn three() -> ordo_vsync::GroupConfig {
     ordo_vsync::GroupConfig {
         members: vec![0, 1, 2],
-        subgroups: vec![ordo_vsync::SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+        subgroups: vec![ordo_vsync::SubgroupConfig {
+            name: String::new(),
+            descriptor: Vec::new(),
             members: vec![0, 1, 2],
             senders: vec![0, 1, 2],
             window: 4,

@@ -16,7 +16,9 @@ fn main() {
     let stamped = std::env::args().nth(2).is_none_or(|s| s != "counter");
     let group = GroupConfig {
         members: vec![0, 1, 2],
-        subgroups: vec![SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+        subgroups: vec![SubgroupConfig {
+            name: String::new(),
+            descriptor: Vec::new(),
             members: vec![0, 1, 2],
             senders: vec![0],
             window: 1,

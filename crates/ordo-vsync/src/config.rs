@@ -226,7 +226,9 @@ impl GroupConfig {
                 return bad(format!("max_payload {} must be in 1..={MAX_PAYLOAD}", s.max_payload));
             }
             if s.name.len() > MAX_NAME || s.descriptor.len() > MAX_DESCRIPTOR {
-                return bad(format!("a name of at most {MAX_NAME} bytes and a descriptor of at most {MAX_DESCRIPTOR}"));
+                return bad(format!(
+                    "a name of at most {MAX_NAME} bytes and a descriptor of at most {MAX_DESCRIPTOR}"
+                ));
             }
             if !s.name.is_empty() && self.subgroups[..g].iter().any(|o| o.name == s.name) {
                 return bad(format!("the name {:?} is taken by an earlier subgroup", s.name));

@@ -115,7 +115,9 @@ fn run(nodes: &mut [Node], g: usize, plan: &[(usize, u64)]) -> usize {
 fn cfg(members: u32, senders: &[u32], window: usize, switches: Switches) -> GroupConfig {
     GroupConfig {
         members: (0..members).collect(),
-        subgroups: vec![SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+        subgroups: vec![SubgroupConfig {
+            name: String::new(),
+            descriptor: Vec::new(),
             members: (0..members).collect(),
             senders: senders.to_vec(),
             window,
@@ -301,7 +303,9 @@ fn unordered_mode_delivers_on_receipt_in_sender_order() {
 
 #[test]
 fn subgroups_are_independent_and_one_thread_serves_them_all() {
-    let sub = |members: Vec<u32>, senders: Vec<u32>| SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+    let sub = |members: Vec<u32>, senders: Vec<u32>| SubgroupConfig {
+        name: String::new(),
+        descriptor: Vec::new(),
         members,
         senders,
         window: 3,

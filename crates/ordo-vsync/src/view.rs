@@ -573,7 +573,14 @@ impl Writer<'_> {
         self.u32(b.len() as u32);
         self.0.extend_from_slice(b);
     }
-    fn shape(&mut self, name: &str, descriptor: &[u8], window: usize, max_payload: usize, mode: DeliveryMode) {
+    fn shape(
+        &mut self,
+        name: &str,
+        descriptor: &[u8],
+        window: usize,
+        max_payload: usize,
+        mode: DeliveryMode,
+    ) {
         self.bytes(name.as_bytes());
         self.bytes(descriptor);
         self.u32(window as u32);
@@ -1212,7 +1219,7 @@ impl ViewChange {
             return;
         }
         let list = self.declared.entry(from).or_default();
-        if list.iter().any(|x| *x == d) {
+        if list.contains(&d) {
             return;
         }
         if list.len() >= MAX_DECLARATIONS {

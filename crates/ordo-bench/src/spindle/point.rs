@@ -158,7 +158,9 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
     let group = GroupConfig {
         members: ids.clone(),
         subgroups: (0..p.subgroups)
-            .map(|_| SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+            .map(|_| SubgroupConfig {
+                name: String::new(),
+                descriptor: Vec::new(),
                 members: ids.clone(),
                 senders: senders.clone(),
                 window: p.window,

@@ -114,7 +114,9 @@ impl VsyncCluster {
         };
         let group = GroupConfig {
             members: members.clone(),
-            subgroups: vec![SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+            subgroups: vec![SubgroupConfig {
+                name: String::new(),
+                descriptor: Vec::new(),
                 members: members.clone(),
                 senders,
                 window: arg(args, "window", 4)?,

@@ -243,7 +243,9 @@ impl Params {
             members.sort_unstable();
             let mode = if rng.chance(300_000) { DeliveryMode::Unordered } else { DeliveryMode::Ordered };
             let window = rng.range(1, 16) as usize;
-            subgroups.push(SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+            subgroups.push(SubgroupConfig {
+                name: String::new(),
+                descriptor: Vec::new(),
                 members,
                 senders: senders.clone(),
                 window,

@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 fn template(n: u32) -> GroupConfig {
     GroupConfig {
         members: (0..n).collect(),
-        subgroups: vec![SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+        subgroups: vec![SubgroupConfig {
+            name: String::new(),
+            descriptor: Vec::new(),
             members: (0..n).collect(),
             senders: (0..n).collect(),
             window: 4,
@@ -185,7 +187,10 @@ fn every_message_round_trips_and_every_truncation_is_refused() {
         ControlMsg::StateRequest { view: 4, subgroup: 1, offset: 3 },
         ControlMsg::NoState { view: 4, subgroup: 1 },
         ControlMsg::Declare { view: 2, declaration: decl.clone() },
-        ControlMsg::Declare { view: 2, declaration: Declaration { sender: false, descriptor: vec![], ..decl } },
+        ControlMsg::Declare {
+            view: 2,
+            declaration: Declaration { sender: false, descriptor: vec![], ..decl },
+        },
     ];
     for m in msgs {
         let bytes = m.to_bytes();
@@ -422,7 +427,9 @@ fn a_graceful_leave_removes_the_member() {
 #[test]
 fn allocation_keeps_configured_indices_and_drops_subgroups_without_senders() {
     let mut t = template(4);
-    t.subgroups.push(SubgroupConfig { name: String::new(), descriptor: Vec::new(),
+    t.subgroups.push(SubgroupConfig {
+        name: String::new(),
+        descriptor: Vec::new(),
         members: vec![1, 2, 3],
         senders: vec![3],
         window: 2,
@@ -543,7 +550,11 @@ fn a_declaration_lost_with_a_dead_leader_is_resent_until_it_is_in() {
         let late = t.subgroups.iter().find(|s| s.name == "late").expect("created in a later view");
         assert_eq!(late.members, vec![3]);
         assert!(late.senders.is_empty(), "a subscriber only: inactive until a sender joins");
-        assert_eq!(net.vcs[m as usize].group().config.subgroups.len(), 1, "no sender: not in the view's engine");
+        assert_eq!(
+            net.vcs[m as usize].group().config.subgroups.len(),
+            1,
+            "no sender: not in the view's engine"
+        );
     }
     assert!(matches!(&net.declared(3)[..], [(_, Ok(1))]));
 }
