@@ -1,8 +1,11 @@
 //! `ordo-dds`: OMG DDS-style publish/subscribe (DCPS) on vsync, with the
 //! four QoS levels of Spindle's DDS (spindle §IV-F).
 //!
-//! One top-level vsync group holds every participant; each topic of
-//! `[dds]` is one subgroup of its publishers (the senders) and subscribers
+//! One top-level vsync group holds every participant; each topic — in
+//! `[dds]`, or created at run time by [`DomainParticipant::create_topic`]
+//! and a first writer or reader, through a view change that adds it to the
+//! group's catalogue — is one subgroup of its publishers (the senders) and
+//! subscribers
 //! (spindle §II-A: "topics are hashed to pick the subgroup", "publish is
 //! implemented as a multicast, and subscribe watching for matching
 //! multicasts and then does an upcall"). Samples are built in place in the
