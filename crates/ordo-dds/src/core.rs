@@ -1092,6 +1092,14 @@ impl<D: Disk> DomainCore<D> {
         mut make: impl FnMut(&TopicConfig) -> Result<TopicCore<D>, String>,
     ) -> usize {
         let before = self.topics.len();
+        // A topic whose log did not open stops at this member, saying why.
+        let mut make = |cfg: &TopicConfig| {
+            make(cfg).unwrap_or_else(|why| {
+                let mut t = TopicCore::new(cfg.clone());
+                t.fault = Some(why);
+                t
+            })
+        };
         for (g, s) in subgroups.iter().enumerate() {
             let member = s.members.contains(&self.me);
             let Some(cfg) = subgroup_topic(s) else {
@@ -1112,23 +1120,14 @@ impl<D: Disk> DomainCore<D> {
                 continue;
             };
             if g >= self.topics.len() {
-                let t = make(&cfg).unwrap_or_else(|why| {
-                    let mut t = TopicCore::new(cfg.clone());
-                    t.fault = Some(why);
-                    t
-                });
-                self.topics.push(t);
+                self.topics.push(make(&cfg));
                 continue;
             }
             let t = &mut self.topics[g];
             let was = t.config.publishers.contains(&self.me) || t.config.subscribers.contains(&self.me);
             if member && !was && cfg.qos == QosLevel::LoggedStorage && t.log.is_none() && t.delivered == 0 {
                 let readers = std::mem::take(&mut t.readers);
-                *t = make(&cfg).unwrap_or_else(|why| {
-                    let mut t = TopicCore::new(cfg.clone());
-                    t.fault = Some(why);
-                    t
-                });
+                *t = make(&cfg);
                 t.readers = readers;
             } else {
                 t.config.publishers = cfg.publishers;

@@ -324,7 +324,13 @@ fn loans_listeners_waitsets_and_keyed_instances() {
     }
     assert_eq!(readings.iter().map(|r| r.sensor).collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
     assert_eq!(readings[7].value, 3.5);
-    assert!(heard.load(Ordering::Relaxed) >= 1, "the listener ran");
+    // The listener runs on the member's thread after the samples are
+    // queued: a reader may take them before it has run.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while heard.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "the listener ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // Keyed instances: KEEP_LAST(1) keeps the newest alarm per room.
     let wa = ps[0].create_writer(&alarms).unwrap();
     for (room, level) in [("a", 1), ("b", 1), ("a", 2), ("a", 3), ("b", 4)] {

@@ -1193,8 +1193,6 @@ impl ViewChange {
     /// `received` as for [`suspect`](Self::suspect).
     pub fn declare(&mut self, d: Declaration, received: &[Vec<u64>]) {
         match declaration_status(&self.template, self.me, &d) {
-            Declared::In(g) => self.events.push(ViewEvent::Declared { name: d.name, subgroup: g }),
-            Declared::Refused(why) => self.events.push(ViewEvent::DeclarationRefused { name: d.name, why }),
             Declared::Pending => {
                 if self.own.iter().any(|o| o.name == d.name) {
                     self.events.push(ViewEvent::DeclarationRefused {
@@ -1209,6 +1207,16 @@ impl ViewChange {
                     self.note_declaration(self.me, d, received);
                 }
             }
+            settled => self.answer(d, settled),
+        }
+    }
+
+    /// Reports a settled declaration of this member's.
+    fn answer(&mut self, d: Declaration, status: Declared) {
+        match status {
+            Declared::In(g) => self.events.push(ViewEvent::Declared { name: d.name, subgroup: g }),
+            Declared::Refused(why) => self.events.push(ViewEvent::DeclarationRefused { name: d.name, why }),
+            Declared::Pending => self.own.push(d),
         }
     }
 
@@ -1234,13 +1242,8 @@ impl ViewChange {
     fn settle_own(&mut self) {
         let own = std::mem::take(&mut self.own);
         for d in own {
-            match declaration_status(&self.template, self.me, &d) {
-                Declared::In(g) => self.events.push(ViewEvent::Declared { name: d.name, subgroup: g }),
-                Declared::Refused(why) => {
-                    self.events.push(ViewEvent::DeclarationRefused { name: d.name, why })
-                }
-                Declared::Pending => self.own.push(d),
-            }
+            let status = declaration_status(&self.template, self.me, &d);
+            self.answer(d, status);
         }
     }
 
