@@ -14,10 +14,13 @@ use std::time::{Duration, Instant};
 
 #[derive(Subcommand)]
 pub enum Dds {
-    /// Publish samples of a topic (as a member that publishes it in
-    /// `[dds]`, or with --connect through a relay whose member does).
+    /// Publish samples of a topic (as a member — which becomes one of its
+    /// publishers if it is not yet; --qos creates the topic if the domain
+    /// lacks it — or with --connect through a relay whose member publishes
+    /// a configured topic).
     Pub(PubArgs),
-    /// Subscribe to a topic and report what arrives.
+    /// Subscribe to a topic and report what arrives (as a member, which
+    /// joins the topic if it is not in it; or with --connect).
     Sub(SubArgs),
     /// Print a member's log of a logged-storage topic (its last segment's
     /// samples; earlier segments are counted).
@@ -120,8 +123,10 @@ fn member_topic(p: &DomainParticipant, name: &str, d: &DefineArgs) -> Result<ord
     }
 }
 
+/// Where `pub` and `sub` run (a member's configuration, or relays as an
+/// external client) and on which topic.
 #[derive(Args)]
-pub struct PubArgs {
+pub struct TopicArgs {
     #[command(flatten)]
     pub config: crate::ConfigArgs,
     #[command(flatten)]
@@ -131,6 +136,12 @@ pub struct PubArgs {
     /// The topic.
     #[arg(long)]
     pub topic: String,
+}
+
+#[derive(Args)]
+pub struct PubArgs {
+    #[command(flatten)]
+    pub on: TopicArgs,
     /// Sample size in bytes (at most the topic's max_sample).
     #[arg(long, default_value_t = 1024)]
     pub size: usize,
@@ -157,14 +168,7 @@ pub struct PubArgs {
 #[derive(Args)]
 pub struct SubArgs {
     #[command(flatten)]
-    pub config: crate::ConfigArgs,
-    #[command(flatten)]
-    pub external: ExternalArgs,
-    #[command(flatten)]
-    pub define: DefineArgs,
-    /// The topic.
-    #[arg(long)]
-    pub topic: String,
+    pub on: TopicArgs,
     /// Stop after this many samples.
     #[arg(long)]
     pub count: Option<u64>,
@@ -273,19 +277,19 @@ enum Out {
 
 fn publish(a: PubArgs) -> Result<(), String> {
     let say = !a.json;
-    let out = if a.external.connect.is_empty() {
-        let p = start(&a.config, a.json)?;
-        let topic = member_topic(&p, &a.topic, &a.define)?;
+    let out = if a.on.external.connect.is_empty() {
+        let p = start(&a.on.config, a.json)?;
+        let topic = member_topic(&p, &a.on.topic, &a.on.define)?;
         let writer = p.create_writer(&topic).map_err(|e| e.to_string())?;
         if say {
-            println!("publishing {:?} ({}) size {}", a.topic, topic.qos().name(), a.size);
+            println!("publishing {:?} ({}) size {}", a.on.topic, topic.qos().name(), a.size);
         }
         Out::Member(Box::new(p), writer, topic)
     } else {
-        let c = connect(&a.external, a.json)?;
-        let w = c.writer(&a.topic, "bytes").map_err(|e| e.to_string())?;
+        let c = connect(&a.on.external, a.json)?;
+        let w = c.writer(&a.on.topic, "bytes").map_err(|e| e.to_string())?;
         if say {
-            println!("publishing {:?} through the relay, size {}", a.topic, a.size);
+            println!("publishing {:?} through the relay, size {}", a.on.topic, a.size);
         }
         Out::External(c, w)
     };
@@ -494,22 +498,22 @@ enum In {
 fn subscribe(a: SubArgs) -> Result<(), String> {
     let tally = Arc::new(Mutex::new(Tally::new()));
     let say = !a.json;
-    let (input, publishers) = if a.external.connect.is_empty() {
-        let p = start(&a.config, a.json)?;
-        let topic = member_topic(&p, &a.topic, &a.define)?;
+    let (input, publishers) = if a.on.external.connect.is_empty() {
+        let p = start(&a.on.config, a.json)?;
+        let topic = member_topic(&p, &a.on.topic, &a.on.define)?;
         let publishers = p
             .config()
             .dds
             .topics
             .iter()
-            .find(|t| t.name == a.topic)
+            .find(|t| t.name == a.on.topic)
             .map(|t| t.publishers.clone())
             .unwrap_or_default();
         lock(&tally).live_after = p.topic_stats(&topic).delivered;
         if say {
             println!(
                 "subscribed to {:?} ({}, {})",
-                a.topic,
+                a.on.topic,
                 topic.qos().name(),
                 if a.queue { "KEEP_ALL reader, take" } else { "in place" }
             );
@@ -537,10 +541,10 @@ fn subscribe(a: SubArgs) -> Result<(), String> {
         };
         (input, publishers)
     } else {
-        let c = connect(&a.external, a.json)?;
-        let s = c.subscribe(&a.topic, "bytes", a.max_samples).map_err(|e| e.to_string())?;
+        let c = connect(&a.on.external, a.json)?;
+        let s = c.subscribe(&a.on.topic, "bytes", a.max_samples).map_err(|e| e.to_string())?;
         if say {
-            println!("subscribed to {:?} through the relay", a.topic);
+            println!("subscribed to {:?} through the relay", a.on.topic);
         }
         (In::External(c, s), Vec::new())
     };

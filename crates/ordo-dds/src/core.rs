@@ -986,7 +986,7 @@ pub fn subgroup_topic(s: &SubgroupConfig) -> Option<TopicConfig> {
         subscribers: s.members.iter().copied().filter(|m| !s.senders.contains(m)).collect(),
         max_sample: spec.max_sample,
         window: s.window,
-        history: if spec.qos.stores() { spec.history.max(1) } else { default_history() },
+        history: spec.history,
         type_name: spec.type_name,
     };
     // The shape must be the one the spec implies (a peer cannot make a
@@ -998,10 +998,7 @@ fn spec_matches(t: &TopicConfig, s: &SubgroupConfig) -> bool {
     s.max_payload == crate::participant::slot_payload(t.max_sample)
         && s.mode == if t.qos.ordered() { DeliveryMode::Ordered } else { DeliveryMode::Unordered }
         && !s.name.is_empty()
-}
-
-fn default_history() -> usize {
-    1000
+        && (t.history > 0 || !t.qos.stores())
 }
 
 /// Every topic of the domain at one member, indexed like the vsync

@@ -381,12 +381,7 @@ impl DomainParticipant {
         let core = lock(&self.core);
         if let Some(g) = core.find(&t.name) {
             let have = core.topic(g).config();
-            let existing = topic_subgroup(have, Vec::new());
-            let same = existing.window == wanted.window
-                && existing.max_payload == wanted.max_payload
-                && existing.mode == wanted.mode
-                && existing.descriptor == wanted.descriptor;
-            if !same || have.max_sample == 0 {
+            if !topic_subgroup(have, Vec::new()).same_shape(&wanted) || have.max_sample == 0 {
                 return Err(DdsError::Declare {
                     topic: t.name.clone(),
                     why: format!(
@@ -418,15 +413,7 @@ impl DomainParticipant {
             }
         }
         let node = self.node.as_ref().ok_or_else(|| DdsError::Stopped("stopped".into()))?;
-        let sub = topic_subgroup(&topic.spec, Vec::new());
-        let d = Declaration {
-            name: sub.name,
-            descriptor: sub.descriptor,
-            window: sub.window,
-            max_payload: sub.max_payload,
-            mode: sub.mode,
-            sender: publisher,
-        };
+        let d = Declaration::of(&topic_subgroup(&topic.spec, Vec::new()), publisher);
         let timeout =
             Duration::from_millis(self.config.node.tick_ms.max(1) * 400).max(Duration::from_secs(10));
         node.declare(d, timeout).map_err(|why| DdsError::Declare { topic: topic.name.clone(), why })

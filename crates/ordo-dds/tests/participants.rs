@@ -496,6 +496,15 @@ fn topics_declared_at_run_time() {
         (1..=10).map(|i| (i, 300 + i)).collect::<Vec<_>>()
     );
     assert!(tail[100..].iter().enumerate().all(|(i, x)| x.2 == data(5, i as u64 + 1)));
+    // Two threads of one participant joining one new topic at once (a
+    // writer and a reader): both are answered.
+    let both = ps[3].create_topic::<Bytes>(spec("both", QosLevel::AtomicMulticast)).unwrap();
+    std::thread::scope(|s| {
+        let w = s.spawn(|| ps[3].create_writer(&both).map(|_| ()));
+        let r = s.spawn(|| ps[3].create_reader(&both, ReaderQos::default()).map(|_| ()));
+        w.join().unwrap().unwrap();
+        r.join().unwrap().unwrap();
+    });
     // A logged topic created at run time: member 1 publishes, member 2
     // subscribes; member 2's log holds the samples.
     let lt = ps[1].create_topic::<Bytes>(spec("lt", QosLevel::LoggedStorage)).unwrap();
@@ -515,7 +524,7 @@ fn topics_declared_at_run_time() {
     assert!(ordo_dds::log_dir(ps[2].config(), 2, "lt").is_dir());
     let deadline = Instant::now() + Duration::from_secs(10);
     for p in &ps {
-        while p.topic_names() != ["rt", "lt"] {
+        while p.topic_names() != ["rt", "both", "lt"] {
             assert!(Instant::now() < deadline, "m{}: {:?}", p.member(), p.topic_names());
             std::thread::sleep(Duration::from_millis(5));
         }

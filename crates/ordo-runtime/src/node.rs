@@ -875,6 +875,9 @@ pub struct Node {
     shared: Arc<Shared>,
     control_addr: Option<SocketAddr>,
     senders: Arc<Mutex<Vec<Option<ordo_vsync::Sender>>>>,
+    /// Held by [`Node::declare`]: one declaration at a time, so two threads
+    /// declaring one name do not take each other's answer.
+    declaring: Mutex<()>,
 }
 
 /// An acuerdo member run by a [`Node`]: its agent, and the thread that
@@ -1075,6 +1078,7 @@ fn start_acuerdo(config: &OrdoConfig, app: NodeApp) -> Result<Node, NodeError> {
         shared,
         control_addr: None,
         senders: Arc::new(Mutex::new(Vec::new())),
+        declaring: Mutex::new(()),
     })
 }
 
@@ -1195,7 +1199,14 @@ impl Node {
         let mut options = config.runner_options();
         options.threading = crate::ThreadingMode::Dedicated;
         let runner = Runner::start(vec![agent], &options)?;
-        Ok(Node { runner: Some(runner), acuerdo: None, shared, control_addr: Some(control_addr), senders })
+        Ok(Node {
+            runner: Some(runner),
+            acuerdo: None,
+            shared,
+            control_addr: Some(control_addr),
+            senders,
+            declaring: Mutex::new(()),
+        })
     }
 
     /// A send handle for configured subgroup `g` that follows the views
@@ -1216,6 +1227,7 @@ impl Node {
         if self.acuerdo.is_some() {
             return Err("declarations are for vsync members".into());
         }
+        let _one = self.declaring.lock().unwrap_or_else(|p| p.into_inner());
         let name = d.name.clone();
         let mut done = self.shared.declared.lock().unwrap_or_else(|p| p.into_inner());
         done.remove(&name);

@@ -937,15 +937,7 @@ impl SimProcess<ViewsEvent> for Member {
         {
             let g = self.late[i].0;
             self.late[i].1 = u64::MAX;
-            let s = &self.template.subgroups[g];
-            let d = Declaration {
-                name: s.name.clone(),
-                descriptor: s.descriptor.clone(),
-                window: s.window,
-                max_payload: s.max_payload,
-                mode: s.mode,
-                sender: false,
-            };
+            let d = Declaration::of(&self.template.subgroups[g], false);
             self.set_view();
             let view = self.vm.view().id;
             self.vm.declare(d, &mut self.app);

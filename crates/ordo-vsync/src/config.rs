@@ -46,6 +46,18 @@ pub struct SubgroupConfig {
     pub descriptor: Vec<u8>,
 }
 
+impl SubgroupConfig {
+    /// Whether `other` has this subgroup's shape: descriptor, window,
+    /// payload and delivery mode (what members must agree on to share it;
+    /// names and membership aside).
+    pub fn same_shape(&self, other: &SubgroupConfig) -> bool {
+        self.window == other.window
+            && self.max_payload == other.max_payload
+            && self.mode == other.mode
+            && self.descriptor == other.descriptor
+    }
+}
+
 /// The Spindle optimizations, each a switch (spindle §III). All on is
 /// Spindle; all off is the baseline of the paper's figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

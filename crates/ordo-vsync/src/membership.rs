@@ -39,7 +39,10 @@
 //!   catalogue ([`StateTransfer::catalogue`]) before anything of the view
 //!   is delivered or restored, and a member newly in a subgroup fetches
 //!   its state from the subgroup's other members like a joiner (it holds
-//!   none).
+//!   none). A declaration is answered ([`MembershipEvent::Declared`]) only
+//!   once the view that took it is open — after its `Installed` — so the
+//!   sink knows the subgroup and its send handle exists when the caller
+//!   hears of it.
 //!
 //! # Sending across views
 //! [`ViewMember::sender`] returns the handle of the current view. A handle
@@ -189,6 +192,8 @@ pub struct ViewMember<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> {
     suspicions: Vec<(MemberId, FailureCause)>,
     /// The remapped delivery batch, reused (empty between calls).
     remap_buf: Vec<Delivered<'static>>,
+    /// Declaration answers held until the view that gave them is open.
+    held: Vec<MembershipEvent>,
 }
 
 /// Rewrites engine subgroup indices to configured ones, into a buffer the
@@ -245,6 +250,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             events: Vec::new(),
             suspicions: Vec::new(),
             remap_buf: Vec::new(),
+            held: Vec::new(),
         })
     }
 
@@ -268,6 +274,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             events: Vec::new(),
             suspicions: Vec::new(),
             remap_buf: Vec::new(),
+            held: Vec::new(),
         })
     }
 
@@ -528,14 +535,24 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
                     self.events.push(MembershipEvent::Minority { view, suspects });
                 }
                 ViewEvent::Declared { name, subgroup } => {
-                    self.events.push(MembershipEvent::Declared { name, subgroup })
+                    self.answer(MembershipEvent::Declared { name, subgroup })
                 }
                 ViewEvent::DeclarationRefused { name, why } => {
-                    self.events.push(MembershipEvent::DeclarationRefused { name, why })
+                    self.answer(MembershipEvent::DeclarationRefused { name, why })
                 }
             }
         }
         work
+    }
+
+    /// Reports a declaration's answer: at once, or — while the view that
+    /// gave it is not open yet — after its `Installed`.
+    fn answer(&mut self, e: MembershipEvent) {
+        if self.opening.is_some() {
+            self.held.push(e);
+        } else {
+            self.events.push(e);
+        }
     }
 
     /// The decided view's first half: the failed view's ragged edge is
@@ -671,6 +688,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
             .map(|o| o.view.members.iter().copied().filter(|m| !view.contains(*m)).collect())
             .unwrap_or_default();
         self.events.push(MembershipEvent::Installed { view, left, joined, ragged, resent: resend.len() });
+        self.events.append(&mut self.held);
     }
 
     /// A joiner asks the next source of each subgroup it waits for; a

@@ -193,6 +193,19 @@ pub struct Declaration {
 }
 
 impl Declaration {
+    /// A declaration of subgroup `s`'s name and shape (its members aside),
+    /// as a sender or not.
+    pub fn of(s: &SubgroupConfig, sender: bool) -> Declaration {
+        Declaration {
+            name: s.name.clone(),
+            descriptor: s.descriptor.clone(),
+            window: s.window,
+            max_payload: s.max_payload,
+            mode: s.mode,
+            sender,
+        }
+    }
+
     /// Whether the declaration itself is well formed.
     pub fn check(&self) -> Result<(), String> {
         if self.name.is_empty() || self.name.len() > MAX_NAME {
@@ -317,10 +330,7 @@ pub fn extends(old: &[SubgroupConfig], new: &[SubgroupConfig]) -> bool {
     new.len() >= old.len()
         && old.iter().zip(new).all(|(a, b)| {
             a.name == b.name
-                && a.descriptor == b.descriptor
-                && a.window == b.window
-                && a.max_payload == b.max_payload
-                && a.mode == b.mode
+                && a.same_shape(b)
                 && b.members.starts_with(&a.members)
                 && b.senders.starts_with(&a.senders)
         })
@@ -673,8 +683,8 @@ impl Reader<'_> {
         self.0 = &self.0[len..];
         Ok(out)
     }
-    #[allow(clippy::type_complexity)]
-    fn shape(&mut self) -> Result<(String, Vec<u8>, usize, usize, DeliveryMode), DecodeError> {
+    /// A subgroup's name and shape, as a subgroup without members yet.
+    fn shape(&mut self) -> Result<SubgroupConfig, DecodeError> {
         let name = String::from_utf8(self.bytes("name", MAX_NAME)?)
             .map_err(|_| DecodeError::Invalid("a subgroup name that is not UTF-8"))?;
         let descriptor = self.bytes("descriptor", MAX_DESCRIPTOR)?;
@@ -687,23 +697,31 @@ impl Reader<'_> {
             1 => DeliveryMode::Unordered,
             _ => return Err(DecodeError::Invalid("delivery mode")),
         };
-        Ok((name, descriptor, window, max_payload, mode))
+        Ok(SubgroupConfig {
+            members: Vec::new(),
+            senders: Vec::new(),
+            window,
+            max_payload,
+            mode,
+            name,
+            descriptor,
+        })
     }
     fn catalogue(&mut self) -> Result<Vec<SubgroupConfig>, DecodeError> {
         let start = self.0.len();
         let n = self.count("catalogue", MAX_SUBGROUPS, 24)?;
         let mut out: Vec<SubgroupConfig> = Vec::with_capacity(n);
         for _ in 0..n {
-            let (name, descriptor, window, max_payload, mode) = self.shape()?;
-            let members = self.members("subgroup members")?;
-            let senders = self.members("subgroup senders")?;
-            if members.is_empty() || senders.iter().any(|m| !members.contains(m)) {
+            let mut s = self.shape()?;
+            s.members = self.members("subgroup members")?;
+            s.senders = self.members("subgroup senders")?;
+            if s.members.is_empty() || s.senders.iter().any(|m| !s.members.contains(m)) {
                 return Err(DecodeError::Invalid("a subgroup's senders are not among its members"));
             }
-            if !name.is_empty() && out.iter().any(|o| o.name == name) {
+            if !s.name.is_empty() && out.iter().any(|o| o.name == s.name) {
                 return Err(DecodeError::Invalid("a subgroup name listed twice"));
             }
-            out.push(SubgroupConfig { members, senders, window, max_payload, mode, name, descriptor });
+            out.push(s);
         }
         if start - self.0.len() > MAX_CATALOGUE_BYTES {
             return Err(DecodeError::TooLong {
@@ -715,12 +733,13 @@ impl Reader<'_> {
         Ok(out)
     }
     fn declaration(&mut self) -> Result<Declaration, DecodeError> {
-        let (name, descriptor, window, max_payload, mode) = self.shape()?;
+        let s = self.shape()?;
         let sender = match self.u8()? {
             0 => false,
             1 => true,
             _ => return Err(DecodeError::Invalid("sender flag")),
         };
+        let SubgroupConfig { name, descriptor, window, max_payload, mode, .. } = s;
         let d = Declaration { name, descriptor, window, max_payload, mode, sender };
         d.check().map_err(|_| DecodeError::Invalid("a malformed declaration"))?;
         Ok(d)
@@ -1194,13 +1213,21 @@ impl ViewChange {
     pub fn declare(&mut self, d: Declaration, received: &[Vec<u64>]) {
         match declaration_status(&self.template, self.me, &d) {
             Declared::Pending => {
-                if self.own.iter().any(|o| o.name == d.name) {
-                    self.events.push(ViewEvent::DeclarationRefused {
-                        name: d.name,
-                        why: "a declaration of this name is already pending".into(),
-                    });
-                    return;
-                }
+                // One pending declaration per name: a second one of the
+                // same shape joins it (a sender if either asked to be).
+                let d = match self.own.iter().position(|o| o.name == d.name) {
+                    Some(i) if self.own[i] == Declaration { sender: self.own[i].sender, ..d.clone() } => {
+                        let mut merged = self.own.remove(i);
+                        merged.sender |= d.sender;
+                        merged
+                    }
+                    Some(_) => {
+                        let why = "a declaration of this name with another shape is pending".into();
+                        self.events.push(ViewEvent::DeclarationRefused { name: d.name, why });
+                        return;
+                    }
+                    None => d,
+                };
                 self.own.push(d.clone());
                 if self.status == Status::Running {
                     self.broadcast(ControlMsg::Declare { view: self.group.view.id, declaration: d.clone() });
@@ -1349,9 +1376,7 @@ impl ViewChange {
         let view = self.group.view.id;
         for d in self.own.clone() {
             self.broadcast(ControlMsg::Declare { view, declaration: d.clone() });
-            if !self.declared.get(&self.me).is_some_and(|l| l.contains(&d)) {
-                self.note_declaration(self.me, d, received);
-            }
+            self.note_declaration(self.me, d, received);
         }
         for (&v, waiting) in &self.unacked {
             let decision = self.decisions[&v].clone();

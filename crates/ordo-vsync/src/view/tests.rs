@@ -587,3 +587,24 @@ impl TapName for Declaration {
         self
     }
 }
+
+#[test]
+fn a_second_declaration_of_a_pending_name_joins_it() {
+    let mut net = Net::new(3, vec![vec![0, 0, 0]; 3]);
+    // A reader, then (before any view change) a writer of one topic: one
+    // pending declaration, a sender, one answer.
+    net.declare(1, decl("both", false));
+    net.declare(1, decl("both", true));
+    let mut other = decl("both", false);
+    other.max_payload = 65;
+    net.declare(1, other);
+    net.settle(3);
+    let s = &net.vcs[0].template().subgroups[1];
+    assert_eq!((s.members.clone(), s.senders.clone()), (vec![1], vec![1]));
+    assert_eq!(net.installs(1).len(), 1);
+    let answers = net.declared(1);
+    assert!(
+        matches!(&answers[..], [(_, Err(why)), (_, Ok(1))] if why.contains("another shape")),
+        "{answers:?}"
+    );
+}
