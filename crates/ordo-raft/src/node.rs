@@ -84,7 +84,9 @@
 //!   entries of its own term by counting (§5.4.2).
 //! - Replication: batched AppendEntries (`max_entries_per_append`,
 //!   `max_bytes_per_append`), pipelined up to `max_inflight_appends` per
-//!   follower, fast backtracking with a (hint_index, hint_term) reject hint;
+//!   follower; a client proposal is sent with the next `ready` (not at
+//!   once), so the proposals of one batch of inputs leave in one
+//!   AppendEntries per follower, fast backtracking with a (hint_index, hint_term) reject hint;
 //!   heartbeats are empty AppendEntries carrying the leader's commit index.
 //!   A follower commits `min(leader_commit, highest index it has verified to
 //!   match this leader in this term)`.
@@ -313,6 +315,10 @@ pub struct Node {
     leader_verified: Index,
     /// Leader: the voter being handed leadership, and ticks since.
     transfer: Option<(NodeId, u64)>,
+    /// Leader: client entries appended since the last `ready` and not yet
+    /// offered to the followers (one AppendEntries per follower carries
+    /// them all, in `ready`).
+    append_pending: bool,
     messages: Vec<Message>,
     last_hard_state: HardState,
     last_soft_state: SoftState,
@@ -388,6 +394,7 @@ impl Node {
             progress: BTreeMap::new(),
             leader_verified: 0,
             transfer: None,
+            append_pending: false,
             messages: Vec::new(),
             last_hard_state: durable_hard_state,
             last_soft_state: soft,
@@ -780,12 +787,16 @@ impl Node {
             || self.log.pending_snapshot
             || self.log.has_unstable()
             || !self.messages.is_empty()
+            || self.append_pending
             || self.commit.min(self.log.persisted) > self.applied
     }
 
     /// Takes the accumulated effects (see the module docs).
     pub fn ready(&mut self) -> Ready {
         assert!(self.applied <= self.commit, "ready: applied beyond commit");
+        if std::mem::take(&mut self.append_pending) && self.role == Role::Leader {
+            self.offer_proposals();
+        }
         let mut rd = Ready::default();
         let soft = self.soft_state();
         if soft != self.last_soft_state {
@@ -859,6 +870,7 @@ impl Node {
     fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
         assert!(term >= self.term, "become_follower: the term never goes back");
         assert_ne!(leader, Some(self.config.id), "become_follower: we are not the leader");
+        self.append_pending = false; // a follower offers no entries
         if term > self.term {
             self.term = term;
             self.vote = None;
@@ -1128,8 +1140,12 @@ impl Node {
             self.recompute_membership();
             assert_eq!(self.membership_index, index, "the appended membership is in force");
             self.reset_progress();
+            self.broadcast_append(false);
+        } else {
+            // Sent with the next `ready`: a batch of proposals leaves as one
+            // AppendEntries per follower, not one per proposal.
+            self.append_pending = true;
         }
-        self.broadcast_append(false);
         // A leader that is no longer a voter can commit without itself.
         self.maybe_commit();
         assert_eq!(self.term, term, "appending does not change the term");
@@ -1148,6 +1164,31 @@ impl Node {
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for id in peers {
             self.send_append(id, allow_empty);
+        }
+    }
+
+    /// The proposals since the last `ready`: to every follower that
+    /// replicates, as few appends as `max_entries_per_append` allows (as
+    /// many as one per proposal sent before), within its in-flight window.
+    fn offer_proposals(&mut self) {
+        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
+        for id in peers {
+            loop {
+                let Some(pr) = self.progress.get(&id) else { break };
+                let before = pr.next_index;
+                let more = pr.state == ReplicationState::Replicate
+                    && before <= self.log.last_index()
+                    && pr.can_send(self.config.max_inflight_appends);
+                if !more {
+                    break;
+                }
+                self.send_append(id, false);
+                // No progress: the entries it needs are compacted (a
+                // snapshot went instead).
+                if self.progress.get(&id).is_none_or(|p| p.next_index <= before) {
+                    break;
+                }
+            }
         }
     }
 

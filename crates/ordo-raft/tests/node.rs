@@ -419,6 +419,41 @@ fn pipelined_load_sends_a_bounded_number_of_messages_per_entry() {
     );
 }
 
+/// A batch of proposals made between two `ready`s (one server loop turn)
+/// leaves in as few AppendEntries per follower as the batch limit allows,
+/// not one per proposal (issue 12: the leader's datagrams per request).
+#[test]
+fn proposals_between_two_readies_leave_in_batched_appends() {
+    let mut c = Cluster::new(3);
+    let leader = c.elect();
+    c.pump();
+    let first = c.node(leader).last_index() + 1;
+    for p in payloads(0..10) {
+        let index = c.node_mut(leader).propose(p).unwrap();
+        assert!(index >= first);
+    }
+    let rd = c.node_mut(leader).ready();
+    let appends: Vec<(NodeId, Vec<Index>)> = rd
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::AppendEntries { to, entries, .. } => {
+                Some((*to, entries.iter().map(|e| e.index).collect()))
+            }
+            _ => None,
+        })
+        .collect();
+    // Ten entries, at most `max_entries_per_append` (8) an append: two
+    // appends per follower (before: one per proposal, ten).
+    let all: Vec<Index> = (first..first + 10).collect();
+    for f in (1..=3).filter(|&i| i != leader) {
+        let to_f: Vec<&Vec<Index>> = appends.iter().filter(|(to, _)| *to == f).map(|(_, e)| e).collect();
+        assert_eq!(to_f.len(), 2, "{appends:?}");
+        assert_eq!(to_f.into_iter().flatten().copied().collect::<Vec<_>>(), all);
+    }
+    assert_eq!(rd.entries.len(), 10, "the entries are handed out for persistence with them");
+}
+
 #[test]
 fn non_leader_refuses_proposals_with_a_hint() {
     let mut c = Cluster::new(3);
