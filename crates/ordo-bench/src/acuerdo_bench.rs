@@ -75,6 +75,11 @@ pub struct BenchArgs {
     /// Leader failures per group size in Table 1 (default 4 with --quick, 12 otherwise).
     #[arg(long)]
     pub elections: Option<usize>,
+    /// Runner threads of the window-1 headline's groups (both engines);
+    /// default: one per member where the machine has a core per member,
+    /// else 2.
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Directory for CSV and PNG files.
     #[arg(long, default_value = "bench-results/acuerdo")]
     pub out: PathBuf,
@@ -317,11 +322,13 @@ fn bench_config(members: &[MemberId], me: MemberId, size: usize, max_window: u64
     c
 }
 
+/// `shared_bells`: the members of runner thread `t` (member `m` runs on
+/// thread `m % threads`) park on member `t`'s doorbell.
 fn create_fabrics(
     cluster: &str,
     ids: &[MemberId],
     len: usize,
-    shared_bells: bool,
+    shared_bells: Option<usize>,
 ) -> Result<Vec<MemberFabric>, String> {
     std::thread::scope(|s| {
         let handles: Vec<_> = ids
@@ -330,8 +337,8 @@ fn create_fabrics(
                 let ids = ids.to_vec();
                 s.spawn(move || {
                     let mut o = ShmOptions::new(cluster, m, ids, len);
-                    if shared_bells {
-                        o.doorbell_owner = Some(m % 2);
+                    if let Some(threads) = shared_bells {
+                        o.doorbell_owner = Some(m % threads as MemberId);
                     }
                     o.liveness_check_interval = Duration::from_millis(20);
                     ShmFabric::create(o).map(MemberFabric::Shm).map_err(|e| format!("member {m}: {e}"))
@@ -374,9 +381,12 @@ struct Timing {
 }
 
 /// Acuerdo's window curve on ordo's shm (`ofi: None`) or on libfabric's
-/// provider `ofi` (rows' engine `acuerdo-ofi <provider>`).
+/// provider `ofi` (rows' engine `acuerdo-ofi <provider>`), the members on
+/// `threads` runner threads (member `i` on thread `i % threads`).
+#[allow(clippy::too_many_arguments)]
 fn acuerdo_curve(
     ofi: Option<(&str, ordo_runtime::OfiEndpoint)>,
+    threads: usize,
     members: u32,
     size: usize,
     windows: &[u64],
@@ -389,7 +399,7 @@ fn acuerdo_curve(
     let cfg0 = bench_config(&ids, 0, size, max_window);
     let cluster = format!("ab8-{}-{members}-{size}", std::process::id());
     let fabrics = match ofi {
-        None => create_fabrics(&cluster, &ids, region_len(&cfg0), true)?,
+        None => create_fabrics(&cluster, &ids, region_len(&cfg0), Some(threads))?,
         #[cfg(feature = "ofi")]
         Some((provider, endpoint)) => ordo_runtime::wiring::connect_local_ofi_group(
             provider,
@@ -410,18 +420,19 @@ fn acuerdo_curve(
         Some((p, ordo_runtime::OfiEndpoint::Msg)) => format!("acuerdo-ofi {p} msg"),
     };
     let load = Load::new(size, 0);
-    let mut agents: [Vec<LoadedMember>; 2] = [Vec::new(), Vec::new()];
+    let mut agents: Vec<Vec<LoadedMember>> = (0..threads).map(|_| Vec::new()).collect();
     let mut statuses = Vec::new();
     for (i, f) in fabrics.into_iter().enumerate() {
         let cfg = bench_config(&ids, i as MemberId, size, max_window);
         let (m, c) = AcuerdoMember::new(f, cfg, 0, MemberOptions::default()).map_err(|e| e.to_string())?;
         statuses.push(m.status());
-        agents[i % 2].push(LoadedMember::new(m, c, load.clone()));
+        agents[i % threads].push(LoadedMember::new(m, c, load.clone()));
     }
     let options = RunnerOptions::new(ThreadingMode::Shared, idle());
-    let [a0, a1] = agents;
-    let r0 = Runner::start(a0, &options).map_err(|e| e.to_string())?;
-    let r1 = Runner::start(a1, &options).map_err(|e| e.to_string())?;
+    let runners = agents
+        .into_iter()
+        .map(|a| Runner::start(a, &options).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
     wait_for("a leader", Duration::from_secs(10), || {
         statuses.iter().filter(|s| s.is_leader()).count() == 1
             && statuses.iter().all(|s| s.role() != Role::Electing)
@@ -472,8 +483,9 @@ fn acuerdo_curve(
         }
     }
     load.window.store(0, Ordering::Relaxed);
-    drop(r0.join());
-    drop(r1.join());
+    for r in runners {
+        drop(r.join());
+    }
     Ok(rows)
 }
 
@@ -533,15 +545,20 @@ fn vsync_curve(
 /// The window-1 headline (3 members, 10 B): Acuerdo's commit p50 and
 /// vsync leader-only's p50 of the sender's delivery, interleaved, each sample a fresh
 /// group; then the cross-process cache-line round trip (its p50 over
-/// several runs) and Acuerdo's p50 over it.
+/// several runs) and Acuerdo's p50 over it. Both groups run on the same
+/// runner threads: one per member where the machine has a core per member
+/// (as members on separate machines would), else two
+/// ([`crate::spindle::threads_for`]); the title says which.
 fn window1_headline(
     t: &Timing,
     rounds: usize,
+    threads: Option<usize>,
     progress: &mut impl FnMut(&str),
 ) -> Result<(crate::noise::Comparison, Option<crate::noise::Comparison>, Option<f64>), String> {
     use crate::noise::{Comparison, Retry, interleave};
     progress(&format!("window 1 headline: acuerdo vs vsync leader-only, {rounds} interleaved rounds"));
     let (members, size) = (3u32, 10usize);
+    let threads = threads.unwrap_or_else(|| crate::spindle::threads_for(members)).clamp(1, members as usize);
     let retry = Retry { attempts: 3, pause: t.duration };
     let rounds = interleave(
         rounds,
@@ -551,6 +568,7 @@ fn window1_headline(
             let p = Point {
                 window: 1,
                 latency_at_sender: true,
+                threads,
                 ..Point::simple(members, Pattern::One, size, ordo_vsync::Switches::SPINDLE)
             };
             let cluster = format!("abw-{}", std::process::id());
@@ -560,18 +578,17 @@ fn window1_headline(
         // subject: Acuerdo
         || {
             let mut quiet = |_: &str| {};
-            let (row, load) =
-                acuerdo_curve(None, members, size, &[1], t, 1, &mut quiet)?.pop().ok_or("no point")?;
+            let (row, load) = acuerdo_curve(None, threads, members, size, &[1], t, 1, &mut quiet)?
+                .pop()
+                .ok_or("no point")?;
             Ok((row.latency_ns_p50.map(|v| v as f64), load))
         },
     )?;
-    let c = Comparison::of(
-        "window 1, 3 members, 10 B: Acuerdo commit p50 / vsync leader-only p50 (the sender's delivery)",
-        "p50 latency, ns",
-        ("vsync-leader", "acuerdo"),
-        &rounds,
-        |v| *v,
+    let title = format!(
+        "window 1, 3 members on {threads} runner threads, 10 B: Acuerdo commit p50 / vsync leader-only p50 \
+         (the sender's delivery)"
     );
+    let c = Comparison::of(&title, "p50 latency, ns", ("vsync-leader", "acuerdo"), &rounds, |v| *v);
     progress(&c.line(|v| format!("{:.0} ns", v)));
     // The cache-line round trip, measured as `bench fabric` does (two
     // processes, pinned where there are two cores).
@@ -771,7 +788,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             for size in [10usize, 1000] {
                 progress(&format!("fig8: {members} members, {size} B"));
                 rows.extend(
-                    acuerdo_curve(None, members, size, &windows, &timing, ATTEMPTS, &mut progress)?
+                    acuerdo_curve(None, 2, members, size, &windows, &timing, ATTEMPTS, &mut progress)?
                         .into_iter()
                         .map(|(r, _)| r),
                 );
@@ -799,7 +816,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
                 Some((p, Msg)) => format!("ofi {p} (connected endpoints)"),
             };
             progress(&format!("ofi: 3 members, 10 B, on {name}"));
-            let curve = acuerdo_curve(ofi, 3, 10, &ofi_windows, &timing, ATTEMPTS, &mut progress)?;
+            let curve = acuerdo_curve(ofi, 2, 3, 10, &ofi_windows, &timing, ATTEMPTS, &mut progress)?;
             rows.extend(curve.into_iter().map(|(mut r, _)| {
                 r.figure = "ofi".into();
                 r
@@ -808,7 +825,8 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     }
     let (mut window1, mut window1_vs_cacheline, mut cacheline_round_trip_ns) = (None, None, None);
     if want("window1") {
-        let (c, l, rtt) = window1_headline(&timing, if args.quick { 3 } else { 5 }, &mut progress)?;
+        let (c, l, rtt) =
+            window1_headline(&timing, if args.quick { 3 } else { 5 }, args.threads, &mut progress)?;
         (window1, window1_vs_cacheline, cacheline_round_trip_ns) = (Some(c), l, rtt);
     }
     Ok(Report {

@@ -178,8 +178,20 @@ pub struct Point {
     /// client at an Acuerdo leader, waits for), not every member's
     /// delivery. The Acuerdo comparison measures this way.
     pub latency_at_sender: bool,
-    /// The fabric the members run on (one process, two runner threads).
+    /// The fabric the members run on (one process).
     pub fabric: PointFabric,
+    /// Runner threads the members share (member `i` on thread
+    /// `i % threads`): 2 (the figures'; what a 2-core machine holds), or
+    /// one per member where the cores allow ([`threads_for`]).
+    pub threads: usize,
+}
+
+/// Runner threads for a group of `members` that gives each member its own
+/// thread where this machine has a core per member (as separate machines
+/// would), else 2 (members share; the figures' layout).
+pub fn threads_for(members: u32) -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    if members as usize <= cores { members as usize } else { 2 }
 }
 
 /// The fabric of a point.
@@ -219,6 +231,7 @@ impl Point {
             memcpy: false,
             latency_at_sender: false,
             fabric: PointFabric::Shm,
+            threads: 2,
         }
     }
 

@@ -153,6 +153,8 @@ impl Agent for SpindleAgent {
 /// Runs one point to completion (see the module docs).
 pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, String> {
     assert!(p.members >= 2 && p.senders >= 1 && p.senders <= p.members && p.active <= p.subgroups);
+    assert!(p.threads >= 1, "a point runs on at least one runner thread");
+    let threads = p.threads;
     let ids: Vec<MemberId> = (0..p.members).collect();
     let senders: Vec<MemberId> = (0..p.senders).collect();
     let group = GroupConfig {
@@ -182,7 +184,7 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
                     let ids = ids.clone();
                     s.spawn(move || {
                         let mut o = ShmOptions::new(cluster, m, ids, region_len);
-                        o.doorbell_owner = Some(m % 2);
+                        o.doorbell_owner = Some(m % threads as MemberId);
                         // Liveness is not what is measured: check peers every
                         // 100 ms, not every 1 ms (a flock syscall per peer).
                         o.liveness_check_interval = Duration::from_millis(100);
@@ -209,7 +211,7 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
     let mut counters = Vec::new();
     let mut quiets = Vec::new();
     let mut sents = Vec::new();
-    let mut agents: [Vec<SpindleAgent>; 2] = [Vec::new(), Vec::new()];
+    let mut agents: Vec<Vec<SpindleAgent>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, fabric) in fabrics.into_iter().enumerate() {
         let live = Arc::new(Live {
             start_ns: start_ns.clone(),
@@ -228,7 +230,7 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
         let delayed = is_sender && i as u32 >= p.senders - p.delayed;
         let quiet = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
-        agents[i % 2].push(SpindleAgent {
+        agents[i % threads].push(SpindleAgent {
             member,
             handles,
             size: p.size,
@@ -255,9 +257,10 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
         park_max: Duration::from_micros(500),
     };
     let options = RunnerOptions::new(ThreadingMode::Shared, idle);
-    let [a0, a1] = agents;
-    let r0 = Runner::start(a0, &options).map_err(|e| e.to_string())?;
-    let r1 = Runner::start(a1, &options).map_err(|e| e.to_string())?;
+    let runners = agents
+        .into_iter()
+        .map(|a| Runner::start(a, &options).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
     std::thread::sleep(plan.warmup);
     let probe = crate::noise::Probe::start();
     let t0 = monotonic_ns();
@@ -287,9 +290,9 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    let j0 = r0.try_join().map_err(|e| e.to_string());
-    let j1 = r1.try_join().map_err(|e| e.to_string());
-    let (j0, j1) = (j0?, j1?);
+    // Every runner is joined before any error is returned.
+    let joined: Vec<_> = runners.into_iter().map(|r| r.try_join().map_err(|e| e.to_string())).collect();
+    let joined = joined.into_iter().collect::<Result<Vec<_>, _>>()?;
     let messages_sent = drained?;
     let mut m = Measurement {
         window_s,
@@ -314,7 +317,7 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
             m.latency_ns_p99 = Some(all.value_at_quantile(0.99));
         }
     }
-    for agent in j0.agents.iter().chain(j1.agents.iter()) {
+    for agent in joined.iter().flat_map(|j| j.agents.iter()) {
         let (Some(start), Some(stop)) = (&agent.stats_at_start, &agent.stats_at_stop) else {
             return Err(format!("member {} took no stats snapshot", agent.member.engine().member()));
         };
