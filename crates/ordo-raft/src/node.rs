@@ -86,7 +86,9 @@
 //!   `max_bytes_per_append`), pipelined up to `max_inflight_appends` per
 //!   follower; a client proposal is sent with the next `ready` (not at
 //!   once), so the proposals of one batch of inputs leave in one
-//!   AppendEntries per follower, fast backtracking with a (hint_index, hint_term) reject hint;
+//!   AppendEntries per follower (up to the batch limit), and a commit
+//!   index that moved is announced with it (an empty append only to
+//!   followers that get no entries), fast backtracking with a (hint_index, hint_term) reject hint;
 //!   heartbeats are empty AppendEntries carrying the leader's commit index.
 //!   A follower commits `min(leader_commit, highest index it has verified to
 //!   match this leader in this term)`.
@@ -319,6 +321,9 @@ pub struct Node {
     /// offered to the followers (one AppendEntries per follower carries
     /// them all, in `ready`).
     append_pending: bool,
+    /// Leader: the commit index moved since the last `ready`; followers
+    /// not told by an append with entries get an empty one carrying it.
+    commit_pending: bool,
     messages: Vec<Message>,
     last_hard_state: HardState,
     last_soft_state: SoftState,
@@ -395,6 +400,7 @@ impl Node {
             leader_verified: 0,
             transfer: None,
             append_pending: false,
+            commit_pending: false,
             messages: Vec::new(),
             last_hard_state: durable_hard_state,
             last_soft_state: soft,
@@ -788,14 +794,24 @@ impl Node {
             || self.log.has_unstable()
             || !self.messages.is_empty()
             || self.append_pending
+            || (self.commit_pending && self.announces())
             || self.commit.min(self.log.persisted) > self.applied
     }
 
     /// Takes the accumulated effects (see the module docs).
     pub fn ready(&mut self) -> Ready {
         assert!(self.applied <= self.commit, "ready: applied beyond commit");
-        if std::mem::take(&mut self.append_pending) && self.role == Role::Leader {
-            self.offer_proposals();
+        let (proposals, commit) =
+            (std::mem::take(&mut self.append_pending), std::mem::take(&mut self.commit_pending));
+        if self.role == Role::Leader {
+            if proposals {
+                self.offer_proposals();
+            }
+            if commit {
+                // Followers that the proposals' appends did not tell
+                // (`commit_sent`), and any entries they still lack.
+                self.broadcast_append(false);
+            }
         }
         let mut rd = Ready::default();
         let soft = self.soft_state();
@@ -870,7 +886,8 @@ impl Node {
     fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
         assert!(term >= self.term, "become_follower: the term never goes back");
         assert_ne!(leader, Some(self.config.id), "become_follower: we are not the leader");
-        self.append_pending = false; // a follower offers no entries
+        // A follower offers no entries and announces no commit index.
+        (self.append_pending, self.commit_pending) = (false, false);
         if term > self.term {
             self.term = term;
             self.vote = None;
@@ -1167,6 +1184,20 @@ impl Node {
         }
     }
 
+    /// Whether a commit announcement would send anything: a follower the
+    /// window lets us send to that lacks entries or the commit index (or is
+    /// probed). Mirrors `send_append(_, false)`, so `has_ready` stays exact.
+    fn announces(&self) -> bool {
+        let last = self.log.last_index();
+        self.role == Role::Leader
+            && self.progress.values().any(|p| {
+                p.can_send(self.config.max_inflight_appends)
+                    && (p.state == ReplicationState::Probe
+                        || p.next_index <= last
+                        || p.commit_sent < self.commit)
+            })
+    }
+
     /// The proposals since the last `ready`: to every follower that
     /// replicates, as few appends as `max_entries_per_append` allows (as
     /// many as one per proposal sent before), within its in-flight window.
@@ -1330,9 +1361,20 @@ impl Node {
             assert!(pr.match_index >= index, "append reply: the follower matches through index");
             assert!(pr.next_index <= last_index + 1, "append reply: next_index beyond the log");
             if grew && self.maybe_commit() {
-                self.broadcast_append(true);
+                // Announced with the next `ready`, once for all the answers
+                // of this batch of inputs (and not at all to followers an
+                // append with entries tells first).
+                self.commit_pending = true;
             } else if grew {
-                self.send_append(from, false);
+                let more = self.progress.get(&from).is_some_and(|p| p.next_index <= self.log.last_index());
+                if more {
+                    self.send_append(from, false);
+                } else {
+                    // Nothing new to send: a commit index it was not told
+                    // goes with the next `ready`, on an append with entries
+                    // if one goes.
+                    self.commit_pending = true;
+                }
             } else if let Some(pr) = self.progress.get_mut(&from)
                 && pr.match_index < last_index
                 && pr.lag_retry

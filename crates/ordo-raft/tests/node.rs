@@ -454,6 +454,37 @@ fn proposals_between_two_readies_leave_in_batched_appends() {
     assert_eq!(rd.entries.len(), 10, "the entries are handed out for persistence with them");
 }
 
+/// Under steady load (a proposal every round) the moving commit index rides
+/// on the next round's appends: the leader sends (almost) no empty
+/// AppendEntries to announce it (before: one per follower per answer that
+/// moved it, each answered again).
+#[test]
+fn a_moving_commit_index_rides_on_the_next_appends() {
+    let mut c = Cluster::new(3);
+    let leader = c.elect();
+    c.pump();
+    c.recording = true;
+    let rounds = 100u32;
+    for p in payloads(0..rounds) {
+        c.node_mut(leader).propose(p).unwrap();
+        c.step_round();
+    }
+    let (mut with_entries, mut empty) = (0, 0);
+    for m in &c.sent {
+        if let Message::AppendEntries { from, entries, .. } = m
+            && *from == leader
+        {
+            if entries.is_empty() { empty += 1 } else { with_entries += 1 }
+        }
+    }
+    assert!(with_entries >= 2 * rounds as usize - 4, "{with_entries} appends with entries");
+    assert!(empty <= 4, "{empty} empty appends announced a commit index under load");
+    c.pump();
+    for id in 1..=3 {
+        assert_eq!(c.node(id).commit_index(), c.node(leader).last_index(), "node {id} learns the commit");
+    }
+}
+
 #[test]
 fn non_leader_refuses_proposals_with_a_hint() {
     let mut c = Cluster::new(3);
