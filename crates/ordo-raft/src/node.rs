@@ -318,8 +318,8 @@ pub struct Node {
     /// Leader: the voter being handed leadership, and ticks since.
     transfer: Option<(NodeId, u64)>,
     /// Leader: client entries appended since the last `ready` and not yet
-    /// offered to the followers (one AppendEntries per follower carries
-    /// them all, in `ready`).
+    /// offered to the followers (in `ready`, as few AppendEntries per
+    /// follower as `max_entries_per_append` allows).
     append_pending: bool,
     /// Leader: the commit index moved since the last `ready`; followers
     /// not told by an append with entries get an empty one carrying it.
@@ -1159,8 +1159,9 @@ impl Node {
             self.reset_progress();
             self.broadcast_append(false);
         } else {
-            // Sent with the next `ready`: a batch of proposals leaves as one
-            // AppendEntries per follower, not one per proposal.
+            // Sent with the next `ready`: a batch of proposals leaves in as
+            // few AppendEntries per follower as the batch limit allows, not
+            // one per proposal.
             self.append_pending = true;
         }
         // A leader that is no longer a voter can commit without itself.
@@ -1200,7 +1201,7 @@ impl Node {
 
     /// The proposals since the last `ready`: to every follower that
     /// replicates, as few appends as `max_entries_per_append` allows (as
-    /// many as one per proposal sent before), within its in-flight window.
+    /// many as one per proposal went before), within its in-flight window.
     fn offer_proposals(&mut self) {
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for id in peers {
