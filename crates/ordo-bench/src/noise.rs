@@ -87,6 +87,52 @@ impl Probe {
     }
 }
 
+/// A [`Probe`] that also covers other processes (a benchmark's servers):
+/// their threads' CPU time and run-queue wait join this process's.
+#[derive(Clone, Debug)]
+pub struct GroupProbe {
+    own: Probe,
+    pids: Vec<u32>,
+    cpu_ns: u64,
+    wait_ns: u64,
+}
+
+impl GroupProbe {
+    /// Starts measuring this process and `pids` now.
+    pub fn start(pids: &[u32]) -> GroupProbe {
+        let (cpu_ns, wait_ns) =
+            pids.iter().map(|p| schedstat_ns(*p)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        GroupProbe { own: Probe::start(), pids: pids.to_vec(), cpu_ns, wait_ns }
+    }
+
+    /// The load of all of them since [`start`](Self::start), in cores.
+    pub fn stop(&self) -> Load {
+        let wall = self.own.at.elapsed().as_nanos().max(1) as f64;
+        let own = self.own.stop();
+        let (cpu, wait) =
+            self.pids.iter().map(|p| schedstat_ns(*p)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        Load {
+            cpu_cores: own.cpu_cores + cpu.saturating_sub(self.cpu_ns) as f64 / wall,
+            runqueue_wait_cores: own.runqueue_wait_cores + wait.saturating_sub(self.wait_ns) as f64 / wall,
+        }
+    }
+}
+
+/// Time on a CPU and time waiting for one, summed over the threads of
+/// process `pid` alive now, ns (/proc/PID/task/*/schedstat); (0, 0) where
+/// unreadable (the process is gone, or the kernel keeps no schedstat).
+pub fn schedstat_ns(pid: u32) -> (u64, u64) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (0, 0) };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| {
+            let mut f = s.split_whitespace().map(|w| w.parse::<u64>().ok());
+            Some((f.next()??, f.next()??))
+        })
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
 /// User + system CPU time of this process (all threads), ns.
 pub fn process_cpu_ns() -> u64 {
     // SAFETY: getrusage writes into the struct we pass.
@@ -472,5 +518,25 @@ mod tests {
         }
         let l = p.stop();
         assert!(l.cpu_cores > 0.3, "a spinning thread used {l:?}");
+    }
+
+    /// A group probe counts a child process's CPU beside this one's: a
+    /// spinning child shows up as about a core more than this process
+    /// sleeping.
+    #[test]
+    fn the_group_probe_sees_a_child_process_use_a_core() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 100000000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .expect("sh");
+        let p = GroupProbe::start(&[child.id()]);
+        std::thread::sleep(Duration::from_millis(200));
+        let l = p.stop();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(l.cpu_cores > 0.3, "a spinning child used {l:?}");
+        let alone = GroupProbe::start(&[]);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(alone.stop().cpu_cores < 0.3, "a sleeping process alone uses little");
     }
 }

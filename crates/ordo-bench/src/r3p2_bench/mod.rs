@@ -83,7 +83,10 @@ pub struct BenchArgs {
     /// alone runs only the durable series (with `--fsync`). `auth` runs 3
     /// replicas with and without the cluster secret, in lockstep;
     /// `syscalls` (only when named) the unreplicated server and 3 replicas
-    /// with batched socket system calls and with one datagram per call.
+    /// with batched socket system calls and with one datagram per call;
+    /// `peakloss` (only when named) the 3-replica peak over the
+    /// unreplicated server's, each searched on a fresh cluster,
+    /// interleaved, parked and busy-polling.
     #[arg(long, value_delimiter = ',')]
     pub figures: Vec<String>,
     /// Also run the replicated group with a durable, fsynced log (an extra
@@ -389,6 +392,9 @@ pub struct Report {
     pub worker_gain: Vec<WorkerGain>,
     /// The "auth" figure: what authenticating replica traffic costs.
     pub auth_cost: Vec<AuthCost>,
+    /// The "peakloss" figure: 3-replica peak over the unreplicated
+    /// server's, interleaved, parked and busy-polling.
+    pub peak_loss: Vec<crate::noise::Comparison>,
     /// The limit light-load latency is read against: a busy-polled UDP
     /// round trip on loopback with plain sockets, measured at the start of
     /// this run ([`crate::limits::udp_round_trip`]): (p50, p99) ns.
@@ -595,6 +601,103 @@ fn curves(
         rows.extend(mine);
     }
     Ok(rows)
+}
+
+/// The peak of one configuration, found on a fresh cluster: the offered
+/// rate doubles from `start` until the configuration no longer keeps up,
+/// then `refine` (at least 3) bisection steps between the highest rate
+/// under the peak bound and the next rate above it that was not. Returns the highest achieved
+/// rate under the bound, and the load of the client and every server
+/// process over the whole search ([`crate::noise::GroupProbe`]).
+fn peak_of(
+    config: &Config,
+    sweep: &Sweep<'_>,
+    tag: &str,
+    progress: &mut impl FnMut(&str),
+) -> Result<(Option<f64>, crate::noise::Load), String> {
+    let bound = sweep.args.peak_p99_us;
+    let mut live = Live::start(config, sweep, tag, progress)?;
+    let pids: Vec<u32> = live.cluster.children.iter().map(|(c, _)| c.id()).collect();
+    let probe = crate::noise::GroupProbe::start(&pids);
+    // Up the doubling grid until the configuration no longer keeps up (as
+    // `curves` does): a point over the bound below the peak (one stall of
+    // this machine) does not end the search.
+    let mut offered = sweep.start_rps.max(1000.0);
+    loop {
+        live.measure("peakloss", offered, false, progress);
+        if live.done || offered * 2.0 > sweep.args.max_rps {
+            break;
+        }
+        offered *= 2.0;
+    }
+    for _ in 0..sweep.refine.max(3) {
+        let rows = &live.rows;
+        let lo = rows.iter().filter(|r| ok_under(r, bound)).map(|r| r.offered_rps).fold(0.0, f64::max);
+        let hi = rows
+            .iter()
+            .filter(|r| r.offered_rps > lo && !ok_under(r, bound))
+            .map(|r| r.offered_rps)
+            .fold(f64::INFINITY, f64::min);
+        if lo <= 0.0 || !hi.is_finite() || hi / lo < 1.04 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        live.measure("peakloss", (lo * hi).sqrt(), true, progress);
+    }
+    let load = probe.stop();
+    let peak = live
+        .rows
+        .iter()
+        .filter(|r| ok_under(r, bound))
+        .map(|r| r.achieved_rps)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    Ok((peak, load))
+}
+
+/// Replication's peak loss measured as issue 12 asks of a compared pair:
+/// the unreplicated server's peak and the 3-replica group's, each on a
+/// fresh cluster, interleaved (`rounds` rounds, at least 3), a search
+/// whose processes waited for the CPU retried and, if still contended,
+/// left out; the ratio (3 replicas / unreplicated) as median [min–max] of
+/// the rounds. Handlers (1 µs) on the network thread; `busy`: servers and
+/// client busy-polling.
+fn peak_loss(
+    sweep: &Sweep<'_>,
+    busy: bool,
+    rounds: usize,
+    progress: &mut impl FnMut(&str),
+) -> Result<crate::noise::Comparison, String> {
+    use crate::noise::{Comparison, Retry, interleave};
+    let unrepl = Config { busy, ..Config::new(false, 1, 1, false, false) };
+    let repl = Config { busy, ..Config::new(true, 3, 1, false, false) };
+    let mode = if busy { "busy-polling" } else { "parked when idle" };
+    progress(&format!("peakloss ({mode}): unreplicated and 3 replicas interleaved, {rounds} rounds"));
+    let retry = Retry { attempts: 2, pause: Duration::from_millis(500) };
+    let n = std::cell::Cell::new(0u32);
+    let tag = |side: &str| {
+        n.set(n.get() + 1);
+        format!("pl{}{side}-{}", u8::from(busy), n.get())
+    };
+    // Both closures need the progress sink; they run one at a time.
+    let progress = std::cell::RefCell::new(progress);
+    let rounds = interleave(
+        rounds,
+        retry,
+        || peak_of(&unrepl, sweep, &tag("u"), &mut *progress.borrow_mut()),
+        || peak_of(&repl, sweep, &tag("r"), &mut *progress.borrow_mut()),
+    )?;
+    let c = Comparison::of(
+        &format!(
+            "peak (p99 ≤ {} µs), 1 µs handler on the network thread, {mode}: 3 replicas / unreplicated",
+            sweep.args.peak_p99_us
+        ),
+        "requests/s",
+        ("unreplicated", "3 replicas"),
+        &rounds,
+        |v| *v,
+    );
+    (progress.into_inner())(&c.line(|v| format!("{:.1}k/s", v / 1e3)));
+    Ok(c)
 }
 
 // ---------------------------------------------------------------------------
@@ -887,8 +990,15 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             noauth_light_p99_ns: without.and_then(|s| s.light_latency_ns_p99),
         });
     }
+    let mut peak_losses = Vec::new();
+    if args.figures.iter().any(|x| x == "peakloss") {
+        for busy in [false, true] {
+            peak_losses.push(peak_loss(&sweep, busy, if q { 3 } else { 5 }, &mut progress)?);
+        }
+    }
     let report = Report {
         auth_cost,
+        peak_loss: peak_losses,
         udp_round_trip_ns,
         machine,
         quick: args.quick,

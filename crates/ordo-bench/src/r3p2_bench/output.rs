@@ -223,6 +223,12 @@ pub fn print_table(report: &Report) {
             }
         }
     }
+    if !report.peak_loss.is_empty() {
+        println!("\nPeak loss, interleaved (each side a fresh cluster per round; median [min–max]):");
+        for c in &report.peak_loss {
+            println!("  {}", c.line(|v| format!("{:.1}k/s", v / 1e3)));
+        }
+    }
     let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:+.1}"));
     if !report.replication_cost.is_empty() {
         println!(
