@@ -1205,8 +1205,7 @@ impl Node {
     fn offer_proposals(&mut self) {
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for id in peers {
-            loop {
-                let Some(pr) = self.progress.get(&id) else { break };
+            while let Some(pr) = self.progress.get(&id) {
                 let before = pr.next_index;
                 let more = pr.state == ReplicationState::Replicate
                     && before <= self.log.last_index()
