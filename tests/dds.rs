@@ -11,7 +11,6 @@
 use ordo_dds::client::ExternalParticipant;
 use ordo_runtime::Secret;
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,7 +28,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    ordo_runtime::unused_local_port().expect("a free port")
 }
 
 struct Domain {

@@ -283,10 +283,7 @@ impl Drop for Kids {
 }
 
 fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
+    ordo_runtime::unused_local_port().map_err(|e| format!("no free port: {e}"))
 }
 
 fn last_json(out: &[u8]) -> Result<serde_json::Value, String> {

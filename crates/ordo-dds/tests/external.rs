@@ -6,12 +6,12 @@ use ordo_dds::client::{ClientError, ExternalParticipant};
 use ordo_dds::wire::{ErrorCode, Frame, read_frame, write_frame};
 use ordo_dds::{Bytes, DomainParticipant, ReaderQos};
 use ordo_runtime::{OrdoConfig, Secret};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    ordo_runtime::unused_local_port().expect("a free port")
 }
 
 struct Domain {

@@ -6,12 +6,11 @@
 use ordo_dds::{Bytes, DomainParticipant, QosLevel, ReaderQos, TopicCore};
 use ordo_r2p2::disk::FsDisk;
 use ordo_runtime::{OrdoConfig, Secret};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    ordo_runtime::unused_local_port().expect("a free port")
 }
 
 const TOPICS: [(&str, QosLevel); 4] = [

@@ -11,14 +11,13 @@
 use ordo_kv::client::Client;
 use ordo_kv::{KvServer, Reply};
 use ordo_runtime::{OrdoConfig, Secret};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// Three distinct free ports (the listeners are held until all are
-/// chosen, so none is handed out twice).
+/// Three distinct free ports, below the ephemeral range (see
+/// `ordo_runtime::unused_local_port`).
 fn free_ports() -> [u16; 3] {
-    let l: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    [0, 1, 2].map(|i| l[i].local_addr().unwrap().port())
+    [0, 1, 2].map(|_| ordo_runtime::unused_local_port().expect("a free port"))
 }
 
 struct Cluster {

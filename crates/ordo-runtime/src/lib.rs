@@ -43,7 +43,7 @@ pub use status::StatusServer;
 pub use vsync::{Delivery, Group, GroupError, LiveCounters, OwnedMessage, SubgroupHandle, VsyncMember};
 pub use wiring::{
     HeartbeatAgent, MemberFabric, SECRET_ENV, WiringError, connect_fabric, connect_local_group,
-    connect_view_fabric, tcp_options,
+    connect_view_fabric, tcp_options, unused_local_port,
 };
 
 /// The example configuration shown in the crate docs (every key, with

@@ -445,3 +445,70 @@ impl<F: Fabric + Send> Agent for HeartbeatAgent<F> {
         self.fabric.doorbell().cloned()
     }
 }
+
+/// A port on 127.0.0.1, free for TCP and UDP when asked, chosen **below
+/// the kernel's ephemeral range** (`/proc/sys/net/ipv4/ip_local_port_range`,
+/// 32768-60999 by default): a port the kernel hands out for "bind to port
+/// 0" is also a candidate for any outgoing connection's source port, so a
+/// member that listens on one some time after it was picked can find it
+/// taken by another member's connection ("Address already in use", seen in
+/// a multi-process test). Successive calls in one process return distinct
+/// ports (a stride through the range from a per-process start), so a
+/// cluster's ports can be picked before anything binds them. For tests and
+/// local clusters; another process may still take the port in between.
+pub fn unused_local_port() -> std::io::Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    const FLOOR: u32 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low <= FLOOR + 1_000 {
+        // No room below the ephemeral range: the kernel's choice.
+        return std::net::TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port());
+    }
+    let span = ephemeral_low - FLOOR;
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    // A prime stride that does not divide the span (two primes cannot both
+    // divide a span under 65,536): the walk visits every port of the range
+    // before repeating.
+    let stride = if span.is_multiple_of(7_919) { 7_907 } else { 7_919 };
+    for _ in 0..span.min(4_096) {
+        let k = CALLS.fetch_add(1, Ordering::Relaxed) % span;
+        let port = (FLOOR + (start + k * stride % span) % span) as u16;
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "no free port below the ephemeral range"))
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::unused_local_port;
+
+    /// Ports come from below the ephemeral range, each bindable when
+    /// handed out, and successive ones differ (a cluster's ports are picked
+    /// before anything binds them).
+    #[test]
+    fn unused_local_ports_are_distinct_and_below_the_ephemeral_range() {
+        let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+            .unwrap_or(32_768);
+        let ports: Vec<u16> = (0..64).map(|_| unused_local_port().expect("a free port")).collect();
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len(), "{ports:?}");
+        if low > 11_000 {
+            assert!(ports.iter().all(|p| *p >= 10_000 && *p < low), "{ports:?} (ephemeral from {low})");
+        }
+        let p = ports[0];
+        assert!(std::net::TcpListener::bind(("127.0.0.1", p)).is_ok(), "port {p} is free for TCP");
+        assert!(std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok(), "port {p} is free for UDP");
+    }
+}

@@ -11,14 +11,13 @@
 use ordo_fabric::MemberId;
 use ordo_runtime::{Node, NodeApp, NodeExit, OrdoConfig, Secret};
 use ordo_vsync::{MembershipEvent, SendError};
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 type Log = Arc<Mutex<Vec<(u64, MemberId, u64)>>>;
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    ordo_runtime::unused_local_port().expect("a free port")
 }
 
 fn config(id: u32, cluster: &str, control: &[u16], secret: &std::path::Path) -> OrdoConfig {

@@ -5,7 +5,6 @@
 
 use ordo_fabric::{Fabric, FabricEvent, Write, WriteTag};
 use ordo_runtime::{MemberFabric, OrdoConfig, Secret, WiringError, connect_fabric};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -63,8 +62,7 @@ secret_file = "{s}"
 }
 
 fn free_ports() -> Vec<u16> {
-    let l: Vec<_> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    l.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    (0..2).map(|_| ordo_runtime::unused_local_port().expect("a free port")).collect()
 }
 
 fn start(configs: Vec<OrdoConfig>) -> Vec<Result<MemberFabric, WiringError>> {
