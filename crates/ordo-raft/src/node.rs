@@ -88,10 +88,11 @@
 //!   once), so the proposals of one batch of inputs leave in one
 //!   AppendEntries per follower (up to the batch limit), and a commit
 //!   index that moved is announced with it (an empty append only to
-//!   followers that get no entries), fast backtracking with a (hint_index, hint_term) reject hint;
-//!   heartbeats are empty AppendEntries carrying the leader's commit index.
-//!   A follower commits `min(leader_commit, highest index it has verified to
-//!   match this leader in this term)`.
+//!   followers that get no entries); fast backtracking with a
+//!   (hint_index, hint_term) reject hint; heartbeats are empty
+//!   AppendEntries carrying the leader's commit index. A follower
+//!   commits `min(leader_commit, highest index it has verified to match
+//!   this leader in this term)`.
 //! - Snapshots: [`Node::compact`] drops the applied prefix; a follower
 //!   needing compacted entries gets an InstallSnapshot.
 //! - Membership: one server at a time (thesis §4.1): AddLearner,

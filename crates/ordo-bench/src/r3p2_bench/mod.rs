@@ -545,6 +545,27 @@ impl<'a> Live<'a> {
         }
         self.rows.push(row);
     }
+
+    /// Up to `steps` bisection points (geometric midpoints) between the
+    /// highest offered rate whose p99 is within `bound_us` and the next
+    /// measured rate above it that is not.
+    fn refine(&mut self, figure: &str, bound_us: u64, steps: u32, progress: &mut impl FnMut(&str)) {
+        for _ in 0..steps {
+            let rows = &self.rows;
+            let lo = rows.iter().filter(|r| ok_under(r, bound_us)).map(|r| r.offered_rps).fold(0.0, f64::max);
+            let hi = rows
+                .iter()
+                .filter(|r| r.offered_rps > lo && !ok_under(r, bound_us))
+                .map(|r| r.offered_rps)
+                .fold(f64::INFINITY, f64::min);
+            if lo <= 0.0 || !hi.is_finite() || hi / lo < 1.04 {
+                break;
+            }
+            // Let a saturated server's queues empty before the next point.
+            std::thread::sleep(Duration::from_millis(100));
+            self.measure(figure, (lo * hi).sqrt(), true, progress);
+        }
+    }
 }
 
 /// Measures a group of configurations' curves in lockstep: every one's
@@ -576,22 +597,7 @@ fn curves(
     // peak bound.
     for live in &mut lives {
         for bound in [sweep.args.slo_us, sweep.args.peak_p99_us] {
-            for _ in 0..sweep.refine {
-                let rows = &live.rows;
-                let lo =
-                    rows.iter().filter(|r| ok_under(r, bound)).map(|r| r.offered_rps).fold(0.0, f64::max);
-                let hi = rows
-                    .iter()
-                    .filter(|r| r.offered_rps > lo && !ok_under(r, bound))
-                    .map(|r| r.offered_rps)
-                    .fold(f64::INFINITY, f64::min);
-                if lo <= 0.0 || !hi.is_finite() || hi / lo < 1.04 {
-                    break;
-                }
-                // Let a saturated server's queues empty before the next point.
-                std::thread::sleep(Duration::from_millis(100));
-                live.measure(figure, (lo * hi).sqrt(), true, progress);
-            }
+            live.refine(figure, bound, sweep.refine, progress);
         }
     }
     let mut rows = Vec::new();
@@ -630,20 +636,7 @@ fn peak_of(
         }
         offered *= 2.0;
     }
-    for _ in 0..sweep.refine.max(3) {
-        let rows = &live.rows;
-        let lo = rows.iter().filter(|r| ok_under(r, bound)).map(|r| r.offered_rps).fold(0.0, f64::max);
-        let hi = rows
-            .iter()
-            .filter(|r| r.offered_rps > lo && !ok_under(r, bound))
-            .map(|r| r.offered_rps)
-            .fold(f64::INFINITY, f64::min);
-        if lo <= 0.0 || !hi.is_finite() || hi / lo < 1.04 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        live.measure("peakloss", (lo * hi).sqrt(), true, progress);
-    }
+    live.refine("peakloss", bound, sweep.refine.max(3), progress);
     let load = probe.stop();
     let peak = live
         .rows
