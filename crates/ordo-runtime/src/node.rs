@@ -605,13 +605,12 @@ impl ViewAgent {
                     self.stop(NodeExit::Minority { view: view.id, suspects })
                 }
                 MembershipEvent::Failed { view, why } => self.stop(NodeExit::Failed { view: view.id, why }),
-                MembershipEvent::Declared { name, subgroup } => {
-                    tracing::info!(member = self.me, name, subgroup, "declared");
-                    outcomes.push((name, Ok(subgroup)));
-                }
-                MembershipEvent::DeclarationRefused { name, why } => {
-                    tracing::warn!(member = self.me, name, why, "declaration refused");
-                    outcomes.push((name, Err(why)));
+                MembershipEvent::Answered(a) => {
+                    match &a.outcome {
+                        Ok(subgroup) => tracing::info!(member = self.me, a.name, subgroup, "declared"),
+                        Err(why) => tracing::warn!(member = self.me, a.name, why, "declaration refused"),
+                    }
+                    outcomes.push((a.name, a.outcome));
                 }
             }
         }

@@ -790,13 +790,15 @@ impl Member {
                     let catalogue = self.vm.template().subgroups.iter().map(|s| s.members.clone()).collect();
                     ViewsEvent::Installed { view: view.id, members: view.members, ragged, resent, catalogue }
                 }
-                MembershipEvent::Declared { subgroup, .. } => {
-                    self.late.retain(|l| l.0 != subgroup);
-                    ViewsEvent::Declared { subgroup }
-                }
-                MembershipEvent::DeclarationRefused { name, why } => {
-                    ViewsEvent::Anomaly { what: format!("declaration of {name:?} refused: {why}") }
-                }
+                MembershipEvent::Answered(a) => match a.outcome {
+                    Ok(subgroup) => {
+                        self.late.retain(|l| l.0 != subgroup);
+                        ViewsEvent::Declared { subgroup }
+                    }
+                    Err(why) => {
+                        ViewsEvent::Anomaly { what: format!("declaration of {:?} refused: {why}", a.name) }
+                    }
+                },
                 MembershipEvent::Removed { next } => {
                     self.stopped = true;
                     ViewsEvent::Removed { next: next.id }

@@ -39,7 +39,7 @@
 //!   catalogue ([`StateTransfer::catalogue`]) before anything of the view
 //!   is delivered or restored, and a member newly in a subgroup fetches
 //!   its state from the subgroup's other members like a joiner (it holds
-//!   none). A declaration is answered ([`MembershipEvent::Declared`]) only
+//!   none). A declaration is answered ([`MembershipEvent::Answered`]) only
 //!   once the view that took it is open — after its `Installed` — so the
 //!   sink knows the subgroup and its send handle exists when the caller
 //!   hears of it.
@@ -59,7 +59,8 @@ use crate::driver::VsyncDriver;
 use crate::engine::{Delivered, DeliverySink, Sender};
 use crate::layout::GroupLayout;
 use crate::view::{
-    ControlMsg, Decision, Declaration, STATE_CHUNK, Status, View, ViewChange, ViewEvent, ViewGroup,
+    ControlMsg, Decision, Declaration, DeclarationAnswer, STATE_CHUNK, Status, View, ViewChange, ViewEvent,
+    ViewGroup,
 };
 use ordo_fabric::{Fabric, FailureCause, MemberId};
 use std::collections::BTreeMap;
@@ -139,21 +140,9 @@ pub enum MembershipEvent {
         /// Bytes of state.
         bytes: usize,
     },
-    /// This member's declaration is in the catalogue: it is in subgroup
-    /// `subgroup` (its configured index) from the current view on.
-    Declared {
-        /// The subgroup's name.
-        name: String,
-        /// Its configured index.
-        subgroup: usize,
-    },
-    /// This member's declaration of `name` is refused for good.
-    DeclarationRefused {
-        /// The subgroup's name.
-        name: String,
-        /// Why.
-        why: String,
-    },
+    /// One of this member's declarations is settled (after the view that
+    /// took it is open).
+    Answered(DeclarationAnswer),
     /// The next view's fabric endpoint could not be opened (a member of it
     /// never came up): this member stops; the others suspect it.
     Failed {
@@ -419,9 +408,9 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
 
     /// Asks to be in the named subgroup `d.name` (created if no subgroup
     /// has that name), as a sender if `d.sender`: answered by
-    /// [`MembershipEvent::Declared`] once a view's catalogue has it (a view
-    /// change; at once if it already does) or
-    /// [`MembershipEvent::DeclarationRefused`].
+    /// [`MembershipEvent::Answered`], with the subgroup's index once a
+    /// view's catalogue has it (a view change; at once if it already does)
+    /// or with why it is refused.
     pub fn declare(&mut self, d: Declaration, sink: &mut impl StateTransfer) {
         self.finish_open(sink);
         let received = match self.driver.as_ref() {
@@ -534,12 +523,7 @@ impl<F: Fabric, O: FnMut(&ViewGroup, usize) -> OpenResult<F>> ViewMember<F, O> {
                     }
                     self.events.push(MembershipEvent::Minority { view, suspects });
                 }
-                ViewEvent::Declared { name, subgroup } => {
-                    self.answer(MembershipEvent::Declared { name, subgroup })
-                }
-                ViewEvent::DeclarationRefused { name, why } => {
-                    self.answer(MembershipEvent::DeclarationRefused { name, why })
-                }
+                ViewEvent::Answered(a) => self.answer(MembershipEvent::Answered(a)),
             }
         }
         work

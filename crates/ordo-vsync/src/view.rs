@@ -986,21 +986,21 @@ pub enum ViewEvent {
         /// Its suspects.
         suspects: Vec<MemberId>,
     },
-    /// This member's declaration is in the catalogue: it is in subgroup
-    /// `subgroup` (configured index) from the current view on.
-    Declared {
-        /// The subgroup's name.
-        name: String,
-        /// Its configured index.
-        subgroup: usize,
-    },
-    /// This member's declaration of `name` is refused for good.
-    DeclarationRefused {
-        /// The subgroup's name.
-        name: String,
-        /// Why.
-        why: String,
-    },
+    /// One of this member's declarations is settled.
+    Answered(DeclarationAnswer),
+}
+
+/// How one of this member's declarations was settled (reported by
+/// [`ViewEvent::Answered`], and by `ViewMember` once the view that took
+/// it is open).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclarationAnswer {
+    /// The subgroup's name.
+    pub name: String,
+    /// `Ok(index)`: the catalogue has this member in subgroup `index`
+    /// (configured index) from the current view on; `Err(why)`: refused
+    /// for good.
+    pub outcome: Result<usize, String>,
 }
 
 /// Where a member's view change stands.
@@ -1206,8 +1206,8 @@ impl ViewChange {
     }
 
     /// Asks to be in the subgroup `d.name` (see the module docs). Answered
-    /// by [`ViewEvent::Declared`] — at once if the catalogue already has
-    /// this member there — or [`ViewEvent::DeclarationRefused`]; until
+    /// by [`ViewEvent::Answered`] — at once if the catalogue already has
+    /// this member there, or refused; until
     /// then it is re-sent every tick (a view change per declaration).
     /// `received` as for [`suspect`](Self::suspect).
     pub fn declare(&mut self, d: Declaration, received: &[Vec<u64>]) {
@@ -1223,7 +1223,8 @@ impl ViewChange {
                     }
                     Some(_) => {
                         let why = "a declaration of this name with another shape is pending".into();
-                        self.events.push(ViewEvent::DeclarationRefused { name: d.name, why });
+                        self.events
+                            .push(ViewEvent::Answered(DeclarationAnswer { name: d.name, outcome: Err(why) }));
                         return;
                     }
                     None => d,
@@ -1240,11 +1241,12 @@ impl ViewChange {
 
     /// Reports a settled declaration of this member's.
     fn answer(&mut self, d: Declaration, status: Declared) {
-        match status {
-            Declared::In(g) => self.events.push(ViewEvent::Declared { name: d.name, subgroup: g }),
-            Declared::Refused(why) => self.events.push(ViewEvent::DeclarationRefused { name: d.name, why }),
-            Declared::Pending => self.own.push(d),
-        }
+        let outcome = match status {
+            Declared::In(g) => Ok(g),
+            Declared::Refused(why) => Err(why),
+            Declared::Pending => return self.own.push(d),
+        };
+        self.events.push(ViewEvent::Answered(DeclarationAnswer { name: d.name, outcome }));
     }
 
     /// A pending declaration heard (or made) in this view: remembered for

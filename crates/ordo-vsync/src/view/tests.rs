@@ -465,8 +465,7 @@ impl Net {
         self.events[m as usize]
             .iter()
             .filter_map(|e| match e {
-                ViewEvent::Declared { name, subgroup } => Some((name.clone(), Ok(*subgroup))),
-                ViewEvent::DeclarationRefused { name, why } => Some((name.clone(), Err(why.clone()))),
+                ViewEvent::Answered(a) => Some((a.name.clone(), a.outcome.clone())),
                 _ => None,
             })
             .collect()
