@@ -13,6 +13,11 @@
 //!   [`ordo_fabric::backlog`]): a poll's pushes are all posted, in order, to
 //!   each target in order ([`Target::All`] fans out to every peer in sorted
 //!   order), before the engine plans again.
+//! - A driver poll is either an urgent step ([`Engine::poll_urgent`]: only
+//!   the commit path — the leader's commit rule and fresh messages, a
+//!   follower's acks — when there is something on it) or a full
+//!   [`Engine::poll`]; at most `URGENT_RUN_MAX` urgent steps in a row, so
+//!   under any load every phase runs at least every fourth poll.
 //! - A suspected peer's held-back writes are dropped, and the peer is
 //!   retried with [`Fabric::reconnect`] every `reconnect_interval_ns`; a
 //!   [`FabricEvent::Reconnected`] (a healed fault or a restarted peer's new
@@ -34,6 +39,9 @@ use crate::header::Header;
 use ordo_fabric::backlog::{PushBacklog, PushRange, Targets};
 use ordo_fabric::{Fabric, FabricEvent, MemberId};
 use std::collections::VecDeque;
+
+/// Urgent steps ([`Engine::poll_urgent`]) in a row before a full poll.
+const URGENT_RUN_MAX: u32 = 3;
 
 impl PushRange for Push {
     fn range(&self) -> (usize, usize) {
@@ -84,6 +92,8 @@ pub struct AcuerdoDriver<F: Fabric> {
     suspected: Vec<(MemberId, u64)>,
     reconnect_interval_ns: u64,
     wake_at_ns: u64,
+    /// Polls in a row that were urgent steps only.
+    urgent_run: u32,
     suspicions: u64,
     reconnections: u64,
 }
@@ -114,6 +124,7 @@ impl<F: Fabric> AcuerdoDriver<F> {
             suspected: Vec::new(),
             reconnect_interval_ns,
             wake_at_ns: now_ns,
+            urgent_run: 0,
             suspicions: 0,
             reconnections: 0,
         })
@@ -184,6 +195,21 @@ impl<F: Fabric> AcuerdoDriver<F> {
         assert!(self.can_poll(), "the engine is polled only once its pushes are all posted");
         let mut work = usize::from(now_ns >= self.wake_at_ns);
         self.effects.clear();
+        // The commit path alone (`Engine::poll_urgent`): a fresh message
+        // leaves the leader, a follower's ack leaves, the leader commits,
+        // without the other phases before or after them; those run in a
+        // full poll at least every `URGENT_RUN_MAX + 1` polls (so the
+        // commit path never starves them).
+        if self.urgent_run < URGENT_RUN_MAX {
+            let urgent = self.engine.poll_urgent(now_ns, &mut self.effects, sink);
+            if urgent > 0 {
+                self.urgent_run += 1;
+                self.settle(settled);
+                self.backlog.extend(&mut self.effects.pushes);
+                return work + urgent + self.post_backlog();
+            }
+        }
+        self.urgent_run = 0;
         work += self.engine.poll(now_ns, &mut self.effects, sink);
         self.wake_at_ns = self.effects.wake_at_ns.unwrap_or(u64::MAX);
         self.settle(settled);

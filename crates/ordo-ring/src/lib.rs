@@ -528,6 +528,21 @@ impl RingReceiver {
         if self.by_stamps { self.scanned.max(self.consumed) } else { self.region.load_acquire(self.ring) }
     }
 
+    /// Whether the next message looks present (one load, no validation): a
+    /// cheap hint of whether a [`scan`](Self::scan) may find something. A
+    /// stamped ring's next header carries its stamp; a counter ring's
+    /// counter passed `consumed`. May say yes while the rest of the write is
+    /// still on its way (the scan then finds nothing yet); says no only
+    /// when the scan would find nothing.
+    pub fn has_new(&self) -> bool {
+        if self.by_stamps {
+            let hdr = self.layout.slot_offset(self.ring, self.consumed);
+            self.region.load_acquire(hdr + 8) == self.consumed.wrapping_add(1)
+        } else {
+            self.region.load_acquire(self.ring) != self.consumed
+        }
+    }
+
     /// Every new message, in one scan (the receive predicate): validates and
     /// appends the headers of messages `consumed..published` to `out` (up to
     /// `limit`) without consuming them. On a bad header nothing is appended

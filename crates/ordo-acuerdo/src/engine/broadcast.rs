@@ -20,8 +20,9 @@
 //! - A stream sends log entries in header order, each once per ring
 //!   session; the stream of a live follower never points below the log
 //!   floor (see [`super::gc`]).
-//! - At most one ring counter write (`plan()`) per ring per poll, and none
-//!   in the poll that reset the ring (`quiet`).
+//! - At most one ring counter write (`plan()`) per ring per poll (or
+//!   urgent step, [`Engine::poll_urgent`]), and none in the poll that reset
+//!   the ring (`quiet`).
 //! - A slot is reclaimed only up to what the receiver acknowledged in the
 //!   current session, and never beyond what was published.
 
@@ -59,11 +60,13 @@ impl Engine {
         self.log.insert(h, body);
         self.log_dirty(h);
         self.set_accepted(h);
+        self.unsent = true;
         assert_eq!(self.accepted, h, "the leader accepts its own message (§3.2)");
         debug_assert!(self.count - done <= self.cfg.max_outstanding, "the outstanding window holds");
         Ok(h)
     }
 
+    #[inline(always)]
     pub(super) fn send(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
         let mut work = 0;
         // One snapshot per poll, shared by every diff that needs one.
@@ -87,6 +90,7 @@ impl Engine {
                 }
             }
         }
+        self.unsent = false;
         work
     }
 

@@ -389,6 +389,8 @@ pub struct Engine {
     next_hb_ns: u64,
     dirty_all: bool,
     dirty_to: Vec<bool>,
+    /// Leader: a message was broadcast since the last send.
+    unsent: bool,
     /// The Commit column changed and is not pushed yet.
     commit_dirty: bool,
     next_commit_push_ns: u64,
@@ -505,6 +507,7 @@ impl Engine {
             dirty_all: true,
             dirty_to: vec![false; n],
             commit_dirty: false,
+            unsent: false,
             next_commit_push_ns: now_ns,
             metas: Vec::new(),
             msgs: Vec::new(),
@@ -707,6 +710,68 @@ impl Engine {
             self.next_hb_ns
         });
         self.check_invariants(before);
+        work
+    }
+
+    /// The part of a poll that lies on a commit's path, for a driver that
+    /// posts its pushes at once and runs a full [`poll`](Self::poll) soon
+    /// after (`AcuerdoDriver`: at least every fourth poll): at a leader,
+    /// the commit rule (Fig. 6, lines 72-90) and the messages broadcast
+    /// since its last send, into the followers' rings; at a follower, what
+    /// its leader's ring brought, accepted and acknowledged (Fig. 5), then
+    /// the commit rule. So a message leaves, its ack comes back and it
+    /// commits without waiting for the phases a poll runs around them
+    /// (liveness, roles, reads, garbage collection, heartbeats, the
+    /// invariant checks).
+    ///
+    /// Each step is the full poll's own function, run only where it does
+    /// not depend on the phases skipped: never in durable mode (an ack or
+    /// a commit count waits for `persist` there); the commit rule needs
+    /// only a quorum's Accept of the epoch, or its leader's Commit column
+    /// (what a quorum accepted is committed whoever leads next, §3.3,
+    /// alive or not); the leader's send only links whose ring session is
+    /// up and whose stream is one of normal messages (its row still goes
+    /// out before ring data); the follower's receive only when its
+    /// leader's ring shows a new message, with every ring session up.
+    /// With nothing to do it does nothing and returns 0.
+    pub fn poll_urgent(&mut self, now_ns: u64, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+        if self.cfg.durable || !self.floor_ready {
+            return 0;
+        }
+        let before = (self.accepted, self.committed);
+        let links_up = |e: &Engine| e.out.iter().flatten().all(|l| !l.reset_pending && !l.quiet);
+        let work = match self.role {
+            Role::Leader => {
+                self.now_ns = self.now_ns.max(now_ns);
+                let mut work = self.commit(fx, sink);
+                let send = self.unsent
+                    && links_up(self)
+                    && self.out.iter().flatten().all(|l| matches!(l.stream, Stream::Normal { .. }));
+                if work > 0 || send {
+                    // A moved Commit column goes out when a poll would push it.
+                    self.flush_row(fx);
+                }
+                if send {
+                    self.reclaim();
+                    work += self.send(fx, sink);
+                }
+                work
+            }
+            Role::Follower => {
+                let from_leader = self.row_of(self.e_cur.leader).and_then(|r| self.inc[r].as_ref());
+                if !from_leader.is_some_and(|l| l.session != 0 && l.rx.has_new()) || !links_up(self) {
+                    return 0;
+                }
+                self.now_ns = self.now_ns.max(now_ns);
+                let work = self.receive(fx, sink) + self.commit(fx, sink);
+                self.flush_row(fx);
+                work
+            }
+            Role::Electing => 0,
+        };
+        assert!(self.accepted >= before.0 && self.committed >= before.1, "an urgent step only moves forward");
+        assert!(self.committed < self.next, "Committed {:?} ≥ Next {:?}", self.committed, self.next);
+        debug_assert!(fx.pushes.iter().all(|p| p.len > 0), "an urgent step pushes only valid writes");
         work
     }
 

@@ -1,0 +1,124 @@
+//! The commit path of `AcuerdoDriver` (`Engine::poll_urgent`): at window 1
+//! a commit takes one urgent step at each of leader, follower, leader —
+//! none of them a full poll — and under any load a full poll still runs
+//! at least every fourth poll of a member.
+
+use ordo_acuerdo::{AcuerdoDriver, Config, Header, Layout, Role, Settled};
+use ordo_fabric::loopback::{Loopback, loopback_group};
+
+/// An elected group, and the time (ns) it got there.
+fn group(durable: bool) -> (Vec<AcuerdoDriver<Loopback>>, u64) {
+    let ids = vec![0u32, 1, 2];
+    let len = Layout::new(&Config::new(ids.clone(), 0)).region_len;
+    let mut ds: Vec<_> = loopback_group(3, len)
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let mut c = Config::new(ids.clone(), i as u32);
+            c.heartbeat_interval_ns = 1_000_000;
+            c.heartbeat_timeout_ns = 20_000_000;
+            c.election_timeout_ns = 30_000_000;
+            c.durable = durable;
+            AcuerdoDriver::new(f, c, 0, 1_000_000).expect("config")
+        })
+        .collect();
+    let mut settled = Vec::new();
+    let mut sink = |_: Header, _: &[u8]| {};
+    for t in 0..10_000u64 {
+        for d in ds.iter_mut() {
+            d.poll(t * 10_000, &mut sink, &mut settled);
+        }
+        if ds.iter().filter(|d| d.engine().role() == Role::Leader).count() == 1
+            && ds.iter().all(|d| d.engine().role() == Role::Leader || d.engine().role() == Role::Follower)
+        {
+            // A few more rounds: every follower joined and nothing is in flight.
+            for _ in 0..8 {
+                for d in ds.iter_mut() {
+                    d.poll(t * 10_000, &mut sink, &mut settled);
+                }
+            }
+            return (ds, t * 10_000);
+        }
+    }
+    panic!("no leader elected");
+}
+
+/// Whether the driver's last poll was a full engine poll (only a full poll
+/// sets the wake time in its effects).
+fn was_full(d: &AcuerdoDriver<Loopback>) -> bool {
+    d.effects().wake_at_ns.is_some()
+}
+
+#[test]
+fn a_window_one_commit_is_three_urgent_steps() {
+    let (mut ds, now) = group(false);
+    let l = ds.iter().position(|d| d.engine().role() == Role::Leader).expect("leader");
+    let f = (l + 1) % 3;
+    let mut settled = Vec::new();
+    let mut sink = |_: Header, _: &[u8]| {};
+    let before = ds[f].engine().accepted();
+    let h = ds[l].submit(7, b"payload").expect("the leader takes it");
+    // 1. The leader's poll sends it, and does nothing else.
+    assert!(ds[l].poll(now, &mut sink, &mut settled) > 0);
+    assert!(!was_full(&ds[l]), "the leader's send was an urgent step");
+    assert!(settled.is_empty());
+    // 2. The follower's poll accepts and acknowledges it.
+    assert!(ds[f].poll(now, &mut sink, &mut settled) > 0);
+    assert!(!was_full(&ds[f]), "the follower's ack was an urgent step");
+    assert_eq!(ds[f].engine().accepted(), h);
+    assert!(ds[f].engine().accepted() > before);
+    // 3. The leader's next poll commits it (a quorum: itself and f).
+    ds[l].poll(now, &mut sink, &mut settled);
+    assert!(!was_full(&ds[l]), "the leader's commit was an urgent step");
+    assert_eq!(settled, vec![Settled::Committed { ticket: 7, header: h }]);
+    assert_eq!(ds[l].engine().committed(), h);
+}
+
+#[test]
+fn under_load_a_full_poll_runs_at_least_every_fourth_poll() {
+    let (mut ds, start) = group(false);
+    let l = ds.iter().position(|d| d.engine().role() == Role::Leader).expect("leader");
+    let mut settled = Vec::new();
+    let mut sink = |_: Header, _: &[u8]| {};
+    let mut since_full = [0usize; 3];
+    let mut urgent_polls = 0;
+    let mut ticket = 0;
+    for round in 0..2_000u64 {
+        let now = start + round * 1_000;
+        for (i, d) in ds.iter_mut().enumerate() {
+            // Keep the leader's window full: every poll has something to send.
+            while i == l && d.unsettled() < 8 {
+                ticket += 1;
+                d.submit(ticket, b"x").expect("room in the window");
+            }
+            d.poll(now, &mut sink, &mut settled);
+            if was_full(d) {
+                since_full[i] = 0;
+            } else {
+                since_full[i] += 1;
+                urgent_polls += 1;
+            }
+            assert!(since_full[i] <= 3, "member {i}: {} polls in a row without a full one", since_full[i]);
+        }
+    }
+    assert!(urgent_polls > 1_000, "the commit path ran as urgent steps ({urgent_polls})");
+    assert!(settled.len() > 1_000, "messages commit under load ({})", settled.len());
+    assert!(settled.iter().all(|s| matches!(s, Settled::Committed { .. })));
+}
+
+#[test]
+fn durable_mode_takes_no_urgent_step() {
+    let (mut ds, start) = group(true);
+    let l = ds.iter().position(|d| d.engine().role() == Role::Leader).expect("leader");
+    let f = (l + 1) % 3;
+    let mut settled = Vec::new();
+    let mut sink = |_: Header, _: &[u8]| {};
+    ds[l].submit(1, b"payload").expect("the leader takes it");
+    for round in 0..20u64 {
+        for i in [l, f] {
+            ds[i].poll(start + round, &mut sink, &mut settled);
+            assert!(was_full(&ds[i]), "durable mode: every poll is a full one (the ack waits for persist)");
+        }
+    }
+    assert!(matches!(settled.as_slice(), [Settled::Committed { ticket: 1, .. }]));
+}
