@@ -37,7 +37,6 @@ use ordo_fabric::MemberId;
 impl Engine {
     /// Scans every incoming ring once: accepts normal messages (line 47),
     /// stages diffs, applies complete ones (lines 54-66).
-    #[inline(always)]
     pub(super) fn receive(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
         let mut work = 0;
         for s in 0..self.inc.len() {

@@ -66,7 +66,6 @@ impl Engine {
         Ok(h)
     }
 
-    #[inline(always)]
     pub(super) fn send(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
         let mut work = 0;
         // One snapshot per poll, shared by every diff that needs one.

@@ -141,7 +141,6 @@ impl Engine {
         assert!(self.next_hb_ns >= self.now_ns, "the next heartbeat is not in the past");
     }
 
-    #[inline(always)]
     pub(super) fn flush_row(&mut self, fx: &mut Effects) {
         if self.commit_dirty && self.now_ns >= self.next_commit_push_ns {
             self.dirty_all = true;
