@@ -750,16 +750,18 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
                 f(now_ns, note);
             }
         }
-        let leader = self.driver.engine().leader();
         let fx = self.driver.effects();
-        let reads: Vec<ClientEvent> = fx
-            .reads_ready
-            .iter()
-            .map(|&ticket| ClientEvent::ReadReady { ticket })
-            .chain(fx.reads_failed.iter().map(|&ticket| ClientEvent::ReadFailed { ticket, leader }))
-            .collect();
-        for ev in reads {
-            self.reply(ev);
+        if !fx.reads_ready.is_empty() || !fx.reads_failed.is_empty() {
+            let leader = self.driver.engine().leader();
+            let reads: Vec<ClientEvent> = fx
+                .reads_ready
+                .iter()
+                .map(|&ticket| ClientEvent::ReadReady { ticket })
+                .chain(fx.reads_failed.iter().map(|&ticket| ClientEvent::ReadFailed { ticket, leader }))
+                .collect();
+            for ev in reads {
+                self.reply(ev);
+            }
         }
         for s in settled.drain(..) {
             self.reply(match s {

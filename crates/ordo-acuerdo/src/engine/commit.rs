@@ -33,13 +33,15 @@ impl Engine {
         let threshold = match self.role {
             Role::Leader => {
                 // The quorum-th largest Accept of the current epoch (line 74).
-                // (No allocation: this runs on every poll.)
-                let mut acks = [Header::NONE; crate::config::MAX_MEMBERS];
+                // (No allocation: this runs on every poll. The words are
+                // compared encoded: their numeric order is the headers'.)
+                let mut acks = [0u64; crate::config::MAX_MEMBERS];
                 let mut k = 0;
+                let epoch_word = self.e_cur.encode() >> 32;
                 for r in 0..self.members.len() {
-                    let h = if r == self.my_row { self.accepted } else { self.row_header(r, c.accept) };
-                    if h.epoch == self.e_cur {
-                        acks[k] = h;
+                    let w = if r == self.my_row { self.accepted.encode() } else { self.load(r, c.accept, 0) };
+                    if w >> 32 == epoch_word {
+                        acks[k] = w;
                         k += 1;
                     }
                 }
@@ -50,7 +52,7 @@ impl Engine {
                 acks.sort_unstable_by(|a, b| b.cmp(a));
                 // Followers' Accept columns are peer input: never commit
                 // beyond what this leader itself holds.
-                let threshold = acks[self.quorum - 1].min(self.accepted);
+                let threshold = Header::decode(acks[self.quorum - 1]).min(self.accepted);
                 assert_eq!(threshold.epoch, self.e_cur, "the threshold is of the current epoch (line 74)");
                 threshold
             }
