@@ -72,8 +72,11 @@ pub const WORKLOAD: Workload = Workload {
 pub enum AcEvent {
     /// The leader took a client message: its header (ticket) and payload digest.
     Broadcast { header: u64, digest: u64 },
-    /// A member delivered (committed) a message.
-    Deliver { header: u64, digest: u64 },
+    /// A member delivered (committed) a message; `epoch` is the epoch it
+    /// was in (its `E_cur`): that epoch's leader committed it, so it is
+    /// committed *in* that epoch, which can be bigger than the header's
+    /// (a new leader's diff commit delivers older epochs' messages).
+    Deliver { header: u64, digest: u64, epoch: u64 },
     /// A member restored a snapshot (state transfer): the application state
     /// after the first `count` messages of the order, the last being
     /// `header`, whose running hash is `hash`.
@@ -395,10 +398,13 @@ impl SimProcess<AcEvent> for Member {
                 ctx.record(AcEvent::Anomaly { what: format!("settled an unknown ticket or header: {s:?}") });
             }
         }
+        // Deliveries happen only in the engine's commit step, after any
+        // epoch change of the poll: all of them in the epoch it is in now.
+        let in_epoch = self.driver.engine().epoch().encode();
         for ev in std::mem::take(&mut self.app.log) {
             match ev {
                 AppEvent::Delivered { header, digest } => {
-                    ctx.record(AcEvent::Deliver { header: header.encode(), digest })
+                    ctx.record(AcEvent::Deliver { header: header.encode(), digest, epoch: in_epoch })
                 }
                 AppEvent::Restored { header, count, hash } => {
                     ctx.record(AcEvent::Restored { header: header.encode(), count, hash })
@@ -583,7 +589,7 @@ fn sequences(h: &History<AcEvent>) -> (BTreeMap<Key, Seq>, BTreeMap<Key, usize>)
     for e in &h.entries {
         let key = (e.member, e.incarnation);
         match e.event {
-            AcEvent::Deliver { header, digest } => {
+            AcEvent::Deliver { header, digest, .. } => {
                 let p = end.entry(key).or_insert(0);
                 seqs.entry(key).or_default().push((*p, (header, digest)));
                 *p += 1;
@@ -669,7 +675,7 @@ impl Checker<AcEvent> for Integrity {
                 AcEvent::Broadcast { header, digest } => {
                     sent.insert(header, digest);
                 }
-                AcEvent::Deliver { header, digest } => match sent.get(&header) {
+                AcEvent::Deliver { header, digest, .. } => match sent.get(&header) {
                     Some(d) if *d == digest => {}
                     Some(_) => {
                         return Err(Violation::new(
@@ -834,22 +840,24 @@ impl Checker<AcEvent> for OneLeaderPerEpoch {
 }
 
 /// An elected leader's log holds every message committed before its epoch
-/// (delivered anywhere before the election, with a smaller header), except
-/// those at or below its log floor, which it must have delivered itself (in
-/// the same incarnation) before the election.
+/// (delivered anywhere before the election, by a member then in a smaller
+/// epoch), except those at or below its log floor, which it must have
+/// delivered itself (in the same incarnation) before the election.
 pub struct LeaderUpToDate;
 impl Checker<AcEvent> for LeaderUpToDate {
     fn name(&self) -> &'static str {
         "leader-up-to-date"
     }
     fn check(&self, h: &History<AcEvent>) -> Result<(), Violation> {
-        let mut committed = BTreeSet::new();
+        // Header -> the smallest epoch it was delivered in so far.
+        let mut committed: BTreeMap<u64, u64> = BTreeMap::new();
         let mut own: BTreeSet<(MemberId, u64, u64)> = BTreeSet::new();
         let mut restored: BTreeMap<Key, u64> = BTreeMap::new();
         for e in &h.entries {
             match &e.event {
-                AcEvent::Deliver { header, .. } => {
-                    committed.insert(*header);
+                AcEvent::Deliver { header, epoch, .. } => {
+                    let first = committed.entry(*header).or_insert(*epoch);
+                    *first = (*first).min(*epoch);
                     own.insert((e.member, e.incarnation, *header));
                 }
                 AcEvent::Restored { header, .. } => {
@@ -858,15 +866,19 @@ impl Checker<AcEvent> for LeaderUpToDate {
                 }
                 AcEvent::Elected { epoch, log, floor } => {
                     // Committed before its epoch: delivered somewhere before
-                    // the election and ordered before the epoch. (A member
+                    // the election by a member in a smaller epoch. (A member
                     // can move its vote to a bigger epoch after a candidate
                     // of a smaller one counted it; that candidate may still
                     // win its smaller epoch, which can commit nothing, since
-                    // a quorum promised the bigger one; messages of bigger
-                    // epochs are not its business.)
+                    // a quorum promised the bigger one; what bigger epochs
+                    // commit is not its business, including older epochs'
+                    // messages that only a bigger epoch's diff committed:
+                    // the header alone does not say when a message was
+                    // committed.)
                     let log: BTreeSet<u64> = log.iter().copied().collect();
                     let snap = restored.get(&(e.member, e.incarnation)).copied().unwrap_or(0);
-                    let missing = committed.range(..*epoch).find(|c| {
+                    let before = committed.range(..*epoch).filter(|(_, in_epoch)| **in_epoch < *epoch);
+                    let missing = before.map(|(c, _)| c).find(|c| {
                         let covered = own.contains(&(e.member, e.incarnation, **c)) || **c <= snap;
                         let below_floor = **c <= *floor && covered;
                         !log.contains(c) && !below_floor
