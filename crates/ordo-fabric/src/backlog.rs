@@ -27,7 +27,9 @@
 //!   error means the engine emitted an invalid push, a bug, and panics.
 //! - Every target of a push is one of the fabric's peers (asserted).
 //! - Posting allocates nothing once the scratch lists have grown to one
-//!   poll's size.
+//!   poll's size. A fresh queue whose pushes each go to one peer, no peer
+//!   twice (a slot per follower, an ack), is posted push by push: each is
+//!   that peer's whole batch, so the rules above hold unchanged.
 
 use crate::{Fabric, MemberId, PartialPost, PostError};
 
@@ -129,6 +131,52 @@ impl<P: PushRange> PushBacklog<P> {
         if self.queue.is_empty() {
             self.forgotten.clear();
             return 0;
+        }
+        // The common case: a fresh queue whose pushes each go to one peer,
+        // no peer twice (a leader's slot per follower, an ack). Each
+        // peer's batch is its one push; a peer that refuses it keeps it
+        // for the general path below, which starts where this one ended.
+        if self.cursors.is_empty() && self.forgotten.is_empty() && self.queue.len() <= 8 {
+            let mut single = [0 as MemberId; 8];
+            let distinct = self.queue.iter().enumerate().all(|(i, push)| match targets(push) {
+                Targets::One(p) if !single[..i].contains(&p) => {
+                    single[i] = p;
+                    true
+                }
+                _ => false,
+            });
+            if distinct {
+                let n = self.queue.len();
+                let mut done = [false; 8];
+                let mut posted = 0;
+                for i in 0..n {
+                    let peer = single[i];
+                    assert!(
+                        fabric.peers().contains(&peer),
+                        "the engine emitted a push to {peer}, not a peer"
+                    );
+                    match fabric.post_writes(peer, &[self.queue[i].range()]) {
+                        Ok(()) | Err(PartialPost { error: PostError::PeerSuspected(_), .. }) => {
+                            done[i] = true;
+                            posted += 1;
+                        }
+                        Err(PartialPost { posted: 0, error: PostError::Backpressure(_) }) => {}
+                        Err(PartialPost { error, .. }) => {
+                            let push = self.queue[i];
+                            panic!("the engine emitted an invalid push {push:?} to {peer}: {error}")
+                        }
+                    }
+                }
+                if posted == n {
+                    self.queue.clear();
+                    return posted;
+                }
+                // Peers that got their push are done with this queue; the
+                // others start from its beginning.
+                let served = |p: MemberId| (0..n).any(|i| done[i] && single[i] == p);
+                self.cursors.extend(fabric.peers().iter().map(|&p| (p, if served(p) { n } else { 0 })));
+                return posted + self.post(fabric, targets);
+            }
         }
         // On the first call for this queue, count the (push, target) pairs:
         // the batches must cover every one of them.
@@ -302,6 +350,40 @@ mod tests {
         b.extend(&mut vec![push(256)]);
         assert_eq!(b.post(&mut f, |_| Targets::One(2)), 1);
         assert_eq!(f.applied.last(), Some(&(2, 256)));
+    }
+
+    /// One push to each of several peers (a leader's slot per follower):
+    /// posted one batch per peer; a peer that refuses keeps its push, and
+    /// the next call posts it alone, without re-posting the others'.
+    #[test]
+    fn one_push_per_peer_posts_each_once_and_keeps_a_refused_one() {
+        let inner = loopback_group(3, 1024).remove(0);
+        let mut f = Flaky { inner, allow: None, applied: Vec::new(), batches: Vec::new() };
+        let mut b = PushBacklog::new();
+        let to = |p: &TestPush| Targets::One(if p.offset < 512 { 1 } else { 2 });
+        b.extend(&mut vec![push(0), push(512)]);
+        assert_eq!(b.post(&mut f, to), 2);
+        assert_eq!(f.applied, vec![(1, 0), (2, 512)]);
+        assert_eq!(f.batches, vec![(1, 1), (2, 1)]);
+        assert!(b.is_empty());
+
+        // Peer 2 refuses its push: peer 1's is posted once, peer 2's later.
+        f.applied.clear();
+        f.allow = Some(1);
+        b.extend(&mut vec![push(64), push(576)]);
+        assert_eq!(b.post(&mut f, to), 1);
+        assert_eq!(f.applied, vec![(1, 64)]);
+        assert_eq!(b.len(), 1, "peer 2's push is held back");
+        f.allow = None;
+        assert_eq!(b.post(&mut f, to), 1);
+        assert_eq!(f.applied, vec![(1, 64), (2, 576)], "nothing reposted to peer 1");
+        assert!(b.is_empty());
+
+        // Two pushes to one peer are one batch of two (not the fast path).
+        f.batches.clear();
+        b.extend(&mut vec![push(128), push(192)]);
+        assert_eq!(b.post(&mut f, to), 2);
+        assert_eq!(f.batches, vec![(1, 2)]);
     }
 
     #[test]

@@ -67,6 +67,10 @@ impl Log {
     pub(super) fn insert(&mut self, h: Header, body: Vec<u8>) -> Option<Vec<u8>> {
         match self.position(h) {
             Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, body)),
+            Err(i) if i == self.entries.len() => {
+                self.entries.push_back((h, body)); // the common case: the newest entry
+                None
+            }
             Err(i) => {
                 self.entries.insert(i, (h, body));
                 debug_assert!(i == 0 || self.entries[i - 1].0 < h, "the log stays sorted");
