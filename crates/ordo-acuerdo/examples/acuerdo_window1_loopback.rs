@@ -8,42 +8,18 @@
 //!
 //! `cargo run --release -p ordo-acuerdo --example acuerdo_window1_loopback -- [COMMITS] [idle]`
 
-use ordo_acuerdo::{AcuerdoDriver, Config, Header, Layout, Role};
-use ordo_fabric::loopback::loopback_group;
+use ordo_acuerdo::{Header, Role};
 use std::time::Instant;
 
+mod common;
+
 fn main() {
-    let ids = vec![0u32, 1, 2];
-    let cfg0 = Config::new(ids.clone(), 0);
-    let len = Layout::new(&cfg0).region_len;
-    let fabs = loopback_group(3, len);
-    let mut ds: Vec<_> = fabs
-        .into_iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let mut c = Config::new(ids.clone(), i as u32);
-            c.heartbeat_interval_ns = 1_000_000;
-            c.heartbeat_timeout_ns = 20_000_000;
-            c.election_timeout_ns = 30_000_000;
-            AcuerdoDriver::new(f, c, 0, 1_000_000).unwrap()
-        })
-        .collect();
+    let mut ds = common::loopback_drivers(false);
     let t0 = Instant::now();
     let now = || t0.elapsed().as_nanos() as u64;
     let mut settled = Vec::new();
     let mut sink = |_: Header, _: &[u8]| {};
-    // Elect a leader.
-    for _ in 0..2_000_000 {
-        let n = now();
-        for d in ds.iter_mut() {
-            d.poll(n, &mut sink, &mut settled);
-        }
-        if ds.iter().filter(|d| d.engine().role() == Role::Leader).count() == 1
-            && ds.iter().all(|d| d.engine().role() != Role::Electing)
-        {
-            break;
-        }
-    }
+    common::elect(&mut ds, now);
     let l = ds.iter().position(|d| d.engine().role() == Role::Leader).unwrap();
     let f = (l + 1) % 3;
     let g = (l + 2) % 3;

@@ -10,11 +10,12 @@
 //!
 //! `cargo run --release -p ordo-acuerdo --example acuerdo_window1_threads -- [COMMITS]`
 
-use ordo_acuerdo::{AcuerdoDriver, Config, Header, Layout, Role};
-use ordo_fabric::loopback::{Loopback, loopback_group};
+use ordo_acuerdo::{Header, Role};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
+
+mod common;
 
 fn pin(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
@@ -27,32 +28,12 @@ fn pin(cpu: usize) {
 
 fn main() {
     let iters: usize = std::env::args().nth(1).map_or(300_000, |s| s.parse().expect("COMMITS"));
-    let ids = vec![0u32, 1, 2];
-    let len = Layout::new(&Config::new(ids.clone(), 0)).region_len;
-    let mut ds: Vec<AcuerdoDriver<Loopback>> = loopback_group(3, len)
-        .into_iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let mut c = Config::new(ids.clone(), i as u32);
-            c.heartbeat_interval_ns = 1_000_000;
-            c.heartbeat_timeout_ns = 20_000_000;
-            c.election_timeout_ns = 30_000_000;
-            AcuerdoDriver::new(f, c, 0, 1_000_000).expect("config")
-        })
-        .collect();
+    let mut ds = common::loopback_drivers(false);
     let t0 = Instant::now();
     let now = move || t0.elapsed().as_nanos() as u64;
     let mut settled = Vec::new();
     let mut sink = |_: Header, _: &[u8]| {};
-    // Elect a leader on this thread.
-    while !(ds.iter().filter(|d| d.engine().role() == Role::Leader).count() == 1
-        && ds.iter().all(|d| d.engine().role() != Role::Electing))
-    {
-        let n = now();
-        for d in ds.iter_mut() {
-            d.poll(n, &mut sink, &mut settled);
-        }
-    }
+    common::elect(&mut ds, now);
     let l = ds.iter().position(|d| d.engine().role() == Role::Leader).expect("a leader");
     let mut leader = ds.remove(l);
     let mut followers = ds;

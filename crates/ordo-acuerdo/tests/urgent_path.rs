@@ -3,44 +3,30 @@
 //! none of them a full poll — and under any load a full poll still runs
 //! at least every fourth poll of a member.
 
-use ordo_acuerdo::{AcuerdoDriver, Config, Header, Layout, Role, Settled};
-use ordo_fabric::loopback::{Loopback, loopback_group};
+use ordo_acuerdo::{AcuerdoDriver, Header, Role, Settled};
+use ordo_fabric::loopback::Loopback;
 
-/// An elected group, and the time (ns) it got there.
+#[path = "../examples/common/mod.rs"]
+mod common;
+
+/// An elected group, and the time (ns) it got there (a few rounds after
+/// the election: every follower joined, nothing is in flight).
 fn group(durable: bool) -> (Vec<AcuerdoDriver<Loopback>>, u64) {
-    let ids = vec![0u32, 1, 2];
-    let len = Layout::new(&Config::new(ids.clone(), 0)).region_len;
-    let mut ds: Vec<_> = loopback_group(3, len)
-        .into_iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let mut c = Config::new(ids.clone(), i as u32);
-            c.heartbeat_interval_ns = 1_000_000;
-            c.heartbeat_timeout_ns = 20_000_000;
-            c.election_timeout_ns = 30_000_000;
-            c.durable = durable;
-            AcuerdoDriver::new(f, c, 0, 1_000_000).expect("config")
-        })
-        .collect();
+    let mut ds = common::loopback_drivers(durable);
+    let mut t = 0;
+    let now = common::elect(&mut ds, || {
+        t += 10_000;
+        t
+    });
     let mut settled = Vec::new();
     let mut sink = |_: Header, _: &[u8]| {};
-    for t in 0..10_000u64 {
+    for _ in 0..8 {
         for d in ds.iter_mut() {
-            d.poll(t * 10_000, &mut sink, &mut settled);
-        }
-        if ds.iter().filter(|d| d.engine().role() == Role::Leader).count() == 1
-            && ds.iter().all(|d| d.engine().role() == Role::Leader || d.engine().role() == Role::Follower)
-        {
-            // A few more rounds: every follower joined and nothing is in flight.
-            for _ in 0..8 {
-                for d in ds.iter_mut() {
-                    d.poll(t * 10_000, &mut sink, &mut settled);
-                }
-            }
-            return (ds, t * 10_000);
+            d.poll(now, &mut sink, &mut settled);
         }
     }
-    panic!("no leader elected");
+    assert!(settled.is_empty());
+    (ds, now)
 }
 
 /// Whether the driver's last poll was a full engine poll (only a full poll
