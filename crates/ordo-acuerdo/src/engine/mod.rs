@@ -729,11 +729,13 @@ impl Engine {
     /// a commit count waits for `persist` there); the commit rule needs
     /// only a quorum's Accept of the epoch, or its leader's Commit column
     /// (what a quorum accepted is committed whoever leads next, §3.3,
-    /// alive or not); the leader's send only links whose ring session is
-    /// up and whose stream is one of normal messages (its row still goes
-    /// out before ring data); the follower's receive only when its
-    /// leader's ring shows a new message, with every ring session up.
-    /// With nothing to do it does nothing and returns 0.
+    /// alive or not); either step only with every ring session up (no
+    /// reset due or just made: not even a row goes out over a link whose
+    /// reset is due); the leader's send only when every stream is one of
+    /// normal messages (its row still goes out before ring data); the
+    /// follower's receive only when its leader's ring shows a new message
+    /// to the session it follows (a new session is the full poll's to
+    /// follow). With nothing to do it does nothing and returns 0.
     pub fn poll_urgent(&mut self, now_ns: u64, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
         if self.cfg.durable || !self.floor_ready {
             return 0;
@@ -742,10 +744,14 @@ impl Engine {
         let links_up = |e: &Engine| e.out.iter().flatten().all(|l| !l.reset_pending && !l.quiet);
         let work = match self.role {
             Role::Leader => {
+                // Nothing goes out over a link whose reset is due (not even
+                // the row): the full poll resets it first.
+                if !links_up(self) {
+                    return 0;
+                }
                 self.now_ns = self.now_ns.max(now_ns);
                 let mut work = self.commit(fx, sink);
                 let send = self.unsent
-                    && links_up(self)
                     && self.out.iter().flatten().all(|l| matches!(l.stream, Stream::Normal { .. }));
                 if work > 0 || send {
                     // A moved Commit column goes out when a poll would push it.
