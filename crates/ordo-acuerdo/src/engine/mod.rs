@@ -731,9 +731,9 @@ impl Engine {
     /// (what a quorum accepted is committed whoever leads next, §3.3,
     /// alive or not); either step only with every ring session up (no
     /// reset due or just made: not even a row goes out over a link whose
-    /// reset is due); the leader's send only when every stream is one of
-    /// normal messages (its row still goes out before ring data); the
-    /// follower's receive only when its leader's ring shows a new message
+    /// reset is due); the leader's send after its row push, as in a poll
+    /// (a new leader's row goes out before its diffs); the follower's
+    /// receive only when its leader's ring shows a new message
     /// to the session it follows (a new session is the full poll's to
     /// follow). With nothing to do it does nothing and returns 0.
     pub fn poll_urgent(&mut self, now_ns: u64, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
@@ -751,8 +751,7 @@ impl Engine {
                 }
                 self.now_ns = self.now_ns.max(now_ns);
                 let mut work = self.commit(fx, sink);
-                let send = self.unsent
-                    && self.out.iter().flatten().all(|l| matches!(l.stream, Stream::Normal { .. }));
+                let send = self.unsent;
                 if work > 0 || send {
                     // A moved Commit column goes out when a poll would push it.
                     self.flush_row(fx);
