@@ -200,18 +200,19 @@ impl<F: Fabric> AcuerdoDriver<F> {
         // without the other phases before or after them; those run in a
         // full poll at least every `URGENT_RUN_MAX + 1` polls (so the
         // commit path never starves them).
-        if self.urgent_run < URGENT_RUN_MAX {
-            let urgent = self.engine.poll_urgent(now_ns, &mut self.effects, sink);
-            if urgent > 0 {
-                self.urgent_run += 1;
-                self.settle(settled);
-                self.backlog.extend(&mut self.effects.pushes);
-                return work + urgent + self.post_backlog();
-            }
+        let urgent = if self.urgent_run < URGENT_RUN_MAX {
+            self.engine.poll_urgent(now_ns, &mut self.effects, sink)
+        } else {
+            0
+        };
+        if urgent > 0 {
+            self.urgent_run += 1;
+            work += urgent;
+        } else {
+            self.urgent_run = 0;
+            work += self.engine.poll(now_ns, &mut self.effects, sink);
+            self.wake_at_ns = self.effects.wake_at_ns.unwrap_or(u64::MAX);
         }
-        self.urgent_run = 0;
-        work += self.engine.poll(now_ns, &mut self.effects, sink);
-        self.wake_at_ns = self.effects.wake_at_ns.unwrap_or(u64::MAX);
         self.settle(settled);
         self.backlog.extend(&mut self.effects.pushes);
         work + self.post_backlog()

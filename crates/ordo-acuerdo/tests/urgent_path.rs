@@ -9,9 +9,9 @@ use ordo_fabric::loopback::Loopback;
 #[path = "../examples/common/mod.rs"]
 mod common;
 
-/// An elected group, and the time (ns) it got there (a few rounds after
-/// the election: every follower joined, nothing is in flight).
-fn group(durable: bool) -> (Vec<AcuerdoDriver<Loopback>>, u64) {
+/// An elected group, the time (ns) it got there (a few rounds after the
+/// election: every follower joined, nothing is in flight), and its leader.
+fn group(durable: bool) -> (Vec<AcuerdoDriver<Loopback>>, u64, usize) {
     let mut ds = common::loopback_drivers(durable);
     let mut t = 0;
     let now = common::elect(&mut ds, || {
@@ -26,7 +26,8 @@ fn group(durable: bool) -> (Vec<AcuerdoDriver<Loopback>>, u64) {
         }
     }
     assert!(settled.is_empty());
-    (ds, now)
+    let leader = ds.iter().position(|d| d.engine().role() == Role::Leader).expect("a leader");
+    (ds, now, leader)
 }
 
 /// Whether the driver's last poll was a full engine poll (only a full poll
@@ -37,8 +38,7 @@ fn was_full(d: &AcuerdoDriver<Loopback>) -> bool {
 
 #[test]
 fn a_window_one_commit_is_three_urgent_steps() {
-    let (mut ds, now) = group(false);
-    let l = ds.iter().position(|d| d.engine().role() == Role::Leader).expect("leader");
+    let (mut ds, now, l) = group(false);
     let f = (l + 1) % 3;
     let mut settled = Vec::new();
     let mut sink = |_: Header, _: &[u8]| {};
@@ -62,8 +62,7 @@ fn a_window_one_commit_is_three_urgent_steps() {
 
 #[test]
 fn under_load_a_full_poll_runs_at_least_every_fourth_poll() {
-    let (mut ds, start) = group(false);
-    let l = ds.iter().position(|d| d.engine().role() == Role::Leader).expect("leader");
+    let (mut ds, start, l) = group(false);
     let mut settled = Vec::new();
     let mut sink = |_: Header, _: &[u8]| {};
     let mut since_full = [0usize; 3];
@@ -94,8 +93,7 @@ fn under_load_a_full_poll_runs_at_least_every_fourth_poll() {
 
 #[test]
 fn durable_mode_takes_no_urgent_step() {
-    let (mut ds, start) = group(true);
-    let l = ds.iter().position(|d| d.engine().role() == Role::Leader).expect("leader");
+    let (mut ds, start, l) = group(true);
     let f = (l + 1) % 3;
     let mut settled = Vec::new();
     let mut sink = |_: Header, _: &[u8]| {};

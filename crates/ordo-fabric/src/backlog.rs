@@ -134,8 +134,9 @@ impl<P: PushRange> PushBacklog<P> {
         }
         // The common case: a fresh queue whose pushes each go to one peer,
         // no peer twice (a leader's slot per follower, an ack). Each
-        // peer's batch is its one push; a peer that refuses it keeps it
-        // for the general path below, which starts where this one ended.
+        // peer's batch is its one push; a peer that refuses it keeps it:
+        // the cursors then say so, and the next call takes the general
+        // path below from there.
         if self.cursors.is_empty() && self.forgotten.is_empty() && self.queue.len() <= 8 {
             let mut single = [0 as MemberId; 8];
             let distinct = self.queue.iter().enumerate().all(|(i, push)| match targets(push) {
@@ -147,35 +148,26 @@ impl<P: PushRange> PushBacklog<P> {
             });
             if distinct {
                 let n = self.queue.len();
-                let mut done = [false; 8];
-                let mut posted = 0;
+                let mut refused = [false; 8];
                 for i in 0..n {
                     let peer = single[i];
                     assert!(
                         fabric.peers().contains(&peer),
                         "the engine emitted a push to {peer}, not a peer"
                     );
-                    match fabric.post_writes(peer, &[self.queue[i].range()]) {
-                        Ok(()) | Err(PartialPost { error: PostError::PeerSuspected(_), .. }) => {
-                            done[i] = true;
-                            posted += 1;
-                        }
-                        Err(PartialPost { posted: 0, error: PostError::Backpressure(_) }) => {}
-                        Err(PartialPost { error, .. }) => {
-                            let push = self.queue[i];
-                            panic!("the engine emitted an invalid push {push:?} to {peer}: {error}")
-                        }
-                    }
+                    let result = fabric.post_writes(peer, &[self.queue[i].range()]);
+                    refused[i] = refused_after(result, peer, |_| self.queue[i]).is_some();
                 }
+                let posted = refused[..n].iter().filter(|r| !**r).count();
                 if posted == n {
                     self.queue.clear();
-                    return posted;
+                } else {
+                    // A refused peer's next push is its one push; every
+                    // other peer is done with this queue.
+                    let next = |p: MemberId| (0..n).find(|&i| refused[i] && single[i] == p).unwrap_or(n);
+                    self.cursors.extend(fabric.peers().iter().map(|&p| (p, next(p))));
                 }
-                // Peers that got their push are done with this queue; the
-                // others start from its beginning.
-                let served = |p: MemberId| (0..n).any(|i| done[i] && single[i] == p);
-                self.cursors.extend(fabric.peers().iter().map(|&p| (p, if served(p) { n } else { 0 })));
-                return posted + self.post(fabric, targets);
+                return posted;
             }
         }
         // On the first call for this queue, count the (push, target) pairs:
@@ -209,17 +201,12 @@ impl<P: PushRange> PushBacklog<P> {
             if self.ranges.is_empty() || self.forgotten.contains(&peer) {
                 posted += self.ranges.len();
             } else {
-                match fabric.post_writes(peer, &self.ranges) {
-                    Ok(()) | Err(PartialPost { error: PostError::PeerSuspected(_), .. }) => {
-                        posted += self.ranges.len();
-                    }
-                    Err(PartialPost { posted: n, error: PostError::Backpressure(_) }) => {
+                let result = fabric.post_writes(peer, &self.ranges);
+                match refused_after(result, peer, |n| self.queue[self.at[n]]) {
+                    None => posted += self.ranges.len(),
+                    Some(n) => {
                         posted += n;
                         next = self.at[n];
-                    }
-                    Err(PartialPost { posted: n, error }) => {
-                        let push = self.queue[self.at[n]];
-                        panic!("the engine emitted an invalid push {push:?} to {peer}: {error}")
                     }
                 }
             }
@@ -234,6 +221,25 @@ impl<P: PushRange> PushBacklog<P> {
             self.forgotten.clear();
         }
         posted
+    }
+}
+
+/// What became of one peer's batch: `None` when every range was posted
+/// (or skipped: the peer is suspected, see the module invariants),
+/// `Some(n)` when back-pressure refused it after its first `n` ranges.
+/// Any other error means the engine emitted an invalid push (`push(n)`,
+/// the range that failed): a bug, and a panic.
+fn refused_after<P: std::fmt::Debug>(
+    result: Result<(), PartialPost>,
+    peer: MemberId,
+    push: impl FnOnce(usize) -> P,
+) -> Option<usize> {
+    match result {
+        Ok(()) | Err(PartialPost { error: PostError::PeerSuspected(_), .. }) => None,
+        Err(PartialPost { posted, error: PostError::Backpressure(_) }) => Some(posted),
+        Err(PartialPost { posted, error }) => {
+            panic!("the engine emitted an invalid push {:?} to {peer}: {error}", push(posted))
+        }
     }
 }
 
