@@ -365,44 +365,67 @@ fn redis_tools_then_the_leader_killed_with(name: &str, fabric: &str, extra: &[&s
         .output()
         .expect("run ordo");
     assert!(out.status.success(), "restart: {}", String::from_utf8_lossy(&out.stderr));
-    let missing = missing_at(&c, &[leader], &acked);
-    let log = std::fs::read_to_string(c.dir.join(format!("node-{leader}.log"))).unwrap_or_default();
-    let tail: String =
-        log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let (missing, report) = missing_at(&c, &[leader], &acked);
     assert_eq!(
         missing,
         0,
-        "the restarted replica lacks {missing} of {} acknowledged writes; its log ends:\n{tail}",
+        "the restarted replica lacks {missing} of {} acknowledged writes:\n{report}",
         acked.len()
     );
 }
 
 /// Every replica's copy (READONLY: its own table) holds every acknowledged
-/// write, within 20 s; returns how many are missing at the worst replica.
-fn missing_at(c: &Cluster, replicas: &[usize], acked: &[(String, String)]) -> usize {
+/// write, within 20 s; returns how many are missing at the worst replica,
+/// and what each replica answered the last time (for the failure report).
+fn missing_at(c: &Cluster, replicas: &[usize], acked: &[(String, String)]) -> (usize, String) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
+        let mut report = String::new();
         let worst = replicas
             .iter()
-            .map(|&i| match c.client(i) {
-                Ok(mut cl) => {
-                    if cl.call(&[b"READONLY"]).ok() != Some(Reply::Ok) {
-                        return acked.len();
-                    }
-                    for (k, _) in acked {
-                        cl.send(&[b"GET", k.as_bytes()]);
-                    }
-                    acked
-                        .iter()
-                        .filter(|(_, v)| cl.recv().ok() != Some(Reply::Bulk(v.clone().into_bytes())))
-                        .count()
-                }
-                Err(_) => acked.len(),
+            .map(|&i| {
+                let (missing, why) = match c.client(i) {
+                    Ok(mut cl) => match cl.call(&[b"READONLY"]) {
+                        Ok(Reply::Ok) => {
+                            for (k, _) in acked {
+                                cl.send(&[b"GET", k.as_bytes()]);
+                            }
+                            let mut first = None;
+                            let n = acked
+                                .iter()
+                                .filter(|(k, v)| {
+                                    let got = cl.recv();
+                                    let bad = got.as_ref().ok() != Some(&Reply::Bulk(v.clone().into_bytes()));
+                                    if bad && first.is_none() {
+                                        first = Some(format!("{k}: {got:?}"));
+                                    }
+                                    bad
+                                })
+                                .count();
+                            (n, format!("{n} missing, first {first:?}"))
+                        }
+                        other => (acked.len(), format!("READONLY answered {other:?}")),
+                    },
+                    Err(e) => (acked.len(), format!("cannot connect: {e}")),
+                };
+                report.push_str(&format!("replica {i}: {why}\n"));
+                missing
             })
             .max()
             .unwrap_or(0);
         if worst == 0 || Instant::now() > deadline {
-            return worst;
+            if worst > 0 {
+                for &i in replicas {
+                    let log =
+                        std::fs::read_to_string(c.dir.join(format!("node-{i}.log"))).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                    report.push_str(&format!(
+                        "--- replica {i}'s log ends ---\n{}\n",
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    ));
+                }
+            }
+            return (worst, report);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -450,11 +473,11 @@ fn disk_mode_the_whole_cluster_killed_under_load_loses_no_acknowledged_write() {
             "replica {i} recovered from its data directory; its log ends:\n{tail}"
         );
     }
-    let missing = missing_at(&c, &[0, 1, 2], &acked);
+    let (missing, report) = missing_at(&c, &[0, 1, 2], &acked);
     assert_eq!(
         missing,
         0,
-        "a replica lacks {missing} of {} acknowledged writes after the restart",
+        "a replica lacks {missing} of {} acknowledged writes after the restart:\n{report}",
         acked.len()
     );
     // Reads through the leader (linearizable) see them too, and the

@@ -492,8 +492,26 @@ fn lock(s: &Shared) -> std::sync::MutexGuard<'_, KvState> {
     s.state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The R3P2 replica's options from `[kv]`: snapshots every
+/// `snapshot_entries`; the log (and the vote) in `data_dir/raft`, fsynced
+/// in `disk` mode (in `memory` mode written but not fsynced: it survives a
+/// process crash, not a power loss); and elections after
+/// `failure_timeout_ms` of silence (each timeout drawn from `[t, 2t)`), as
+/// for acuerdo: a leader waiting on an fsync behind a busy disk, or
+/// descheduled on a loaded machine, must not be voted out by followers
+/// that merely did not hear from it for a few milliseconds.
+fn raft_options(kv: &ordo_runtime::KvConfig, index: usize, members: usize) -> ordo_r2p2::RaftOptions {
+    let mut raft = ordo_r2p2::RaftOptions::new(index, members);
+    raft.snapshot_interval = kv.snapshot_entries;
+    raft.log.durable = kv.durability == KvDurability::Disk;
+    let tick_ms = u64::try_from(raft.tick.as_millis()).unwrap_or(u64::MAX).max(1);
+    raft.raft.election_ticks = (kv.failure_timeout_ms() / tick_ms).max(2);
+    raft.raft.heartbeat_ticks = raft.raft.heartbeat_ticks.min(raft.raft.election_ticks - 1);
+    raft
+}
+
 fn start_raft(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> Result<Started, KvError> {
-    use ordo_r2p2::{AuthConfig, HandlerMode, RaftOptions, RaftReplication, Server, ServerConfig};
+    use ordo_r2p2::{AuthConfig, HandlerMode, RaftReplication, Server, ServerConfig};
     let kv = &config.kv;
     let members = config.group.members.clone();
     let index = members
@@ -549,13 +567,8 @@ fn start_raft(config: &OrdoConfig, me: MemberId, nonce: u64, waker: Waker) -> Re
         },
         ..ServerConfig::default()
     };
-    let mut raft = RaftOptions::new(index, members.len());
-    raft.snapshot_interval = kv.snapshot_entries;
+    let raft = raft_options(kv, index, members.len());
     let start_err = |e: String| KvError::Start(format!("raft replica: {e}"));
-    // The log (and the vote) in data_dir/raft, fsynced in `disk` mode; in
-    // `memory` mode written but not fsynced (it survives a process crash,
-    // not a power loss).
-    raft.log.durable = kv.durability == KvDurability::Disk;
     let dir = std::path::Path::new(kv.data_dir.as_deref().unwrap_or(".")).join("raft");
     let disk = ordo_r2p2::disk::FsDisk::open(&dir)
         .map_err(|why| KvError::Bind { addr: dir.display().to_string(), why: why.to_string() })?;
@@ -637,9 +650,16 @@ impl Conn {
     }
 }
 
+/// Whether `stream` is connected to its own address (see `forward_io`).
+fn is_self_connected(stream: &TcpStream) -> bool {
+    matches!((stream.local_addr(), stream.peer_addr()), (Ok(l), Ok(p)) if l == p)
+}
+
 struct ForwardLink {
     stream: TcpStream,
     leader: MemberId,
+    /// Some bytes were written to the link (it connected): until then no
+    /// request queued on it reached the leader.
     connected: bool,
     out: Vec<u8>,
     inbuf: Vec<u8>,
@@ -1260,20 +1280,32 @@ impl Front {
         if self.is_leader() {
             // Here only when this leader refused a read barrier
             // (too many reads waiting).
-            self.fill(w, Reply::Error("TRYAGAIN too many reads waiting at the leader, retry".into()));
+            self.fill(
+                w,
+                Reply::Error("TRYAGAIN too many reads waiting at the leader; not applied, retry".into()),
+            );
             return;
         }
         let leader = self.client.leadership().1.filter(|l| *l != self.me);
         let Some(leader) = leader else {
-            self.fill(w, Reply::Error("TRYAGAIN no leader (an election is in progress)".into()));
+            self.fill(
+                w,
+                Reply::Error("TRYAGAIN no leader (an election is in progress); not applied, retry".into()),
+            );
             return;
         };
         if came_forwarded {
-            self.fill(w, Reply::Error(format!("TRYAGAIN not the leader (member {leader} leads)")));
+            self.fill(
+                w,
+                Reply::Error(format!("TRYAGAIN not the leader (member {leader} leads); not applied, retry")),
+            );
             return;
         }
         let Some(addr) = self.kv.replica_addr(leader).map(str::to_string) else {
-            self.fill(w, Reply::Error(format!("TRYAGAIN the leader (member {leader}) has no kv address")));
+            self.fill(
+                w,
+                Reply::Error(format!("TRYAGAIN the leader (member {leader}) has no kv address; not applied")),
+            );
             return;
         };
         if self.kv.redirect {
@@ -1291,7 +1323,12 @@ impl Front {
             let mut stream = match TcpStream::connect(sock) {
                 Ok(s) => s,
                 Err(e) => {
-                    self.fill(w, Reply::Error(format!("TRYAGAIN cannot reach the leader at {addr}: {e}")));
+                    self.fill(
+                        w,
+                        Reply::Error(format!(
+                            "TRYAGAIN cannot reach the leader at {addr}: {e}; not applied, retry"
+                        )),
+                    );
                     return;
                 }
             };
@@ -1302,7 +1339,10 @@ impl Front {
                 .register(&mut stream, FORWARD, Interest::READABLE | Interest::WRITABLE)
                 .is_err()
             {
-                self.fill(w, Reply::Error("TRYAGAIN cannot register the forwarding link".into()));
+                self.fill(
+                    w,
+                    Reply::Error("TRYAGAIN cannot register the forwarding link; not applied, retry".into()),
+                );
                 return;
             }
             let mut link = ForwardLink {
@@ -1331,13 +1371,15 @@ impl Front {
     fn drop_forward(&mut self, why: &str) {
         if let Some(mut link) = self.fwd.take() {
             let _ = self.poll.registry().deregister(&mut link.stream);
+            // A link that never connected (the leader's port refused it)
+            // carried no byte: its requests are certainly not applied.
+            let reply = if link.connected {
+                format!("TRYAGAIN {why} before the leader answered; the outcome of this request is unknown")
+            } else {
+                format!("TRYAGAIN {why} before the link connected; not applied, retry")
+            };
             for w in link.fifo.into_iter().flatten() {
-                self.fill(
-                    w,
-                    Reply::Error(format!(
-                        "TRYAGAIN {why} before the leader answered; the outcome of this request is unknown"
-                    )),
-                );
+                self.fill(w, Reply::Error(reply.clone()));
             }
         }
     }
@@ -1347,6 +1389,15 @@ impl Front {
         let mut broken = None;
         if !link.out.is_empty() {
             match link.stream.write(&link.out) {
+                // A connect to a closed local port in the ephemeral range
+                // can meet itself (TCP simultaneous open): the requests
+                // would come back as "replies", and the socket would hold
+                // the dead leader's port against its restart. Nothing
+                // reached a leader: not applied.
+                Ok(_) if !link.connected && is_self_connected(&link.stream) => {
+                    broken =
+                        Some("the link to the leader connected to itself (its port is closed)".to_string());
+                }
                 Ok(n) => {
                     link.connected = true;
                     link.out.drain(..n);
@@ -1482,5 +1533,68 @@ impl Front {
             taken_at_unix_ns: unix_ns(),
             ..NodeStatus::default()
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket bound to a local port and connected to that same port
+    /// meets itself (TCP simultaneous open) — what a follower's link to a
+    /// dead leader's port can become; a link to a listener is not one.
+    #[test]
+    fn a_link_that_met_itself_is_told_from_a_real_one() {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket calls on a descriptor this test owns; the
+        // address structs are fully initialized; the descriptor is handed
+        // to `std::net::TcpStream`, which closes it.
+        let own = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0);
+            let mut a: libc::sockaddr_in = std::mem::zeroed();
+            a.sin_family = libc::AF_INET as libc::sa_family_t;
+            a.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            assert_eq!(libc::bind(fd, (&raw const a).cast(), len), 0);
+            let mut got_len = len;
+            assert_eq!(libc::getsockname(fd, (&raw mut a).cast(), &raw mut got_len), 0);
+            assert_eq!(
+                libc::connect(fd, (&raw const a).cast(), len),
+                0,
+                "{}",
+                std::io::Error::last_os_error()
+            );
+            std::net::TcpStream::from_raw_fd(fd)
+        };
+        let own = TcpStream::from_std(own);
+        assert!(is_self_connected(&own));
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let real = TcpStream::from_std(std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+        assert!(!is_self_connected(&real));
+    }
+
+    /// `kv.failure_timeout_ms` is Raft's election timeout too: 30 ms in
+    /// `memory` mode, 1 s in `disk` mode, or what the operator wrote; the
+    /// heartbeat stays well inside it, and every set is one Raft accepts.
+    #[test]
+    fn raft_elections_wait_the_failure_timeout() {
+        let mut kv = ordo_runtime::KvConfig::default();
+        for (durability, set, ticks) in [
+            (KvDurability::Memory, 0, 30),
+            (KvDurability::Disk, 0, 1000),
+            (KvDurability::Disk, 250, 250),
+            (KvDurability::Memory, 3, 3),
+        ] {
+            kv.durability = durability;
+            kv.failure_timeout_ms = set;
+            let o = raft_options(&kv, 1, 3);
+            assert_eq!(o.tick, Duration::from_millis(1));
+            assert_eq!(o.raft.election_ticks, ticks, "{durability:?} {set}");
+            assert!(o.raft.heartbeat_ticks < o.raft.election_ticks);
+            assert_eq!(o.log.durable, durability == KvDurability::Disk);
+            o.raft.validate().expect("a valid Raft configuration");
+        }
     }
 }

@@ -319,7 +319,9 @@ pub struct KvConfig {
     /// `engine = "raft"`).
     pub raft: Vec<TcpPeer>,
     /// `failure_timeout_ms`: an acuerdo replica whose heartbeat has not
-    /// moved for this long is suspected and a new leader elected. 0
+    /// moved for this long is suspected and a new leader elected; with
+    /// `engine = "raft"`, Raft's minimum election timeout (each drawn from
+    /// `[t, 2t)`). 0
     /// (default): 30 ms in `memory` mode, 1000 ms in `disk` mode — an
     /// fsync behind a busy disk can take far longer than 30 ms, and a
     /// replica waiting on one must not be voted out (etcd's election
@@ -392,8 +394,9 @@ impl Default for KvConfig {
 }
 
 impl KvConfig {
-    /// The acuerdo failure timeout in ms (`failure_timeout_ms`, or its
-    /// automatic value for the durability mode).
+    /// The failure (acuerdo) or election (raft) timeout in ms
+    /// (`failure_timeout_ms`, or its automatic value for the durability
+    /// mode).
     pub fn failure_timeout_ms(&self) -> u64 {
         match (self.failure_timeout_ms, self.durability) {
             (0, KvDurability::Memory) => 30,

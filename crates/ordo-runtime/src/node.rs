@@ -920,11 +920,28 @@ fn open_log(config: &OrdoConfig) -> Result<Option<BufWriter<File>>, NodeError> {
 /// A base port for a [`LocalCluster`] of `n` members whose fabric,
 /// control, status, kv and kv-raft ports (base+i, base+100+i, base+200+i,
 /// base+300+i; base+400+i free for UDP too) are all free now (None after
-/// 500 tries).
+/// 500 tries). The ports lie below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), where no outgoing connection of
+/// another process takes one between this check and the bind, and a
+/// connect to a closed one cannot meet itself.
 pub fn free_base_port(n: u32) -> Option<u16> {
+    const LOW: u16 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|w| w.parse::<u16>().ok()))
+        .unwrap_or(32_768);
+    // Every port of the layout (base .. base+400+n) below the range.
+    let span = 400 + n as u16 + 1;
+    let (low, high) = if ephemeral_low > LOW + span + 1_000 {
+        (LOW, ephemeral_low - span)
+    } else {
+        (20_000, 55_000) // an unusual range: anywhere, checked below
+    };
     let seed = unix_ns() ^ u64::from(std::process::id());
     (0..500u64).find_map(|attempt| {
-        let base = 20_000 + ((seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 7919)) % 35_000) as u16;
+        let pick = seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 7919);
+        let base = low + (pick % u64::from(high - low)) as u16;
+        debug_assert!(u32::from(base) + u32::from(span) <= 65_535);
         let free = (0..n as u16).all(|i| {
             [0, 100, 200, 300]
                 .iter()
