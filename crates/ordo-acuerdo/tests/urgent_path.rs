@@ -106,3 +106,34 @@ fn durable_mode_takes_no_urgent_step() {
     }
     assert!(matches!(settled.as_slice(), [Settled::Committed { ticket: 1, .. }]));
 }
+
+/// Broadcasts a full ring left behind are still unsent: the leader's next
+/// urgent step puts them into the slots the follower's acks freed, without
+/// waiting for a full poll.
+#[test]
+fn what_a_full_ring_left_behind_goes_out_in_the_next_urgent_step() {
+    let (mut ds, now, l) = group(false);
+    let f = (l + 1) % 3;
+    let mut settled = Vec::new();
+    let mut sink = |_: Header, _: &[u8]| {};
+    let slots = 16; // Config::new's window: slots of each ring
+    let mut last = None;
+    for ticket in 0..slots as u64 + 4 {
+        last = Some(ds[l].submit(ticket, b"m").expect("room in max_outstanding"));
+    }
+    let last = last.unwrap();
+    // The leader fills the ring to f (four are left behind); f takes them.
+    assert!(ds[l].poll(now, &mut sink, &mut settled) > 0);
+    assert!(!was_full(&ds[l]));
+    assert!(ds[f].poll(now, &mut sink, &mut settled) > 0);
+    assert!(!was_full(&ds[f]));
+    assert!(ds[f].engine().accepted() < last, "a full ring held some back");
+    // The leader's next urgent step commits what f acknowledged and sends
+    // the rest into the freed slots; f's next urgent step takes them.
+    assert!(ds[l].poll(now, &mut sink, &mut settled) > 0);
+    assert!(!was_full(&ds[l]), "an urgent step");
+    assert!(!settled.is_empty(), "the first ring's worth committed");
+    assert!(ds[f].poll(now, &mut sink, &mut settled) > 0);
+    assert!(!was_full(&ds[f]), "an urgent step");
+    assert_eq!(ds[f].engine().accepted(), last, "the rest went out in the leader's urgent step");
+}

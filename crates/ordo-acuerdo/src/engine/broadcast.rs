@@ -74,6 +74,9 @@ impl Engine {
         let (log, committed, accepted, e_cur) = (&self.log, self.committed, self.accepted, self.e_cur);
         let chunk = self.cfg.max_payload;
         assert!(chunk > 0, "max_payload is validated positive");
+        // A ring that filled up leaves broadcasts behind: still unsent, so
+        // the next urgent step refills the slots its acks free.
+        let mut left = false;
         for link in self.out.iter_mut().flatten() {
             if !link.quiet {
                 // State transfer (beyond the paper): see `snapshots`.
@@ -87,9 +90,10 @@ impl Engine {
                     }
                     work += 1;
                 }
+                left |= matches!(link.stream, Stream::Normal { after } if after < accepted);
             }
         }
-        self.unsent = false;
+        self.unsent = left;
         work
     }
 

@@ -389,7 +389,8 @@ pub struct Engine {
     next_hb_ns: u64,
     dirty_all: bool,
     dirty_to: Vec<bool>,
-    /// Leader: a message was broadcast since the last send.
+    /// Leader: a message was broadcast since the last send, or a full ring
+    /// left one behind at the last send.
     unsent: bool,
     /// The Commit column changed and is not pushed yet.
     commit_dirty: bool,
