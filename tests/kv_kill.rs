@@ -501,3 +501,46 @@ fn disk_mode_the_whole_cluster_killed_under_load_loses_no_acknowledged_write() {
     // And it takes writes again.
     assert_eq!(c.redis_cli(2, &["set", "after", "1"]), "OK");
 }
+
+/// `ordo cluster up` is all or nothing: a replica that cannot start (its
+/// RESP port is taken) fails the command at once with the replica's own
+/// error, and the replicas already started are stopped again.
+#[test]
+fn a_cluster_that_cannot_come_up_leaves_nothing_running() {
+    let dir = std::env::temp_dir().join(format!("ordo-kv-kill-partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let base = ordo_runtime::node::free_base_port(3).expect("free ports");
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", base + 302)).expect("replica 2's RESP port");
+    let t0 = Instant::now();
+    let out = ordo(&[
+        "cluster",
+        "up",
+        "--kv",
+        "-n",
+        "3",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--base-port",
+        &base.to_string(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "cluster up failed");
+    assert!(err.contains("member 2 exited while starting"), "{err}");
+    assert!(err.contains(&(base + 302).to_string()), "the replica's own error names the port: {err}");
+    assert!(t0.elapsed() < Duration::from_secs(15), "at once, not at the 20 s deadline ({:?})", t0.elapsed());
+    assert!(!dir.join("pids").exists(), "no cluster is left recorded");
+    // No process of this directory is left.
+    let needle = dir.to_str().unwrap().as_bytes().to_vec();
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "processes left running: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
