@@ -926,10 +926,7 @@ fn open_log(config: &OrdoConfig) -> Result<Option<BufWriter<File>>, NodeError> {
 /// connect to a closed one cannot meet itself.
 pub fn free_base_port(n: u32) -> Option<u16> {
     const LOW: u16 = 10_000;
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|w| w.parse::<u16>().ok()))
-        .unwrap_or(32_768);
+    let ephemeral_low = u16::try_from(crate::wiring::ephemeral_low()).unwrap_or(u16::MAX);
     // Every port of the layout (base .. base+400+n) below the range.
     let span = 400 + n as u16 + 1;
     let (low, high) = if ephemeral_low > LOW + span + 1_000 {

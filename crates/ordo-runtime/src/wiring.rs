@@ -446,6 +446,15 @@ impl<F: Fabric + Send> Agent for HeartbeatAgent<F> {
     }
 }
 
+/// The first port of the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`; 32768 where it cannot be read).
+pub(crate) fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+}
+
 /// A port on 127.0.0.1, free for TCP and UDP when asked, chosen **below
 /// the kernel's ephemeral range** (`/proc/sys/net/ipv4/ip_local_port_range`,
 /// 32768-60999 by default): a port the kernel hands out for "bind to port
@@ -460,10 +469,7 @@ pub fn unused_local_port() -> std::io::Result<u16> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static CALLS: AtomicU32 = AtomicU32::new(0);
     const FLOOR: u32 = 10_000;
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32_768);
+    let ephemeral_low = ephemeral_low();
     if ephemeral_low <= FLOOR + 1_000 {
         // No room below the ephemeral range: the kernel's choice.
         return std::net::TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port());
@@ -495,10 +501,7 @@ mod port_tests {
     /// before anything binds them).
     #[test]
     fn unused_local_ports_are_distinct_and_below_the_ephemeral_range() {
-        let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-            .unwrap_or(32_768);
+        let low = u16::try_from(super::ephemeral_low()).unwrap_or(u16::MAX);
         let ports: Vec<u16> = (0..64).map(|_| unused_local_port().expect("a free port")).collect();
         let mut unique = ports.clone();
         unique.sort_unstable();
@@ -510,5 +513,22 @@ mod port_tests {
         let p = ports[0];
         assert!(std::net::TcpListener::bind(("127.0.0.1", p)).is_ok(), "port {p} is free for TCP");
         assert!(std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok(), "port {p} is free for UDP");
+    }
+
+    /// A local cluster's whole port layout (base .. base+400+n) lies below
+    /// the ephemeral range, and is free when picked.
+    #[test]
+    fn a_cluster_base_port_lays_every_port_below_the_ephemeral_range() {
+        let low = u32::from(u16::try_from(super::ephemeral_low()).unwrap_or(u16::MAX));
+        for _ in 0..16 {
+            let base = u32::from(crate::node::free_base_port(3).expect("a free base"));
+            if low > 11_000 {
+                assert!(base >= 10_000 && base + 402 < low, "base {base} (ephemeral from {low})");
+            }
+            for o in [0, 100, 200, 300] {
+                assert!(std::net::TcpListener::bind(("127.0.0.1", (base + o) as u16)).is_ok());
+            }
+            assert!(std::net::UdpSocket::bind(("127.0.0.1", (base + 400) as u16)).is_ok());
+        }
     }
 }
