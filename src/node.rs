@@ -320,6 +320,81 @@ fn restart(member: u32, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `up`'s members: each one's config written and its process spawned (the
+/// pids file rewritten after each), then a wait until every one reports
+/// itself up — or an error as soon as one exits, quoting its log.
+fn start_members(
+    args: &UpArgs,
+    engine: EngineArg,
+    base: &OrdoConfig,
+    cluster: &str,
+    client_secret: &Path,
+    pids: &mut Vec<u32>,
+) -> Result<(), String> {
+    for id in 0..args.members {
+        let mut c = local(args, cluster).member_config(base, id);
+        if engine == EngineArg::Acuerdo || args.kv {
+            c.node.engine = ordo_runtime::NodeEngine::Acuerdo;
+            c.node.message_bytes = c.node.message_bytes.max(16);
+        }
+        if args.kv {
+            let kv_port = |i: u32| format!("127.0.0.1:{}", u32::from(args.base_port) + 300 + i);
+            c.kv.listen = kv_port(id);
+            c.kv.replicas =
+                (0..args.members).map(|i| ordo_runtime::TcpPeer { id: i, addr: kv_port(i) }).collect();
+            c.security.client_secret_file = Some(client_secret.to_path_buf());
+            c.node.send_rate = 0;
+            if engine == EngineArg::Vsync {
+                c.kv.engine = ordo_runtime::KvEngine::Vsync;
+                c.node.engine = ordo_runtime::NodeEngine::Vsync;
+            }
+            if engine == EngineArg::Raft {
+                c.kv.engine = ordo_runtime::KvEngine::Raft;
+                let raft_port = |i: u32| format!("127.0.0.1:{}", u32::from(args.base_port) + 400 + i);
+                c.kv.raft =
+                    (0..args.members).map(|i| ordo_runtime::TcpPeer { id: i, addr: raft_port(i) }).collect();
+            }
+            if args.durability == DurabilityArg::Disk {
+                c.kv.durability = ordo_runtime::KvDurability::Disk;
+            }
+            // Raft keeps its log (and vote) there in both modes.
+            if args.durability == DurabilityArg::Disk || engine == EngineArg::Raft {
+                let data =
+                    std::path::absolute(args.dir.join(format!("data-{id}"))).map_err(|e| e.to_string())?;
+                c.kv.data_dir = Some(data.display().to_string());
+            }
+            c.validate_kv().map_err(|e| format!("replica {id}: {e}"))?;
+        } else {
+            c.validate_node_daemon().map_err(|e| format!("member {id}: {e}"))?;
+        }
+        let path = args.dir.join(format!("node-{id}.toml"));
+        std::fs::write(&path, c.to_toml_string()).map_err(|e| format!("{}: {e}", path.display()))?;
+        pids.push(spawn_node(&args.dir, id, false)?);
+        let list: String = pids.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(args.dir.join("pids"), list).map_err(|e| e.to_string())?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let all = statuses(&args.dir)?;
+        let up = |s: &NodeStatus| matches!(s.state.as_str(), "running" | "leader" | "follower");
+        if all.iter().all(|(_, s)| s.as_ref().is_ok_and(up)) {
+            break;
+        }
+        // A member that exited will not come up: say why at once.
+        if let Some(id) = pids.iter().position(|p| !alive(*p)) {
+            let log = std::fs::read_to_string(args.dir.join(format!("node-{id}.log"))).unwrap_or_default();
+            let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(its log is empty)");
+            return Err(format!("member {id} exited while starting: {}", last.trim()));
+        }
+        if Instant::now() > deadline {
+            status(&StatusArgs { dir: args.dir.clone(), json: false })?;
+            return Err(format!("not every member came up; see {}/node-*.log", args.dir.display()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
 fn up(args: UpArgs) -> Result<(), String> {
     if args.members == 0 {
         return Err("a cluster needs at least one member".into());
@@ -358,72 +433,7 @@ fn up(args: UpArgs) -> Result<(), String> {
     let args_status = StatusArgs { dir: args.dir.clone(), json: false };
     // Up all the way or not at all: on any failure the members started so
     // far (the pids file lists each as it starts) are stopped again.
-    let started = (|| -> Result<(), String> {
-        for id in 0..args.members {
-            let mut c = local(&args, &cluster).member_config(&base, id);
-            if engine == EngineArg::Acuerdo || args.kv {
-                c.node.engine = ordo_runtime::NodeEngine::Acuerdo;
-                c.node.message_bytes = c.node.message_bytes.max(16);
-            }
-            if args.kv {
-                let kv_port = |i: u32| format!("127.0.0.1:{}", u32::from(args.base_port) + 300 + i);
-                c.kv.listen = kv_port(id);
-                c.kv.replicas =
-                    (0..args.members).map(|i| ordo_runtime::TcpPeer { id: i, addr: kv_port(i) }).collect();
-                c.security.client_secret_file = Some(client_secret.clone());
-                c.node.send_rate = 0;
-                if engine == EngineArg::Vsync {
-                    c.kv.engine = ordo_runtime::KvEngine::Vsync;
-                    c.node.engine = ordo_runtime::NodeEngine::Vsync;
-                }
-                if engine == EngineArg::Raft {
-                    c.kv.engine = ordo_runtime::KvEngine::Raft;
-                    let raft_port = |i: u32| format!("127.0.0.1:{}", u32::from(args.base_port) + 400 + i);
-                    c.kv.raft = (0..args.members)
-                        .map(|i| ordo_runtime::TcpPeer { id: i, addr: raft_port(i) })
-                        .collect();
-                }
-                if args.durability == DurabilityArg::Disk {
-                    c.kv.durability = ordo_runtime::KvDurability::Disk;
-                }
-                // Raft keeps its log (and vote) there in both modes.
-                if args.durability == DurabilityArg::Disk || engine == EngineArg::Raft {
-                    let data = std::path::absolute(args.dir.join(format!("data-{id}")))
-                        .map_err(|e| e.to_string())?;
-                    c.kv.data_dir = Some(data.display().to_string());
-                }
-                c.validate_kv().map_err(|e| format!("replica {id}: {e}"))?;
-            } else {
-                c.validate_node_daemon().map_err(|e| format!("member {id}: {e}"))?;
-            }
-            let path = args.dir.join(format!("node-{id}.toml"));
-            std::fs::write(&path, c.to_toml_string()).map_err(|e| format!("{}: {e}", path.display()))?;
-            pids.push(spawn_node(&args.dir, id, false)?);
-            let list: String = pids.iter().map(|p| format!("{p}\n")).collect();
-            std::fs::write(args.dir.join("pids"), list).map_err(|e| e.to_string())?;
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let all = statuses(&args.dir)?;
-            let up = |s: &NodeStatus| matches!(s.state.as_str(), "running" | "leader" | "follower");
-            if all.iter().all(|(_, s)| s.as_ref().is_ok_and(up)) {
-                break;
-            }
-            // A member that exited will not come up: say why at once.
-            if let Some(id) = pids.iter().position(|p| !alive(*p)) {
-                let log =
-                    std::fs::read_to_string(args.dir.join(format!("node-{id}.log"))).unwrap_or_default();
-                let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(its log is empty)");
-                return Err(format!("member {id} exited while starting: {}", last.trim()));
-            }
-            if Instant::now() > deadline {
-                status(&args_status)?;
-                return Err(format!("not every member came up; see {}/node-*.log", args.dir.display()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
-    })();
+    let started = start_members(&args, engine, &base, &cluster, &client_secret, &mut pids);
     if let Err(e) = started {
         if args.dir.join("pids").exists() {
             let _ = down(&args.dir);
