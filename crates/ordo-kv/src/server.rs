@@ -650,6 +650,12 @@ impl Conn {
     }
 }
 
+/// A refusal of a request that certainly did not reach the leader: the
+/// client may retry it as it is (`-TRYAGAIN <why>; not applied, retry`).
+fn not_applied(why: impl std::fmt::Display) -> Reply {
+    Reply::Error(format!("TRYAGAIN {why}; not applied, retry"))
+}
+
 /// Whether `stream` is connected to its own address (see `forward_io`).
 fn is_self_connected(stream: &TcpStream) -> bool {
     matches!((stream.local_addr(), stream.peer_addr()), (Ok(l), Ok(p)) if l == p)
@@ -1280,32 +1286,20 @@ impl Front {
         if self.is_leader() {
             // Here only when this leader refused a read barrier
             // (too many reads waiting).
-            self.fill(
-                w,
-                Reply::Error("TRYAGAIN too many reads waiting at the leader; not applied, retry".into()),
-            );
+            self.fill(w, not_applied("too many reads waiting at the leader"));
             return;
         }
         let leader = self.client.leadership().1.filter(|l| *l != self.me);
         let Some(leader) = leader else {
-            self.fill(
-                w,
-                Reply::Error("TRYAGAIN no leader (an election is in progress); not applied, retry".into()),
-            );
+            self.fill(w, not_applied("no leader (an election is in progress)"));
             return;
         };
         if came_forwarded {
-            self.fill(
-                w,
-                Reply::Error(format!("TRYAGAIN not the leader (member {leader} leads); not applied, retry")),
-            );
+            self.fill(w, not_applied(format!("not the leader (member {leader} leads)")));
             return;
         }
         let Some(addr) = self.kv.replica_addr(leader).map(str::to_string) else {
-            self.fill(
-                w,
-                Reply::Error(format!("TRYAGAIN the leader (member {leader}) has no kv address; not applied")),
-            );
+            self.fill(w, not_applied(format!("the leader (member {leader}) has no kv address")));
             return;
         };
         if self.kv.redirect {
@@ -1323,12 +1317,7 @@ impl Front {
             let mut stream = match TcpStream::connect(sock) {
                 Ok(s) => s,
                 Err(e) => {
-                    self.fill(
-                        w,
-                        Reply::Error(format!(
-                            "TRYAGAIN cannot reach the leader at {addr}: {e}; not applied, retry"
-                        )),
-                    );
+                    self.fill(w, not_applied(format!("cannot reach the leader at {addr}: {e}")));
                     return;
                 }
             };
@@ -1339,10 +1328,7 @@ impl Front {
                 .register(&mut stream, FORWARD, Interest::READABLE | Interest::WRITABLE)
                 .is_err()
             {
-                self.fill(
-                    w,
-                    Reply::Error("TRYAGAIN cannot register the forwarding link; not applied, retry".into()),
-                );
+                self.fill(w, not_applied("cannot register the forwarding link"));
                 return;
             }
             let mut link = ForwardLink {
@@ -1374,12 +1360,14 @@ impl Front {
             // A link that never connected (the leader's port refused it)
             // carried no byte: its requests are certainly not applied.
             let reply = if link.connected {
-                format!("TRYAGAIN {why} before the leader answered; the outcome of this request is unknown")
+                Reply::Error(format!(
+                    "TRYAGAIN {why} before the leader answered; the outcome of this request is unknown"
+                ))
             } else {
-                format!("TRYAGAIN {why} before the link connected; not applied, retry")
+                not_applied(format!("{why} before the link connected"))
             };
             for w in link.fifo.into_iter().flatten() {
-                self.fill(w, Reply::Error(reply.clone()));
+                self.fill(w, reply.clone());
             }
         }
     }

@@ -925,27 +925,29 @@ fn open_log(config: &OrdoConfig) -> Result<Option<BufWriter<File>>, NodeError> {
 /// another process takes one between this check and the bind, and a
 /// connect to a closed one cannot meet itself.
 pub fn free_base_port(n: u32) -> Option<u16> {
-    const LOW: u16 = 10_000;
-    let ephemeral_low = u16::try_from(crate::wiring::ephemeral_low()).unwrap_or(u16::MAX);
-    // Every port of the layout (base .. base+400+n) below the range.
-    let span = 400 + n as u16 + 1;
-    let (low, high) = if ephemeral_low > LOW + span + 1_000 {
-        (LOW, ephemeral_low - span)
+    // Every port of the layout (base .. base+400+n) below the range; an
+    // unusual range leaves no room there: anywhere, checked below.
+    let span = 401 + n;
+    let floor = u32::from(crate::wiring::LOCAL_PORT_FLOOR);
+    let ephemeral_low = crate::wiring::ephemeral_low();
+    let (low, high) = if ephemeral_low > floor + span + 1_000 {
+        (floor, ephemeral_low - span)
     } else {
-        (20_000, 55_000) // an unusual range: anywhere, checked below
+        (20_000, 65_535u32.checked_sub(span)?)
     };
+    if high <= low {
+        return None;
+    }
     let seed = unix_ns() ^ u64::from(std::process::id());
     (0..500u64).find_map(|attempt| {
         let pick = seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 7919);
-        let base = low + (pick % u64::from(high - low)) as u16;
-        debug_assert!(u32::from(base) + u32::from(span) <= 65_535);
-        let free = (0..n as u16).all(|i| {
-            [0, 100, 200, 300]
-                .iter()
-                .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o + i)).is_ok())
-                && std::net::UdpSocket::bind(("127.0.0.1", base + 400 + i)).is_ok()
+        let base = low + (pick % u64::from(high - low)) as u32;
+        let free = (0..n).all(|i| {
+            let port = |o: u32| u16::try_from(base + o + i).expect("the layout fits below 65,536");
+            [0, 100, 200, 300].iter().all(|&o| std::net::TcpListener::bind(("127.0.0.1", port(o))).is_ok())
+                && std::net::UdpSocket::bind(("127.0.0.1", port(400))).is_ok()
         });
-        free.then_some(base)
+        free.then(|| u16::try_from(base).expect("below high"))
     })
 }
 

@@ -446,6 +446,11 @@ impl<F: Fabric + Send> Agent for HeartbeatAgent<F> {
     }
 }
 
+/// The lowest port [`unused_local_port`] and
+/// [`crate::node::free_base_port`] hand out (they stay below the ephemeral
+/// range, and above the well-known and common service ports).
+pub(crate) const LOCAL_PORT_FLOOR: u16 = 10_000;
+
 /// The first port of the kernel's ephemeral range
 /// (`net.ipv4.ip_local_port_range`; 32768 where it cannot be read).
 pub(crate) fn ephemeral_low() -> u32 {
@@ -468,7 +473,7 @@ pub(crate) fn ephemeral_low() -> u32 {
 pub fn unused_local_port() -> std::io::Result<u16> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static CALLS: AtomicU32 = AtomicU32::new(0);
-    const FLOOR: u32 = 10_000;
+    const FLOOR: u32 = LOCAL_PORT_FLOOR as u32;
     let ephemeral_low = ephemeral_low();
     if ephemeral_low <= FLOOR + 1_000 {
         // No room below the ephemeral range: the kernel's choice.
