@@ -395,7 +395,18 @@ fn acuerdo_daemons_survive_a_leader_kill_and_catch_up_a_restart() {
         // The survivors delivered the same sequence (one a prefix of the
         // other, as they run on); the killed leader's is a prefix of it.
         let (a, b) = (c.log(rest[0]), c.log(rest[1]));
-        assert!(is_prefix(&a, &b) || is_prefix(&b, &a), "the survivors agree");
+        if !(is_prefix(&a, &b) || is_prefix(&b, &a)) {
+            let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+            let around = |l: &[Line]| l[at.saturating_sub(3)..(at + 3).min(l.len())].to_vec();
+            panic!(
+                "the survivors disagree at delivery {at} of {} / {}: {:?} vs {:?}{}",
+                a.len(),
+                b.len(),
+                around(&a),
+                around(&b),
+                c.logs()
+            );
+        }
         let longest = if a.len() >= b.len() { &a } else { &b };
         assert!(
             is_prefix(&dead[..dead.len().min(longest.len())], longest),
