@@ -1075,3 +1075,18 @@ impl crate::experiment::Experiment for BenchArgs {
         print_table(report)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::seat_size;
+
+    #[test]
+    fn a_leader_is_seated_like_member_zero_only_on_a_thread_of_the_same_size() {
+        // 3 members on 2 threads: {0, 2} share thread 0, member 1 is alone.
+        assert_eq!((seat_size(3, 2, 0), seat_size(3, 2, 1), seat_size(3, 2, 2)), (2, 1, 2));
+        // A thread per member: every seat is member 0's.
+        assert!((0..3).all(|m| seat_size(3, 3, m) == 1));
+        // 5 members on 2 threads: {0, 2, 4} and {1, 3}.
+        assert_eq!((seat_size(5, 2, 4), seat_size(5, 2, 3)), (3, 2));
+    }
+}
