@@ -16,8 +16,8 @@
 //! - A driver poll is either an urgent step ([`Engine::poll_urgent`]: only
 //!   the commit path — the leader's commit rule and fresh messages, a
 //!   follower's acks — when there is something on it) or a full
-//!   [`Engine::poll`]; at most `URGENT_RUN_MAX` urgent steps in a row, so
-//!   under any load every phase runs at least every fourth poll.
+//!   [`Engine::poll`]; at most [`URGENT_RUN_MAX`] urgent steps in a row, so
+//!   under any load every phase runs at least every sixteenth poll.
 //! - A suspected peer's held-back writes are dropped, and the peer is
 //!   retried with [`Fabric::reconnect`] every `reconnect_interval_ns`; a
 //!   [`FabricEvent::Reconnected`] (a healed fault or a restarted peer's new
@@ -41,7 +41,17 @@ use ordo_fabric::{Fabric, FabricEvent, MemberId};
 use std::collections::VecDeque;
 
 /// Urgent steps ([`Engine::poll_urgent`]) in a row before a full poll.
-const URGENT_RUN_MAX: u32 = 3;
+///
+/// At window 1 every poll of a loaded leader lies on a commit's path (it
+/// sends the next message or commits the last), so a full poll (~1.5× an
+/// urgent step) lands on the path once in `URGENT_RUN_MAX + 1` leader
+/// polls. With 3 it landed on every second commit and cost the window-1
+/// p50 ~70-100 ns (~10 %; BENCHMARKS.md, eleventh session); with 15 it is
+/// one commit in eight, off the median. What a full poll alone runs
+/// (heartbeats, failure detection, elections, reads, garbage collection)
+/// waits at most 15 urgent steps, a few µs, against timers of
+/// milliseconds.
+pub const URGENT_RUN_MAX: u32 = 15;
 
 impl PushRange for Push {
     fn range(&self) -> (usize, usize) {

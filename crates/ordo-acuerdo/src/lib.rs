@@ -167,7 +167,7 @@ mod engine;
 pub mod header;
 
 pub use config::{Columns, Config, ConfigError, Layout};
-pub use driver::{AcuerdoDriver, Settled};
+pub use driver::{AcuerdoDriver, Settled, URGENT_RUN_MAX};
 pub use engine::{
     BroadcastError, DeliverySink, Effects, Engine, MAX_PENDING_READS, Note, Persist, Push, Recovered, Role,
     Target,
