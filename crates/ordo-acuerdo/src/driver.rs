@@ -17,7 +17,7 @@
 //!   the commit path — the leader's commit rule and fresh messages, a
 //!   follower's acks — when there is something on it) or a full
 //!   [`Engine::poll`]; at most [`URGENT_RUN_MAX`] urgent steps in a row, so
-//!   under any load every phase runs at least every sixteenth poll.
+//!   under any load every phase runs at least every eighth poll.
 //! - A suspected peer's held-back writes are dropped, and the peer is
 //!   retried with [`Fabric::reconnect`] every `reconnect_interval_ns`; a
 //!   [`FabricEvent::Reconnected`] (a healed fault or a restarted peer's new
@@ -46,12 +46,14 @@ use std::collections::VecDeque;
 /// sends the next message or commits the last), so a full poll (~1.5× an
 /// urgent step) lands on the path once in `URGENT_RUN_MAX + 1` leader
 /// polls. With 3 it landed on every second commit and cost the window-1
-/// p50 ~70-100 ns (~10 %; BENCHMARKS.md, eleventh session); with 15 it is
-/// one commit in eight, off the median. What a full poll alone runs
+/// p50 ~60-80 ns (~8 %); with 7 it is one commit in four, off the median
+/// (BENCHMARKS.md, "Fewer full polls on the commit path"). 15 gained no
+/// more at window 1 and cost ~5 % of the 3-member throughput at window
+/// 64 in the same runs (7 did not). What a full poll alone runs
 /// (heartbeats, failure detection, elections, reads, garbage collection)
-/// waits at most 15 urgent steps, a few µs, against timers of
+/// waits at most 7 urgent steps, about a µs, against timers of
 /// milliseconds.
-pub const URGENT_RUN_MAX: u32 = 15;
+pub const URGENT_RUN_MAX: u32 = 7;
 
 impl PushRange for Push {
     fn range(&self) -> (usize, usize) {

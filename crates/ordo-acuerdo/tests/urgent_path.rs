@@ -61,7 +61,7 @@ fn a_window_one_commit_is_three_urgent_steps() {
 }
 
 #[test]
-fn under_load_a_full_poll_runs_at_least_every_sixteenth_poll() {
+fn under_load_a_full_poll_runs_at_least_every_eighth_poll() {
     let (mut ds, start, l) = group(false);
     let mut settled = Vec::new();
     let mut sink = |_: Header, _: &[u8]| {};

@@ -716,7 +716,7 @@ impl Engine {
 
     /// The part of a poll that lies on a commit's path, for a driver that
     /// posts its pushes at once and runs a full [`poll`](Self::poll) soon
-    /// after (`AcuerdoDriver`: at least every sixteenth poll): at a leader,
+    /// after (`AcuerdoDriver`: at least every eighth poll): at a leader,
     /// the commit rule (Fig. 6, lines 72-90) and the messages broadcast
     /// since its last send, into the followers' rings; at a follower, what
     /// its leader's ring brought, accepted and acknowledged (Fig. 5), then
