@@ -206,14 +206,26 @@ pub fn print_table(report: &Report) {
     if let Some((p50, p99)) = report.udp_round_trip_ns {
         println!(
             "\nLight-load p50 against a busy-polled UDP round trip with plain sockets on loopback, measured in this \
-             run: p50 {:.1} µs, p99 {:.1} µs",
+             run: p50 {:.1} µs, p99 {:.1} µs back to back",
             p50 / 1e3,
             p99 / 1e3
         );
+        let light = report.udp_round_trip_light_ns;
+        if let Some((l50, l99)) = light {
+            println!(
+                "  and with the pings spaced as the light load's requests ({:.0}/s, Poisson): p50 {:.1} µs, p99 {:.1} µs",
+                report.light_rps,
+                l50 / 1e3,
+                l99 / 1e3
+            );
+        }
         for c in &report.configs {
             if let Some(l) = c.light_latency_ns_p50 {
+                let spaced = light.map_or(String::new(), |(l50, _)| {
+                    format!(", {:.1}× the round trip at that spacing", l as f64 / l50)
+                });
                 println!(
-                    "  {:<7} {:<22} {:>3} µs  light-load p50 {:>7.1} µs = {:.1}× the round trip",
+                    "  {:<7} {:<22} {:>3} µs  light-load p50 {:>7.1} µs = {:.1}× the back-to-back round trip{spaced}",
                     c.figure,
                     c.series,
                     c.config.handler_us,
