@@ -286,21 +286,14 @@ pub fn udp_round_trip(rounds: u64, size: usize, spacing: Spacing) -> Result<(f64
         let mut buf = vec![0u8; 65536];
         let mut hist = Histogram::<u64>::new(3).expect("histogram");
         let warmup = rounds / 10;
-        // splitmix64 (no I/O): the exponential gaps of Poisson arrivals.
-        let mut seed = 0x5EED_u64;
-        let mut uniform = move || {
-            seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = seed;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            ((z >> 11) as f64 + 1.0) / (1u64 << 53) as f64 // (0, 1]
-        };
+        // The load generator's arrival process, so the pings are spaced
+        // exactly as its requests are.
+        let mut rng = crate::r3p2_bench::Rng::new(0x5EED);
         let mut due = Instant::now();
         for i in 0..rounds + warmup {
             out[..8].copy_from_slice(&i.to_le_bytes());
             if let Spacing::Poisson(rate) = spacing {
-                due += Duration::from_secs_f64(-uniform().ln() / rate);
+                due += Duration::from_nanos(rng.poisson_gap_ns(rate) as u64);
                 while Instant::now() < due {
                     std::hint::spin_loop();
                 }

@@ -228,10 +228,20 @@ pub(super) struct Timing {
     pub(super) pin: bool,
 }
 
-/// splitmix64: the arrival process' randomness (no I/O, seeded per thread).
-pub(super) struct Rng(u64);
+/// splitmix64: the arrival process' randomness (no I/O, seeded per thread;
+/// also spaces [`crate::limits::udp_round_trip`]'s pings).
+pub(crate) struct Rng(u64);
 
 impl Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The gap before the next of Poisson arrivals at `rate` per second, ns.
+    pub(crate) fn poisson_gap_ns(&mut self, rate: f64) -> f64 {
+        -self.next_f64().ln() * 1e9 / rate
+    }
+
     fn next_f64(&mut self) -> f64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -267,10 +277,10 @@ pub(super) fn generate(
         // slack (default 50 µs) so short sleeps end on time.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
     }
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut gap_ns = || match arrivals {
         Arrivals::Fixed => 1e9 / rate,
-        Arrivals::Poisson => -rng.next_f64().ln() * 1e9 / rate,
+        Arrivals::Poisson => rng.poisson_gap_ns(rate),
     };
     let base = Instant::now();
     let ns = || base.elapsed().as_nanos() as u64;

@@ -1042,6 +1042,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
 
 mod load;
 mod output;
+pub(crate) use load::Rng;
 use load::*;
 pub use output::print_table;
 
