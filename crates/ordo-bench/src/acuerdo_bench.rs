@@ -402,10 +402,9 @@ fn seat_size(members: u32, threads: usize, m: MemberId) -> usize {
     (0..members).filter(|&i| i as usize % threads == m as usize % threads).count()
 }
 
-/// A running group: its runner threads and each member's status.
+/// A running group: its runner threads and its first leader.
 struct Group {
     runners: Vec<Runner<LoadedMember>>,
-    statuses: Vec<Arc<ordo_runtime::acuerdo::AcuerdoStatus>>,
     leader: MemberId,
 }
 
@@ -457,7 +456,7 @@ fn start_group(
             && statuses.iter().all(|s| s.role() != Role::Electing)
     })?;
     let leader = statuses.iter().position(|s| s.is_leader()).expect("one leader") as MemberId;
-    Ok(Group { runners, statuses, leader })
+    Ok(Group { runners, leader })
 }
 
 /// Acuerdo's window curve on ordo's shm (`ofi: None`) or on libfabric's
@@ -498,8 +497,7 @@ fn acuerdo_curve(
             drop(r.join());
         }
     }
-    let Group { runners, statuses, leader } = group.expect("SEAT_ATTEMPTS > 0");
-    drop(statuses);
+    let Group { runners, leader } = group.expect("SEAT_ATTEMPTS > 0");
     let mut rows = Vec::new();
     let mut best = 0.0f64;
     let mut flat = 0;
