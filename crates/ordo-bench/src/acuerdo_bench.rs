@@ -40,7 +40,7 @@ use crate::demo::monotonic_ns;
 use crate::experiment::{Csv, write};
 use crate::machine::MachineInfo;
 use crate::plot::{Panel, Series, write_png};
-use crate::spindle::{Pattern, Plan, Point, run_point};
+use crate::spindle::{Pattern, Placement, Plan, Point, run_point};
 use hdrhistogram::Histogram;
 use ordo_acuerdo::{Config, Note, Role};
 use ordo_fabric::MemberId;
@@ -154,6 +154,9 @@ pub struct Report {
     /// the sender's own delivery at window 1 (3 members, 10 B), interleaved
     /// ([`crate::noise`]).
     pub window1: Option<crate::noise::Comparison>,
+    /// The same pair with vsync's sender and Acuerdo's leader alone on
+    /// their runner thread (only where members share threads).
+    pub window1_alone: Option<crate::noise::Comparison>,
     /// The same Acuerdo p50s over the cross-process cache-line round trip
     /// measured in this run.
     pub window1_vs_cacheline: Option<crate::noise::Comparison>,
@@ -322,13 +325,13 @@ fn bench_config(members: &[MemberId], me: MemberId, size: usize, max_window: u64
     c
 }
 
-/// `shared_bells`: the members of runner thread `t` (member `m` runs on
-/// thread `m % threads`) park on member `t`'s doorbell.
+/// `shared_bells`: `(threads, placement)`: the members of runner thread
+/// `t` park on member `t`'s doorbell.
 fn create_fabrics(
     cluster: &str,
     ids: &[MemberId],
     len: usize,
-    shared_bells: Option<usize>,
+    shared_bells: Option<(usize, Placement)>,
 ) -> Result<Vec<MemberFabric>, String> {
     std::thread::scope(|s| {
         let handles: Vec<_> = ids
@@ -337,8 +340,8 @@ fn create_fabrics(
                 let ids = ids.to_vec();
                 s.spawn(move || {
                     let mut o = ShmOptions::new(cluster, m, ids, len);
-                    if let Some(threads) = shared_bells {
-                        o.doorbell_owner = Some(m % threads as MemberId);
+                    if let Some((threads, placement)) = shared_bells {
+                        o.doorbell_owner = Some(placement.thread_of(m, threads) as MemberId);
                     }
                     o.liveness_check_interval = Duration::from_millis(20);
                     ShmFabric::create(o).map(MemberFabric::Shm).map_err(|e| format!("member {m}: {e}"))
@@ -386,21 +389,17 @@ enum Seat {
     /// Wherever the election put it.
     Any,
     /// On a runner thread holding as many members as member 0's does (in
-    /// vsync's leader-only point member 0 is the sender): with 3 members on
-    /// 2 threads, member 0 or 2 (sharing a thread with one member, the third
-    /// alone on the other), not member 1. A group whose election picks
-    /// another seat is dissolved and formed afresh, up to
+    /// vsync's leader-only point member 0 is the sender). With 3 members on
+    /// 2 threads laid out [`Placement::Modulo`], member 0 or 2 (sharing a
+    /// thread with one member, the third alone on the other), not member 1;
+    /// laid out [`Placement::FirstAlone`], member 0 alone. A group whose
+    /// election picks another seat is dissolved and formed afresh, up to
     /// [`SEAT_ATTEMPTS`] times.
     LikeMemberZero,
 }
 
 /// Fresh groups formed at most to seat the leader ([`Seat`]).
 const SEAT_ATTEMPTS: usize = 6;
-
-/// Members on member `m`'s runner thread (member `i` on thread `i % threads`).
-fn seat_size(members: u32, threads: usize, m: MemberId) -> usize {
-    (0..members).filter(|&i| i as usize % threads == m as usize % threads).count()
-}
 
 /// A running group: its runner threads and its first leader.
 struct Group {
@@ -409,12 +408,13 @@ struct Group {
 }
 
 /// Forms a group of `members` (fresh regions named by `cluster`) on
-/// `threads` runner threads and waits for its first leader.
+/// `threads` runner threads laid out by `placement`, and waits for its
+/// first leader.
 #[allow(clippy::too_many_arguments)]
 fn start_group(
     ofi: Option<(&str, ordo_runtime::OfiEndpoint)>,
     cluster: &str,
-    threads: usize,
+    (threads, placement): (usize, Placement),
     members: u32,
     size: usize,
     max_window: u64,
@@ -423,7 +423,7 @@ fn start_group(
     let ids: Vec<MemberId> = (0..members).collect();
     let cfg0 = bench_config(&ids, 0, size, max_window);
     let fabrics = match ofi {
-        None => create_fabrics(cluster, &ids, region_len(&cfg0), Some(threads))?,
+        None => create_fabrics(cluster, &ids, region_len(&cfg0), Some((threads, placement)))?,
         #[cfg(feature = "ofi")]
         Some((provider, endpoint)) => ordo_runtime::wiring::connect_local_ofi_group(
             provider,
@@ -444,7 +444,7 @@ fn start_group(
         let cfg = bench_config(&ids, i as MemberId, size, max_window);
         let (m, c) = AcuerdoMember::new(f, cfg, 0, MemberOptions::default()).map_err(|e| e.to_string())?;
         statuses.push(m.status());
-        agents[i % threads].push(LoadedMember::new(m, c, load.clone()));
+        agents[placement.thread_of(i as MemberId, threads)].push(LoadedMember::new(m, c, load.clone()));
     }
     let options = RunnerOptions::new(ThreadingMode::Shared, idle());
     let runners = agents
@@ -461,13 +461,13 @@ fn start_group(
 
 /// Acuerdo's window curve on ordo's shm (`ofi: None`) or on libfabric's
 /// provider `ofi` (rows' engine `acuerdo-ofi <provider>`), the members on
-/// `threads` runner threads (member `i` on thread `i % threads`), the
-/// leader seated as `seat` asks where the elections allow (the returned
-/// member is the leader measured).
+/// `layout.0` runner threads laid out by `layout.1`, the leader seated as
+/// `seat` asks where the elections allow (the returned member is the
+/// leader measured).
 #[allow(clippy::too_many_arguments)]
 fn acuerdo_curve(
     ofi: Option<(&str, ordo_runtime::OfiEndpoint)>,
-    threads: usize,
+    layout: (usize, Placement),
     members: u32,
     size: usize,
     windows: &[u64],
@@ -486,9 +486,10 @@ fn acuerdo_curve(
     let mut group = None;
     for attempt in 0..SEAT_ATTEMPTS {
         let cluster = format!("ab8-{}-{members}-{size}-{attempt}", std::process::id());
-        let g = start_group(ofi, &cluster, threads, members, size, max_window, &load)?;
-        let seated =
-            seat == Seat::Any || seat_size(members, threads, g.leader) == seat_size(members, threads, 0);
+        let g = start_group(ofi, &cluster, layout, members, size, max_window, &load)?;
+        let (threads, placement) = layout;
+        let seated = seat == Seat::Any
+            || placement.seat_size(members, threads, g.leader) == placement.seat_size(members, threads, 0);
         if seated || attempt + 1 == SEAT_ATTEMPTS {
             group = Some(g);
             break;
@@ -603,28 +604,18 @@ fn vsync_curve(
     Ok(rows)
 }
 
-/// The window-1 headline (3 members, 10 B): Acuerdo's commit p50 and
-/// vsync leader-only's p50 of the sender's delivery, interleaved, each sample a fresh
-/// group; then the cross-process cache-line round trip (its p50 over
-/// several runs) and Acuerdo's p50 over it. Both groups run on the same
-/// runner threads: one per member where the machine has a core per member
-/// (as members on separate machines would), else two
-/// ([`crate::spindle::threads_for`]); the title says which. Like for like,
-/// Acuerdo's leader sits where vsync's sender does ([`Seat::LikeMemberZero`]):
-/// with 3 members on 2 threads a leader alone on its thread would commit
-/// across cores where vsync's sender shares its thread with one receiver
-/// (on this 2-core machine that placement alone moved the p50 from ~0.78 to
-/// ~1.1 µs); the title lists the leaders measured.
-fn window1_headline(
+/// One interleaved window-1 pair of the headline ([`window1_headline`])
+/// with the members laid out by `layout`; returns the comparison and
+/// Acuerdo's samples.
+fn window1_pair(
     t: &Timing,
     rounds: usize,
-    threads: Option<usize>,
-    progress: &mut impl FnMut(&str),
-) -> Result<(crate::noise::Comparison, Option<crate::noise::Comparison>, Option<f64>), String> {
+    members: u32,
+    layout: (usize, Placement),
+) -> Result<(crate::noise::Comparison, Vec<crate::noise::Sample<Option<f64>>>), String> {
     use crate::noise::{Comparison, Retry, interleave};
-    progress(&format!("window 1 headline: acuerdo vs vsync leader-only, {rounds} interleaved rounds"));
-    let (members, size) = (3u32, 10usize);
-    let threads = threads.unwrap_or_else(|| crate::spindle::threads_for(members)).clamp(1, members as usize);
+    let size = 10usize;
+    let (threads, placement) = layout;
     let retry = Retry { attempts: 3, pause: t.duration };
     // Acuerdo's leader, per group measured (its election picks it).
     let mut leaders: Vec<MemberId> = Vec::new();
@@ -637,6 +628,7 @@ fn window1_headline(
                 window: 1,
                 latency_at_sender: true,
                 threads,
+                placement,
                 ..Point::simple(members, Pattern::One, size, ordo_vsync::Switches::SPINDLE)
             };
             let cluster = format!("abw-{}", std::process::id());
@@ -647,23 +639,75 @@ fn window1_headline(
         || {
             let mut quiet = |_: &str| {};
             let (mut rows, leader) =
-                acuerdo_curve(None, threads, members, size, &[1], t, 1, Seat::LikeMemberZero, &mut quiet)?;
+                acuerdo_curve(None, layout, members, size, &[1], t, 1, Seat::LikeMemberZero, &mut quiet)?;
             leaders.push(leader);
             let (row, load) = rows.pop().ok_or("no point")?;
             Ok((row.latency_ns_p50.map(|v| v as f64), load))
         },
     )?;
     // Like for like: the leader sits where vsync's sender (member 0) sits.
-    let unseated =
-        leaders.iter().filter(|&&l| seat_size(members, threads, l) != seat_size(members, threads, 0)).count();
+    let seat = |m| placement.seat_size(members, threads, m);
+    let unseated = leaders.iter().filter(|&&l| seat(l) != seat(0)).count();
     let leaders_text = leaders.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
+    let origin = if seat(0) == 1 && threads < members as usize {
+        "alone on its thread"
+    } else if seat(0) > 1 {
+        "sharing its thread with a member"
+    } else {
+        "on its own thread"
+    };
     let title = format!(
-        "window 1, 3 members on {threads} runner threads, 10 B: Acuerdo commit p50 / vsync leader-only p50 \
-         (the sender's delivery); Acuerdo's leader seated as vsync's sender, member 0 (leaders: {leaders_text}{})",
+        "window 1, {members} members on {threads} runner threads, {size} B: Acuerdo commit p50 / vsync leader-only p50 \
+         (the sender's delivery); vsync's sender {origin}, Acuerdo's leader seated so (leaders: {leaders_text}{})",
         if unseated > 0 { format!("; {unseated} not seated so") } else { String::new() }
     );
     let c = Comparison::of(&title, "p50 latency, ns", ("vsync-leader", "acuerdo"), &rounds, |v| *v);
+    Ok((c, rounds.subject.clone()))
+}
+
+/// The window-1 headline (3 members, 10 B): Acuerdo's commit p50 and
+/// vsync leader-only's p50 of the sender's delivery, interleaved, each sample a fresh
+/// group; then the cross-process cache-line round trip (its p50 over
+/// several runs) and Acuerdo's p50 over it. Both groups run on the same
+/// runner threads: one per member where the machine has a core per member
+/// (as members on separate machines would), else two
+/// ([`crate::spindle::threads_for`]); the title says which. Like for like,
+/// Acuerdo's leader sits where vsync's sender does ([`Seat::LikeMemberZero`]):
+/// with 3 members on 2 threads a leader alone on its thread commits across
+/// cores where vsync's sender shares its thread with one receiver (on a
+/// 2-vCPU VM that seat alone moved the p50 from ~0.78 to ~1.1 µs); the
+/// title lists the leaders measured. Where members share threads, the pair
+/// is measured again with the origin alone on its thread
+/// ([`Placement::FirstAlone`]: vsync's sender and Acuerdo's leader both
+/// member 0, both others on the other thread), the second comparison.
+#[allow(clippy::type_complexity)]
+fn window1_headline(
+    t: &Timing,
+    rounds: usize,
+    threads: Option<usize>,
+    progress: &mut impl FnMut(&str),
+) -> Result<
+    (
+        crate::noise::Comparison,
+        Option<crate::noise::Comparison>,
+        Option<crate::noise::Comparison>,
+        Option<f64>,
+    ),
+    String,
+> {
+    use crate::noise::Comparison;
+    progress(&format!("window 1 headline: acuerdo vs vsync leader-only, {rounds} interleaved rounds"));
+    let members = 3u32;
+    let threads = threads.unwrap_or_else(|| crate::spindle::threads_for(members)).clamp(1, members as usize);
+    let (c, subject) = window1_pair(t, rounds, members, (threads, Placement::Modulo))?;
     progress(&c.line(|v| format!("{:.0} ns", v)));
+    let alone = if threads >= 2 && threads < members as usize {
+        let (a, _) = window1_pair(t, rounds, members, (threads, Placement::FirstAlone))?;
+        progress(&a.line(|v| format!("{:.0} ns", v)));
+        Some(a)
+    } else {
+        None
+    };
     // The cache-line round trip, measured as `bench fabric` does (two
     // processes, pinned where there are two cores).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -680,14 +724,14 @@ fn window1_headline(
             "p50 latency, ns",
             ("cache-line round trip", "acuerdo"),
             rtt,
-            &rounds.subject,
+            &subject,
             |v| *v,
         )
     });
     if let Some(o) = &over {
         progress(&o.line(|v| format!("{:.0} ns", v)));
     }
-    Ok((c, over, rtt))
+    Ok((c, alone, over, rtt))
 }
 
 // ---------------------------------------------------------------------------
@@ -864,7 +908,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
                 rows.extend(
                     acuerdo_curve(
                         None,
-                        2,
+                        (2, Placement::Modulo),
                         members,
                         size,
                         &windows,
@@ -901,25 +945,36 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
                 Some((p, Msg)) => format!("ofi {p} (connected endpoints)"),
             };
             progress(&format!("ofi: 3 members, 10 B, on {name}"));
-            let (curve, _) =
-                acuerdo_curve(ofi, 2, 3, 10, &ofi_windows, &timing, ATTEMPTS, Seat::Any, &mut progress)?;
+            let (curve, _) = acuerdo_curve(
+                ofi,
+                (2, Placement::Modulo),
+                3,
+                10,
+                &ofi_windows,
+                &timing,
+                ATTEMPTS,
+                Seat::Any,
+                &mut progress,
+            )?;
             rows.extend(curve.into_iter().map(|(mut r, _)| {
                 r.figure = "ofi".into();
                 r
             }));
         }
     }
-    let (mut window1, mut window1_vs_cacheline, mut cacheline_round_trip_ns) = (None, None, None);
+    let (mut window1, mut window1_alone, mut window1_vs_cacheline, mut cacheline_round_trip_ns) =
+        (None, None, None, None);
     if want("window1") {
-        let (c, l, rtt) =
+        let (c, a, l, rtt) =
             window1_headline(&timing, if args.quick { 3 } else { 5 }, args.threads, &mut progress)?;
-        (window1, window1_vs_cacheline, cacheline_round_trip_ns) = (Some(c), l, rtt);
+        (window1, window1_alone, window1_vs_cacheline, cacheline_round_trip_ns) = (Some(c), a, l, rtt);
     }
     Ok(Report {
         machine,
         quick: args.quick,
         rows,
         window1,
+        window1_alone,
         window1_vs_cacheline,
         cacheline_round_trip_ns,
         out_dir: args.out.display().to_string(),
@@ -1039,6 +1094,9 @@ pub fn print_table(report: &Report) {
         if let Some(o) = &report.window1_vs_cacheline {
             println!("  {}", o.line(|v| format!("{:.0} ns", v)));
         }
+        if let Some(a) = &report.window1_alone {
+            println!("  {}", a.line(|v| format!("{:.0} ns", v)));
+        }
     }
     println!("files: {}", report.out_dir);
 }
@@ -1060,8 +1118,13 @@ impl crate::experiment::Experiment for BenchArgs {
 
     fn write_files(&self, report: &Report, dir: &Path) -> Result<(), String> {
         write(&dir.join("acuerdo.csv"), &rows_csv(&report.rows))?;
-        let comparisons: Vec<_> =
-            report.window1.iter().chain(report.window1_vs_cacheline.iter()).cloned().collect();
+        let comparisons: Vec<_> = report
+            .window1
+            .iter()
+            .chain(&report.window1_vs_cacheline)
+            .chain(&report.window1_alone)
+            .cloned()
+            .collect();
         write(&dir.join("comparisons.csv"), &crate::noise::comparisons_csv(&comparisons))?;
         if report.rows.iter().any(|r| r.figure == "fig8") {
             write_fig8(dir, &report.rows)?;
@@ -1071,20 +1134,5 @@ impl crate::experiment::Experiment for BenchArgs {
 
     fn print_table(&self, report: &Report) {
         print_table(report)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::seat_size;
-
-    #[test]
-    fn a_leader_is_seated_like_member_zero_only_on_a_thread_of_the_same_size() {
-        // 3 members on 2 threads: {0, 2} share thread 0, member 1 is alone.
-        assert_eq!((seat_size(3, 2, 0), seat_size(3, 2, 1), seat_size(3, 2, 2)), (2, 1, 2));
-        // A thread per member: every seat is member 0's.
-        assert!((0..3).all(|m| seat_size(3, 3, m) == 1));
-        // 5 members on 2 threads: {0, 2, 4} and {1, 3}.
-        assert_eq!((seat_size(5, 2, 4), seat_size(5, 2, 3)), (3, 2));
     }
 }

@@ -180,10 +180,48 @@ pub struct Point {
     pub latency_at_sender: bool,
     /// The fabric the members run on (one process).
     pub fabric: PointFabric,
-    /// Runner threads the members share (member `i` on thread
-    /// `i % threads`): 2 (the figures'; what a 2-core machine holds), or
-    /// one per member where the cores allow ([`threads_for`]).
+    /// Runner threads the members share (laid out by `placement`): 2 (the
+    /// figures'; what a 2-core machine holds), or one per member where the
+    /// cores allow ([`threads_for`]).
     pub threads: usize,
+    /// Which member runs on which runner thread.
+    pub placement: Placement,
+}
+
+/// How a group's members are laid over its runner threads. Either way
+/// thread `t`'s first member is member `t`, whose doorbell the thread
+/// parks on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Member `i` on thread `i % threads` (3 members on 2 threads: 0 and 2
+    /// share a thread, 1 is alone).
+    #[default]
+    Modulo,
+    /// Member 0 alone on thread 0, the others spread over the other threads
+    /// (3 members on 2 threads: 1 and 2 share); `Modulo` on one thread.
+    FirstAlone,
+}
+
+impl Placement {
+    /// The runner thread of member `m` among `threads`.
+    pub fn thread_of(self, m: u32, threads: usize) -> usize {
+        assert!(threads >= 1, "a group runs on at least one runner thread");
+        match self {
+            Placement::FirstAlone if threads >= 2 => {
+                if m == 0 {
+                    0
+                } else {
+                    1 + (m as usize - 1) % (threads - 1)
+                }
+            }
+            _ => m as usize % threads,
+        }
+    }
+
+    /// Members of a group of `members` on member `m`'s runner thread.
+    pub fn seat_size(self, members: u32, threads: usize, m: u32) -> usize {
+        (0..members).filter(|&i| self.thread_of(i, threads) == self.thread_of(m, threads)).count()
+    }
 }
 
 /// Runner threads for a group of `members` that gives each member its own
@@ -232,6 +270,7 @@ impl Point {
             latency_at_sender: false,
             fabric: PointFabric::Shm,
             threads: 2,
+            placement: Placement::Modulo,
         }
     }
 
@@ -971,5 +1010,35 @@ mod tests {
         assert_eq!(Pattern::Half.senders(3), 2);
         assert_eq!(Pattern::Half.senders(4), 2);
         assert_eq!(Pattern::All.senders(5), 5);
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::Placement::{FirstAlone, Modulo};
+
+    #[test]
+    fn placements_seat_members_and_bells_as_documented() {
+        // Modulo, 3 members on 2 threads: {0, 2} share thread 0, 1 is alone.
+        assert_eq!((0..3).map(|m| Modulo.thread_of(m, 2)).collect::<Vec<_>>(), [0, 1, 0]);
+        assert_eq!((0..3).map(|m| Modulo.seat_size(3, 2, m)).collect::<Vec<_>>(), [2, 1, 2]);
+        // FirstAlone: 0 alone, {1, 2} share thread 1.
+        assert_eq!((0..3).map(|m| FirstAlone.thread_of(m, 2)).collect::<Vec<_>>(), [0, 1, 1]);
+        assert_eq!((0..3).map(|m| FirstAlone.seat_size(3, 2, m)).collect::<Vec<_>>(), [1, 2, 2]);
+        // 5 members on 3 threads: 0 alone, {1, 3} and {2, 4}.
+        assert_eq!((0..5).map(|m| FirstAlone.thread_of(m, 3)).collect::<Vec<_>>(), [0, 1, 2, 1, 2]);
+        // A thread per member: every seat holds one, in both layouts.
+        assert!((0..3).all(|m| Modulo.seat_size(3, 3, m) == 1 && FirstAlone.seat_size(3, 3, m) == 1));
+        // One thread: everyone on it.
+        assert!((0..3).all(|m| FirstAlone.thread_of(m, 1) == 0));
+        // Thread t's first member is member t (its bell is the thread's).
+        for p in [Modulo, FirstAlone] {
+            for threads in 1..=4usize {
+                for t in 0..threads as u32 {
+                    let first = (0..8).find(|&m| p.thread_of(m, threads) == t as usize);
+                    assert_eq!(first, Some(t), "{p:?}, {threads} threads, thread {t}");
+                }
+            }
+        }
     }
 }

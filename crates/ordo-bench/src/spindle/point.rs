@@ -154,7 +154,7 @@ impl Agent for SpindleAgent {
 pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, String> {
     assert!(p.members >= 2 && p.senders >= 1 && p.senders <= p.members && p.active <= p.subgroups);
     assert!(p.threads >= 1, "a point runs on at least one runner thread");
-    let threads = p.threads;
+    let (threads, placement) = (p.threads, p.placement);
     let ids: Vec<MemberId> = (0..p.members).collect();
     let senders: Vec<MemberId> = (0..p.senders).collect();
     let group = GroupConfig {
@@ -184,7 +184,7 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
                     let ids = ids.clone();
                     s.spawn(move || {
                         let mut o = ShmOptions::new(cluster, m, ids, region_len);
-                        o.doorbell_owner = Some(m % threads as MemberId);
+                        o.doorbell_owner = Some(placement.thread_of(m, threads) as MemberId);
                         // Liveness is not what is measured: check peers every
                         // 100 ms, not every 1 ms (a flock syscall per peer).
                         o.liveness_check_interval = Duration::from_millis(100);
@@ -230,7 +230,7 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
         let delayed = is_sender && i as u32 >= p.senders - p.delayed;
         let quiet = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
-        agents[i % threads].push(SpindleAgent {
+        agents[p.placement.thread_of(i as u32, threads)].push(SpindleAgent {
             member,
             handles,
             size: p.size,
