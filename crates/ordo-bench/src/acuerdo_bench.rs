@@ -604,6 +604,19 @@ fn vsync_curve(
     Ok(rows)
 }
 
+/// One p50 (ns) per round of a side of an interleaved pair.
+type P50Samples = Vec<crate::noise::Sample<Option<f64>>>;
+
+/// The window-1 headline: the shared-seat pair, the alone-seat pair (where
+/// members share threads), Acuerdo over the cache-line round trip, and that
+/// round trip (p50, ns).
+type Window1 = (
+    crate::noise::Comparison,
+    Option<crate::noise::Comparison>,
+    Option<crate::noise::Comparison>,
+    Option<f64>,
+);
+
 /// One interleaved window-1 pair of the headline ([`window1_headline`])
 /// with the members laid out by `layout`; returns the comparison and
 /// Acuerdo's samples.
@@ -612,7 +625,7 @@ fn window1_pair(
     rounds: usize,
     members: u32,
     layout: (usize, Placement),
-) -> Result<(crate::noise::Comparison, Vec<crate::noise::Sample<Option<f64>>>), String> {
+) -> Result<(crate::noise::Comparison, P50Samples), String> {
     use crate::noise::{Comparison, Retry, interleave};
     let size = 10usize;
     let (threads, placement) = layout;
@@ -680,21 +693,12 @@ fn window1_pair(
 /// is measured again with the origin alone on its thread
 /// ([`Placement::FirstAlone`]: vsync's sender and Acuerdo's leader both
 /// member 0, both others on the other thread), the second comparison.
-#[allow(clippy::type_complexity)]
 fn window1_headline(
     t: &Timing,
     rounds: usize,
     threads: Option<usize>,
     progress: &mut impl FnMut(&str),
-) -> Result<
-    (
-        crate::noise::Comparison,
-        Option<crate::noise::Comparison>,
-        Option<crate::noise::Comparison>,
-        Option<f64>,
-    ),
-    String,
-> {
+) -> Result<Window1, String> {
     use crate::noise::Comparison;
     progress(&format!("window 1 headline: acuerdo vs vsync leader-only, {rounds} interleaved rounds"));
     let members = 3u32;
