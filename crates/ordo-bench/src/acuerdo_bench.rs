@@ -398,6 +398,20 @@ enum Seat {
     LikeMemberZero,
 }
 
+impl Seat {
+    /// Whether `leader`, in a group of `members` on `layout`'s runner
+    /// threads, sits as this seat asks.
+    fn holds(self, layout: (usize, Placement), members: u32, leader: MemberId) -> bool {
+        let (threads, placement) = layout;
+        match self {
+            Seat::Any => true,
+            Seat::LikeMemberZero => {
+                placement.seat_size(members, threads, leader) == placement.seat_size(members, threads, 0)
+            }
+        }
+    }
+}
+
 /// Fresh groups formed at most to seat the leader ([`Seat`]).
 const SEAT_ATTEMPTS: usize = 6;
 
@@ -487,10 +501,7 @@ fn acuerdo_curve(
     for attempt in 0..SEAT_ATTEMPTS {
         let cluster = format!("ab8-{}-{members}-{size}-{attempt}", std::process::id());
         let g = start_group(ofi, &cluster, layout, members, size, max_window, &load)?;
-        let (threads, placement) = layout;
-        let seated = seat == Seat::Any
-            || placement.seat_size(members, threads, g.leader) == placement.seat_size(members, threads, 0);
-        if seated || attempt + 1 == SEAT_ATTEMPTS {
+        if seat.holds(layout, members, g.leader) || attempt + 1 == SEAT_ATTEMPTS {
             group = Some(g);
             break;
         }
@@ -659,12 +670,12 @@ fn window1_pair(
         },
     )?;
     // Like for like: the leader sits where vsync's sender (member 0) sits.
-    let seat = |m| placement.seat_size(members, threads, m);
-    let unseated = leaders.iter().filter(|&&l| seat(l) != seat(0)).count();
+    let unseated = leaders.iter().filter(|&&l| !Seat::LikeMemberZero.holds(layout, members, l)).count();
     let leaders_text = leaders.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
-    let origin = if seat(0) == 1 && threads < members as usize {
+    let origin_seat = placement.seat_size(members, threads, 0);
+    let origin = if origin_seat == 1 && threads < members as usize {
         "alone on its thread"
-    } else if seat(0) > 1 {
+    } else if origin_seat > 1 {
         "sharing its thread with a member"
     } else {
         "on its own thread"
