@@ -507,6 +507,9 @@ fn raft_options(kv: &ordo_runtime::KvConfig, index: usize, members: usize) -> or
     let tick_ms = u64::try_from(raft.tick.as_millis()).unwrap_or(u64::MAX).max(1);
     raft.raft.election_ticks = (kv.failure_timeout_ms() / tick_ms).max(2);
     raft.raft.heartbeat_ticks = raft.raft.heartbeat_ticks.min(raft.raft.election_ticks - 1);
+    // READONLY connections read a replica's own copy: keep it µs, not a
+    // heartbeat, behind the leader.
+    raft.raft.announce_commit = true;
     raft
 }
 

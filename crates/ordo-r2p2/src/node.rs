@@ -126,6 +126,10 @@ pub struct NodeOptions {
     pub pin_cpu: Option<usize>,
     /// Batched socket system calls ([`ServerConfig::syscall_batching`]).
     pub syscall_batching: bool,
+    /// Announce a moved commit index to followers at once
+    /// (`ordo_raft::Config::announce_commit`; off by default, see
+    /// [`RaftOptions::new`]).
+    pub announce_commit: bool,
 }
 
 impl NodeOptions {
@@ -146,6 +150,7 @@ impl NodeOptions {
             busy_poll_us: None,
             pin_cpu: None,
             syscall_batching: true,
+            announce_commit: false,
         }
     }
 }
@@ -215,6 +220,7 @@ fn start_typed<H: Handler>(opts: &NodeOptions, config: ServerConfig, handler: H)
     let mut raft = RaftOptions::new(opts.id, voters);
     raft.log.durable = opts.durable;
     raft.snapshot_interval = opts.snapshot_interval;
+    raft.raft.announce_commit = opts.announce_commit;
     let other = |e: ordo_raft::rsm::ReplicaError| io::Error::other(e.to_string());
     let (server, status) = match &opts.data_dir {
         Some(dir) => {

@@ -477,3 +477,51 @@ mod late_snapshot {
         );
     }
 }
+
+/// A moved commit index rides on the next append or heartbeat by default:
+/// a lone write costs the leader one append per follower (two RAFT
+/// messages), where announcing it (`announce_commit`, etcd's way) costs an
+/// empty append per follower more. Counted at the leader over sequential
+/// writes, heartbeat traffic allowed for.
+#[test]
+fn a_lone_write_costs_one_append_per_follower_unless_commits_are_announced() {
+    for announce in [false, true] {
+        let peers = free_addrs(3);
+        let nodes: Vec<RunningNode> = (0..3)
+            .map(|id| {
+                let mut opts = NodeOptions::new(id, peers.clone(), None);
+                opts.auth = auth();
+                opts.announce_commit = announce;
+                start_node(&opts).expect("node starts")
+            })
+            .collect();
+        let mut c = client(&peers);
+        put(&mut c, "warm", "up");
+        let leader = nodes
+            .iter()
+            .position(|n| n.status().is_some_and(|s| s.is_leader()))
+            .expect("a leader answered the first write");
+        let writes = 100u64;
+        let before = nodes[leader].server().stats().peer_messages_sent;
+        let start = Instant::now();
+        for i in 0..writes {
+            put(&mut c, &format!("k{i}"), "v");
+        }
+        let sent = nodes[leader].server().stats().peer_messages_sent - before;
+        // Per heartbeat round (2 ms) and follower: the heartbeat, and the
+        // append its answer may prompt when entries were in flight.
+        let heartbeats = 2 * 2 * (start.elapsed().as_millis() as u64 / 2 + 2);
+        if announce {
+            assert!(sent >= 4 * writes, "announced: an append and an announcement per follower ({sent})");
+        } else {
+            assert!(
+                sent <= 2 * writes + heartbeats,
+                "not announced: one append per follower per write, {sent} sent for {writes} writes \
+                 (heartbeats allowed: {heartbeats})"
+            );
+        }
+        for n in nodes {
+            n.shutdown();
+        }
+    }
+}

@@ -40,6 +40,15 @@ pub struct Config {
     /// A learner may be promoted only when its match index is within this
     /// many entries of the leader's last index.
     pub learner_catchup_gap: u64,
+    /// A leader whose commit index moved tells followers that get no new
+    /// entries at once, in an empty AppendEntries (etcd raft's behaviour:
+    /// followers apply a few µs after the leader). `false`: the commit index
+    /// rides on the next AppendEntries with entries or the next heartbeat,
+    /// so followers apply up to `heartbeat_ticks` later, and a request at
+    /// light load costs the group two replica datagrams per follower
+    /// (append, answer) instead of four; safety is the same either way,
+    /// since a follower's commit index is only ever a hint of the leader's.
+    pub announce_commit: bool,
     /// Seed of the node's internal PRNG (election timeout jitter). Give
     /// every node a different seed.
     pub seed: u64,
@@ -60,6 +69,7 @@ impl Config {
             max_uncommitted_entries: 16 * 1024,
             max_entry_bytes: 1 << 20,
             learner_catchup_gap: 0,
+            announce_commit: true,
             seed,
         }
     }

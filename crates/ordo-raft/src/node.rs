@@ -88,7 +88,9 @@
 //!   once), so the proposals of one batch of inputs leave in one
 //!   AppendEntries per follower (up to the batch limit), and a commit
 //!   index that moved is announced with it (an empty append only to
-//!   followers that get no entries); fast backtracking with a
+//!   followers that get no entries; with `Config::announce_commit` off,
+//!   no empty append at all: it waits for the next entries or heartbeat);
+//!   fast backtracking with a
 //!   (hint_index, hint_term) reject hint; heartbeats are empty
 //!   AppendEntries carrying the leader's commit index. A follower
 //!   commits `min(leader_commit, highest index it has verified to match
@@ -1361,16 +1363,25 @@ impl Node {
             }
             assert!(pr.match_index >= index, "append reply: the follower matches through index");
             assert!(pr.next_index <= last_index + 1, "append reply: next_index beyond the log");
+            let announce = self.config.announce_commit;
             if grew && self.maybe_commit() {
-                // Announced with the next `ready`, once for all the answers
-                // of this batch of inputs (and not at all to followers an
-                // append with entries tells first).
-                self.commit_pending = true;
+                if announce {
+                    // Announced with the next `ready`, once for all the
+                    // answers of this batch of inputs (and not at all to
+                    // followers an append with entries tells first); that
+                    // broadcast also sends what this follower still lacks.
+                    self.commit_pending = true;
+                } else if self.progress.get(&from).is_some_and(|p| p.next_index <= self.log.last_index()) {
+                    // Not announced: the commit index rides on the next
+                    // append with entries or heartbeat. What the follower
+                    // still lacks goes now, as below.
+                    self.send_append(from, false);
+                }
             } else if grew {
                 let more = self.progress.get(&from).is_some_and(|p| p.next_index <= self.log.last_index());
                 if more {
                     self.send_append(from, false);
-                } else {
+                } else if announce {
                     // Nothing new to send: a commit index it was not told
                     // goes with the next `ready`, on an append with entries
                     // if one goes.

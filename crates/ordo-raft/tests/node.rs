@@ -469,19 +469,84 @@ fn a_moving_commit_index_rides_on_the_next_appends() {
         c.node_mut(leader).propose(p).unwrap();
         c.step_round();
     }
+    let (with_entries, empty) = appends_from(&c.sent, leader);
+    assert!(with_entries >= 2 * rounds as usize - 4, "{with_entries} appends with entries");
+    assert!(empty <= 4, "{empty} empty appends announced a commit index under load");
+    c.pump();
+    for id in 1..=3 {
+        assert_eq!(c.node(id).commit_index(), c.node(leader).last_index(), "node {id} learns the commit");
+    }
+}
+
+/// Appends from `leader` in `sent`: (with entries, empty).
+fn appends_from(sent: &[Message], leader: NodeId) -> (usize, usize) {
     let (mut with_entries, mut empty) = (0, 0);
-    for m in &c.sent {
+    for m in sent {
         if let Message::AppendEntries { from, entries, .. } = m
             && *from == leader
         {
             if entries.is_empty() { empty += 1 } else { with_entries += 1 }
         }
     }
-    assert!(with_entries >= 2 * rounds as usize - 4, "{with_entries} appends with entries");
-    assert!(empty <= 4, "{empty} empty appends announced a commit index under load");
+    (with_entries, empty)
+}
+
+/// One request at light load, announcing a moved commit index
+/// (`announce_commit`, etcd's way) and not: announced, every follower gets
+/// the entry, then an empty append with the commit index (answered
+/// again); not announced, only the entry, and the followers learn the
+/// commit index with the next heartbeat.
+#[test]
+fn without_commit_announcements_a_lone_request_costs_one_append_per_follower() {
+    for announce in [true, false] {
+        let mut c = Cluster::with(3, |id| Config { announce_commit: announce, ..config(id) });
+        let leader = c.elect();
+        c.pump();
+        c.recording = true;
+        let index = c.node_mut(leader).propose(b"lone".to_vec()).unwrap();
+        c.pump();
+        assert_eq!(c.node(leader).commit_index(), index, "the leader commits without heartbeats");
+        let (with_entries, empty) = appends_from(&c.sent, leader);
+        assert_eq!(with_entries, 2, "announce {announce}: one append with the entry per follower");
+        let followers: Vec<NodeId> = (1..=3).filter(|&i| i != leader).collect();
+        if announce {
+            assert_eq!(empty, 2, "announced: an empty append per follower");
+            assert!(followers.iter().all(|&f| c.node(f).commit_index() == index));
+        } else {
+            assert_eq!(empty, 0, "not announced: no empty append");
+            assert!(followers.iter().all(|&f| c.node(f).commit_index() < index), "told nothing yet");
+            let heartbeat = c.node(leader).config().heartbeat_ticks as usize;
+            c.tick(heartbeat);
+            for f in followers {
+                assert_eq!(c.node(f).commit_index(), index, "follower {f} learns it from the heartbeat");
+            }
+        }
+    }
+}
+
+/// Without announcements, an answer that moves the commit index still
+/// sends the follower what it lacks: with one append in flight and one
+/// entry per append, a burst of proposals commits with no tick at all.
+#[test]
+fn without_commit_announcements_a_narrow_window_still_drains() {
+    let mut c = Cluster::with(3, |id| Config {
+        announce_commit: false,
+        max_inflight_appends: 1,
+        max_entries_per_append: 1,
+        ..config(id)
+    });
+    let leader = c.elect();
     c.pump();
-    for id in 1..=3 {
-        assert_eq!(c.node(id).commit_index(), c.node(leader).last_index(), "node {id} learns the commit");
+    let mut last = 0;
+    for p in payloads(0..20) {
+        last = c.node_mut(leader).propose(p).unwrap();
+    }
+    c.pump();
+    assert_eq!(c.node(leader).commit_index(), last, "every proposal commits without ticks");
+    for f in (1..=3).filter(|&i| i != leader) {
+        assert_eq!(c.node(f).last_index(), last, "follower {f} holds every entry");
+        // Told with each next append: all but the last commit.
+        assert!(c.node(f).commit_index() >= last - 1, "follower {f} lags by at most one entry");
     }
 }
 

@@ -145,6 +145,10 @@ pub struct Params {
     pub calm_ns: u64,
     /// The run stops at this time at the latest.
     pub end_ns: u64,
+    /// Leaders announce a moved commit index at once (`ordo_raft::Config::
+    /// announce_commit`; production's R3P2 default is off). Drawn last, so
+    /// the other parameters of a seed are what they were before it existed.
+    pub announce_commit: bool,
 }
 
 impl Params {
@@ -188,6 +192,7 @@ impl Params {
             gap_max_ns: r.range(500_000, 4_000_000),
             calm_ns,
             end_ns: calm_ns + 200_000_000,
+            announce_commit: r.chance(500_000),
         }
     }
 
@@ -805,6 +810,7 @@ pub fn build(seed: u64, params: &Params) -> (Sim<R3Event>, Rc<RefCell<World>>) {
             Config::new(u64::from(m) + 1, derive_seed(seed, (u64::from(m) << 32) ^ ctx.incarnation()));
         raft.election_ticks = 10;
         raft.heartbeat_ticks = 2;
+        raft.announce_commit = p.announce_commit;
         opts.raft = raft;
         opts.log = LogOptions { segment_bytes: p.segment_bytes, durable: true, ..LogOptions::default() };
         opts.snapshot_interval = p.snapshot_interval;
