@@ -68,13 +68,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     snapshot_interval: u64,
     /// Idle duty cycles the network thread and workers spin before
-    /// yielding (then parking); 0 gives the core up at once (better when
-    /// threads outnumber cores).
-    #[arg(long, default_value_t = 200)]
-    idle_spins: u32,
+    /// yielding (then parking); 0 gives the core up at once. Default: 200,
+    /// or 10 where the replicas' threads on this host (peers sharing this
+    /// server's IP) outnumber its CPUs.
+    #[arg(long)]
+    idle_spins: Option<u32>,
     /// Idle duty cycles spent yielding after the spins, before parking.
-    #[arg(long, default_value_t = 50)]
-    idle_yields: u32,
+    /// Default: 50, or 100 where the replicas' threads outnumber the CPUs.
+    #[arg(long)]
+    idle_yields: Option<u32>,
     /// Voters of a brand-new cluster: the first N peers (default: all);
     /// the others start as spares for `ordo r3p2 admin add-learner`.
     #[arg(long)]
@@ -244,16 +246,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     opts.syscall_batching = !args.no_syscall_batching;
     opts.announce_commit = args.announce_commit;
     opts.auth = args.secrets.auth(if args.unreplicated { 1 } else { args.peers.len() })?;
-    if let ordo_runtime::IdleStrategy::BackoffPark { park_min, park_max, .. } =
-        ordo_runtime::IdleStrategy::DEFAULT
-    {
+    // The host's default (hand the core off where the replicas' threads
+    // outnumber the CPUs), with the spins and yields given overriding it.
+    opts.idle = opts.idle_for_host();
+    if let ordo_runtime::IdleStrategy::BackoffPark { spins, yields, park_min, park_max } = opts.idle {
         opts.idle = ordo_runtime::IdleStrategy::BackoffPark {
-            spins: args.idle_spins,
-            yields: args.idle_yields,
+            spins: args.idle_spins.unwrap_or(spins),
+            yields: args.idle_yields.unwrap_or(yields),
             park_min,
             park_max,
         };
     }
+    tracing::info!(threads_on_host = opts.threads_on_host(), idle = ?opts.idle, "r3p2 idle strategy");
     let node = start_node(&opts).map_err(|e| format!("cannot start server {}: {e}", args.id))?;
     println!("ready {} id {} of {}", node.local_addr(), args.id, args.peers.len());
     let started = Instant::now();

@@ -89,11 +89,11 @@ impl Cluster {
             .busy
             .then(|| BusyServer { poll_us: 50, first_cpu: config.busy_spins().then_some(clients) });
         let idle = if config.busy && config.busy_spins() {
-            (u32::MAX.to_string(), "0".to_string())
+            Some((u32::MAX.to_string(), "0".to_string()))
         } else if config.busy {
-            ("10".to_string(), "1000000".to_string())
+            Some(("10".to_string(), "1000000".to_string()))
         } else {
-            SERVER_IDLE.get().cloned().unwrap_or_else(|| ("200".into(), "50".into()))
+            SERVER_IDLE.get().cloned()
         };
         let peers: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
         let data = config
@@ -124,7 +124,7 @@ impl Cluster {
                 .args(["r3p2", "serve", "--id", &id.to_string(), "--peers", &peers.join(",")])
                 .args(["--service", &format!("spin:{}", config.handler_us)])
                 .args(["--workers", if config.mode == "workers" { "1" } else { "0" }])
-                .args(["--idle-spins", &idle.0, "--idle-yields", &idle.1])
+                .args(idle.iter().flat_map(|(s, y)| ["--idle-spins", s, "--idle-yields", y]))
                 .args(busy.iter().flat_map(|b| b.args(id)))
                 .args((!config.syscall_batching).then_some("--no-syscall-batching"))
                 .env("ORDO_LOG", "error")

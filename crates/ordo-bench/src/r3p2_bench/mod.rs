@@ -73,9 +73,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Servers' idle spins and yields before parking (`ordo r3p2 serve
-    /// --idle-spins/--idle-yields`), e.g. `0,0` when threads outnumber cores.
-    #[arg(long, default_value = "200,50")]
-    pub server_idle: String,
+    /// --idle-spins/--idle-yields`), e.g. `0,0`. Default: each server's
+    /// own choice (200,50, or 10,100 where the replicas' threads outnumber
+    /// the cores).
+    #[arg(long)]
+    pub server_idle: Option<String>,
     /// Print the report (machine, rows, summary) as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -812,17 +814,19 @@ fn worker_gain(
 // ---------------------------------------------------------------------------
 // Running and output
 
-/// The servers' `--idle-spins` and `--idle-yields` for this run.
+/// The servers' `--idle-spins` and `--idle-yields` for this run (unset:
+/// the servers choose).
 static SERVER_IDLE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
 
 /// Runs the selected experiments; writes CSV, JSON and PNG files.
 pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, String> {
-    let (spins, yields) = args
-        .server_idle
-        .split_once(',')
-        .filter(|(s, y)| s.parse::<u32>().is_ok() && y.parse::<u32>().is_ok())
-        .ok_or_else(|| format!("--server-idle `{}`: expected SPINS,YIELDS", args.server_idle))?;
-    let _ = SERVER_IDLE.set((spins.to_string(), yields.to_string()));
+    if let Some(idle) = &args.server_idle {
+        let (spins, yields) = idle
+            .split_once(',')
+            .filter(|(s, y)| s.parse::<u32>().is_ok() && y.parse::<u32>().is_ok())
+            .ok_or_else(|| format!("--server-idle `{idle}`: expected SPINS,YIELDS"))?;
+        let _ = SERVER_IDLE.set((spins.to_string(), yields.to_string()));
+    }
     let started = Instant::now();
     let want = |f: &str| args.figures.is_empty() || args.figures.iter().any(|x| x == f);
     let arrivals = match args.arrivals.as_str() {
