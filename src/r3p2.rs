@@ -75,6 +75,8 @@ pub struct ServeArgs {
     idle_spins: Option<u32>,
     /// Idle duty cycles spent yielding after the spins, before parking.
     /// Default: 50, or 100 where the replicas' threads outnumber the CPUs.
+    /// Either flag given: the default backoff (200 spins, 50 yields, parks
+    /// of 20 µs to 1 ms) with the values given.
     #[arg(long)]
     idle_yields: Option<u32>,
     /// Voters of a brand-new cluster: the first N peers (default: all);
@@ -246,10 +248,14 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     opts.syscall_batching = !args.no_syscall_batching;
     opts.announce_commit = args.announce_commit;
     opts.auth = args.secrets.auth(if args.unreplicated { 1 } else { args.peers.len() })?;
-    // The host's default (hand the core off where the replicas' threads
-    // outnumber the CPUs), with the spins and yields given overriding it.
+    // The host's choice (hand the core off where the replicas' threads
+    // outnumber the CPUs); spins or yields given: the default's backoff
+    // with them.
     opts.idle = opts.idle_for_host();
-    if let ordo_runtime::IdleStrategy::BackoffPark { spins, yields, park_min, park_max } = opts.idle {
+    if (args.idle_spins.is_some() || args.idle_yields.is_some())
+        && let ordo_runtime::IdleStrategy::BackoffPark { spins, yields, park_min, park_max } =
+            ordo_runtime::IdleStrategy::DEFAULT
+    {
         opts.idle = ordo_runtime::IdleStrategy::BackoffPark {
             spins: args.idle_spins.unwrap_or(spins),
             yields: args.idle_yields.unwrap_or(yields),

@@ -74,8 +74,8 @@ impl RaftOptions {
     /// 10-20 ms of silence, heartbeats every 2 ms, durable log, a snapshot
     /// every 10,000 entries, and a moved commit index not announced on its
     /// own (`raft.announce_commit` off): it rides on the next append or
-    /// heartbeat, so followers apply (and serve LB_ROUTE reads) up to 2 ms
-    /// behind the leader, and a request at light load costs one append and
+    /// heartbeat, so followers apply (and serve LB_ROUTE reads) a heartbeat
+    /// (2 ms, more if it is lost) behind the leader, and a request at light load costs one append and
     /// one answer per follower instead of two of each — on a host whose
     /// replicas share cores, the announcements and their answers ran just
     /// when the leader's reply was on its way to the client.

@@ -40,9 +40,11 @@ pub struct Config {
     /// A learner may be promoted only when its match index is within this
     /// many entries of the leader's last index.
     pub learner_catchup_gap: u64,
-    /// A leader whose commit index moved tells followers that get no new
-    /// entries at once, in an empty AppendEntries (etcd raft's behaviour:
-    /// followers apply a few µs after the leader). `false`: the commit index
+    /// A leader whose commit index a follower's answer moved tells the
+    /// followers that get no new entries with its next `ready`, in an empty
+    /// AppendEntries (etcd raft's behaviour: followers apply a few µs after
+    /// the leader; a commit moved otherwise, e.g. by the leader's own
+    /// persistence, rides as below either way). `false`: the commit index
     /// rides on the next AppendEntries with entries or the next heartbeat,
     /// so followers apply up to `heartbeat_ticks` later, and a request at
     /// light load costs the group two replica datagrams per follower

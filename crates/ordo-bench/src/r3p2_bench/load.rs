@@ -45,6 +45,46 @@ impl Drop for Cluster {
     }
 }
 
+/// The servers' `--idle-spins` and `--idle-yields` for `config` (none: the
+/// servers choose, see [`server_idle`]).
+fn server_idle_flags(config: &Config) -> Option<(String, String)> {
+    if config.busy && config.busy_spins() {
+        Some((u32::MAX.to_string(), "0".to_string()))
+    } else if config.busy {
+        Some(("10".to_string(), "1000000".to_string()))
+    } else {
+        SERVER_IDLE.get().cloned()
+    }
+}
+
+/// What `config`'s servers do when idle, in words (for the report): the
+/// flags the bench passes, or the choice `ordo r3p2 serve` makes for
+/// loopback replicas on this host (`NodeOptions::idle_for_host`).
+pub(super) fn server_idle(config: &Config) -> String {
+    match server_idle_flags(config) {
+        Some((s, _)) if s == u32::MAX.to_string() => "spin (pinned)".into(),
+        Some((s, y)) if y == "1000000" => format!("spin {s}, then yield (never park)"),
+        Some((s, y)) => format!("spin {s}, yield {y}, park"),
+        None => {
+            let peers: Vec<std::net::SocketAddr> =
+                (0..config.members).map(|i| ([127, 0, 0, 1], 7000 + i as u16).into()).collect();
+            let mut opts = ordo_r2p2::NodeOptions::new(0, peers, None);
+            opts.replicated = config.replicated();
+            opts.mode = if config.mode == "workers" {
+                ordo_r2p2::HandlerMode::Workers(1)
+            } else {
+                ordo_r2p2::HandlerMode::NetworkThread
+            };
+            match opts.idle_for_host() {
+                ordo_runtime::IdleStrategy::BackoffPark { spins, yields, .. } => {
+                    format!("spin {spins}, yield {yields}, park (the servers' choice)")
+                }
+                other => format!("{other:?} (the servers' choice)"),
+            }
+        }
+    }
+}
+
 /// The busy mode's server flags.
 struct BusyServer {
     poll_us: u32,
@@ -88,13 +128,7 @@ impl Cluster {
         let busy = config
             .busy
             .then(|| BusyServer { poll_us: 50, first_cpu: config.busy_spins().then_some(clients) });
-        let idle = if config.busy && config.busy_spins() {
-            Some((u32::MAX.to_string(), "0".to_string()))
-        } else if config.busy {
-            Some(("10".to_string(), "1000000".to_string()))
-        } else {
-            SERVER_IDLE.get().cloned()
-        };
+        let idle = server_idle_flags(config);
         let peers: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
         let data = config
             .fsync

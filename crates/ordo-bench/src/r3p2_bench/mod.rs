@@ -289,6 +289,8 @@ pub struct ConfigSummary {
     pub light_latency_ns_p50: Option<u64>,
     /// p99 at the lowest offered rate, ns.
     pub light_latency_ns_p99: Option<u64>,
+    /// What the servers' threads do when idle ([`load::server_idle`]).
+    pub server_idle: String,
 }
 
 /// Replicated (3) vs unreplicated, one handler time and mode.
@@ -728,6 +730,7 @@ fn summarize(figure: &str, config: &Config, rows: &[Row], args: &BenchArgs) -> C
         at_slo_rps: slos.map(|s| (s, best(s))).collect(),
         light_latency_ns_p50: light.map(|r| r.latency_ns_p50),
         light_latency_ns_p99: light.map(|r| r.latency_ns_p99),
+        server_idle: load::server_idle(config),
     }
 }
 

@@ -193,14 +193,15 @@ pub fn print_table(report: &Report) {
     for c in &report.configs {
         let slos: Vec<String> = c.at_slo_rps.iter().map(|(s, v)| format!("@{s}µs {}", k(*v))).collect();
         println!(
-            "  {:<7} {:<22} {:>3} µs  peak {:>8}  max sustained {:>8}  {}  light-load p99 {} µs",
+            "  {:<7} {:<22} {:>3} µs  peak {:>8}  max sustained {:>8}  {}  light-load p99 {} µs  (idle: {})",
             c.figure,
             c.series,
             c.config.handler_us,
             k(c.peak_rps),
             k(c.max_sustained_rps),
             slos.join("  "),
-            c.light_latency_ns_p99.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3))
+            c.light_latency_ns_p99.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3)),
+            c.server_idle
         );
     }
     if let Some((p50, p99)) = report.udp_round_trip_ns {
