@@ -69,7 +69,7 @@ pub struct ServeArgs {
     snapshot_interval: u64,
     /// Idle duty cycles the network thread and workers spin before
     /// yielding (then parking); 0 gives the core up at once. Default: 200,
-    /// or 10 where the replicas' threads on this host (peers sharing this
+    /// or 0 where the replicas' threads on this host (peers sharing this
     /// server's IP) outnumber its CPUs.
     #[arg(long)]
     idle_spins: Option<u32>,

@@ -155,6 +155,22 @@ impl NodeOptions {
     }
 }
 
+/// A replica's idle strategy where the replicas' threads on its host
+/// outnumber the CPUs: [`IdleStrategy::HAND_OFF`] without its spins (yield
+/// at the first idle turn, 100 times, then park). With three replicas and
+/// a client on two cores, a replica spinning after its answer holds the
+/// core the leader needs for the next step: parked light-load p50 went
+/// from ~210 µs (the default's 200 spins) to ~75 µs (10 spins) and ~71 µs
+/// (none); never parking, 36 → 30 µs from 10 spins to none (BENCHMARKS.md,
+/// twelfth session). A UDP server's idle turn is a system call, not a
+/// cache-line read, so its spins buy little.
+pub const CROWDED_IDLE: IdleStrategy = match IdleStrategy::HAND_OFF {
+    IdleStrategy::BackoffPark { yields, park_min, park_max, .. } => {
+        IdleStrategy::BackoffPark { spins: 0, yields, park_min, park_max }
+    }
+    other => other,
+};
+
 impl NodeOptions {
     /// The polling threads this node and the other replicas on its host run:
     /// a network thread and the workers per replica, counting as on this
@@ -173,14 +189,14 @@ impl NodeOptions {
         per_replica * self.peers.iter().filter(|p| here(p)).count().max(1)
     }
 
-    /// The idle strategy for this host: [`IdleStrategy::HAND_OFF`] where
-    /// the replicas' threads on it ([`Self::threads_on_host`]) outnumber
-    /// its CPUs (three replicas on two cores: a replica spinning after its
-    /// answer holds the core the leader needs for the next step, and the
-    /// replicated light-load p50 went from ~205 µs to ~75 µs parked when it
-    /// handed the core off instead), else [`IdleStrategy::DEFAULT`].
+    /// The idle strategy for this host: [`CROWDED_IDLE`] where the
+    /// replicas' threads on it ([`Self::threads_on_host`]) outnumber its
+    /// CPUs, else [`IdleStrategy::DEFAULT`].
     pub fn idle_for_host(&self) -> IdleStrategy {
-        IdleStrategy::for_threads_on_host(self.threads_on_host(), IdleStrategy::DEFAULT)
+        match IdleStrategy::for_threads_on_host(self.threads_on_host(), IdleStrategy::DEFAULT) {
+            IdleStrategy::DEFAULT => IdleStrategy::DEFAULT,
+            _ => CROWDED_IDLE,
+        }
     }
 }
 
@@ -309,7 +325,8 @@ mod tests {
             (0..cpus as u16 + 1).map(|i| SocketAddr::from(([127, 0, 0, 1], 7000 + i))).collect();
         let crowded = NodeOptions { mode: HandlerMode::NetworkThread, ..NodeOptions::new(0, peers, None) };
         assert_eq!(crowded.threads_on_host(), cpus + 1);
-        assert_eq!(crowded.idle_for_host(), IdleStrategy::HAND_OFF);
+        assert_eq!(crowded.idle_for_host(), CROWDED_IDLE);
+        assert!(matches!(CROWDED_IDLE, IdleStrategy::BackoffPark { spins: 0, yields: 100, .. }));
         let alone = NodeOptions {
             mode: HandlerMode::NetworkThread,
             ..NodeOptions::new(0, addrs(&["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"]), None)

@@ -51,7 +51,7 @@ fn server_idle_flags(config: &Config) -> Option<(String, String)> {
     if config.busy && config.busy_spins() {
         Some((u32::MAX.to_string(), "0".to_string()))
     } else if config.busy {
-        Some(("10".to_string(), "1000000".to_string()))
+        Some(("0".to_string(), "1000000".to_string()))
     } else {
         SERVER_IDLE.get().cloned()
     }
