@@ -92,7 +92,14 @@ impl IdleStrategy {
     /// [`HAND_OFF`](Self::HAND_OFF) when `threads` polling threads on this
     /// host outnumber its online CPUs, else `otherwise`.
     pub fn for_threads_on_host(threads: usize, otherwise: IdleStrategy) -> IdleStrategy {
-        if threads > online_cpus() { Self::HAND_OFF } else { otherwise }
+        if Self::crowded(threads) { Self::HAND_OFF } else { otherwise }
+    }
+
+    /// Whether `threads` polling threads outnumber this host's online CPUs
+    /// (the rule [`for_threads_on_host`](Self::for_threads_on_host) applies;
+    /// for callers whose crowded strategy is not `HAND_OFF`).
+    pub fn crowded(threads: usize) -> bool {
+        threads > online_cpus()
     }
 
     /// The longest a thread with this strategy sleeps before re-checking its

@@ -193,10 +193,7 @@ impl NodeOptions {
     /// replicas' threads on it ([`Self::threads_on_host`]) outnumber its
     /// CPUs, else [`IdleStrategy::DEFAULT`].
     pub fn idle_for_host(&self) -> IdleStrategy {
-        match IdleStrategy::for_threads_on_host(self.threads_on_host(), IdleStrategy::DEFAULT) {
-            IdleStrategy::DEFAULT => IdleStrategy::DEFAULT,
-            _ => CROWDED_IDLE,
-        }
+        if IdleStrategy::crowded(self.threads_on_host()) { CROWDED_IDLE } else { IdleStrategy::DEFAULT }
     }
 }
 

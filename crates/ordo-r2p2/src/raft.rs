@@ -75,10 +75,11 @@ impl RaftOptions {
     /// every 10,000 entries, and a moved commit index not announced on its
     /// own (`raft.announce_commit` off): it rides on the next append or
     /// heartbeat, so followers apply (and serve LB_ROUTE reads) a heartbeat
-    /// (2 ms, more if it is lost) behind the leader, and a request at light load costs one append and
-    /// one answer per follower instead of two of each — on a host whose
-    /// replicas share cores, the announcements and their answers ran just
-    /// when the leader's reply was on its way to the client.
+    /// (2 ms, more if it is lost) behind the leader, and a request at light
+    /// load costs one append and one answer per follower instead of two of
+    /// each — on a host whose replicas share cores, the announcements and
+    /// their answers ran just when the leader's reply was on its way to the
+    /// client.
     pub fn new(me: usize, members: usize) -> RaftOptions {
         let mut raft = Config::new(me as NodeId + 1, 0x5eed_0000 + me as u64);
         raft.election_ticks = 10;

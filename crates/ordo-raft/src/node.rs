@@ -1363,28 +1363,22 @@ impl Node {
             }
             assert!(pr.match_index >= index, "append reply: the follower matches through index");
             assert!(pr.next_index <= last_index + 1, "append reply: next_index beyond the log");
-            let announce = self.config.announce_commit;
-            if grew && self.maybe_commit() {
-                if announce {
+            if grew {
+                let (committed, announce) = (self.maybe_commit(), self.config.announce_commit);
+                let more = self.progress.get(&from).is_some_and(|p| p.next_index <= self.log.last_index());
+                if committed && announce {
                     // Announced with the next `ready`, once for all the
                     // answers of this batch of inputs (and not at all to
                     // followers an append with entries tells first); that
                     // broadcast also sends what this follower still lacks.
                     self.commit_pending = true;
-                } else if self.progress.get(&from).is_some_and(|p| p.next_index <= self.log.last_index()) {
-                    // Not announced: the commit index rides on the next
-                    // append with entries or heartbeat. What the follower
-                    // still lacks goes now, as below.
-                    self.send_append(from, false);
-                }
-            } else if grew {
-                let more = self.progress.get(&from).is_some_and(|p| p.next_index <= self.log.last_index());
-                if more {
+                } else if more {
                     self.send_append(from, false);
                 } else if announce {
                     // Nothing new to send: a commit index it was not told
                     // goes with the next `ready`, on an append with entries
-                    // if one goes.
+                    // if one goes. Not announced, it rides on the next
+                    // append with entries or heartbeat.
                     self.commit_pending = true;
                 }
             } else if let Some(pr) = self.progress.get_mut(&from)

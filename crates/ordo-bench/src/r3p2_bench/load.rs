@@ -45,15 +45,18 @@ impl Drop for Cluster {
     }
 }
 
+/// Busy mode's yields where threads outnumber cores: enough never to park.
+const YIELD_FOREVER: u32 = 1_000_000;
+
 /// The servers' `--idle-spins` and `--idle-yields` for `config` (none: the
 /// servers choose, see [`server_idle`]).
-fn server_idle_flags(config: &Config) -> Option<(String, String)> {
+fn server_idle_flags(config: &Config) -> Option<(u32, u32)> {
     if config.busy && config.busy_spins() {
-        Some((u32::MAX.to_string(), "0".to_string()))
+        Some((u32::MAX, 0))
     } else if config.busy {
-        Some(("0".to_string(), "1000000".to_string()))
+        Some((0, YIELD_FOREVER))
     } else {
-        SERVER_IDLE.get().cloned()
+        SERVER_IDLE.get().copied()
     }
 }
 
@@ -62,8 +65,8 @@ fn server_idle_flags(config: &Config) -> Option<(String, String)> {
 /// loopback replicas on this host (`NodeOptions::idle_for_host`).
 pub(super) fn server_idle(config: &Config) -> String {
     match server_idle_flags(config) {
-        Some((s, _)) if s == u32::MAX.to_string() => "spin (pinned)".into(),
-        Some((s, y)) if y == "1000000" => format!("spin {s}, then yield (never park)"),
+        Some((u32::MAX, _)) => "spin (pinned)".into(),
+        Some((s, YIELD_FOREVER)) => format!("spin {s}, then yield (never park)"),
         Some((s, y)) => format!("spin {s}, yield {y}, park"),
         None => {
             let peers: Vec<std::net::SocketAddr> =
@@ -128,7 +131,7 @@ impl Cluster {
         let busy = config
             .busy
             .then(|| BusyServer { poll_us: 50, first_cpu: config.busy_spins().then_some(clients) });
-        let idle = server_idle_flags(config);
+        let idle = server_idle_flags(config).map(|(s, y)| (s.to_string(), y.to_string()));
         let peers: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
         let data = config
             .fsync

@@ -821,16 +821,14 @@ fn worker_gain(
 
 /// The servers' `--idle-spins` and `--idle-yields` for this run (unset:
 /// the servers choose).
-static SERVER_IDLE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+static SERVER_IDLE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
 
 /// Runs the selected experiments; writes CSV, JSON and PNG files.
 pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, String> {
     if let Some(idle) = &args.server_idle {
-        let (spins, yields) = idle
-            .split_once(',')
-            .filter(|(s, y)| s.parse::<u32>().is_ok() && y.parse::<u32>().is_ok())
-            .ok_or_else(|| format!("--server-idle `{idle}`: expected SPINS,YIELDS"))?;
-        let _ = SERVER_IDLE.set((spins.to_string(), yields.to_string()));
+        let parsed = idle.split_once(',').and_then(|(s, y)| Some((s.parse().ok()?, y.parse().ok()?)));
+        let spins_yields = parsed.ok_or_else(|| format!("--server-idle `{idle}`: expected SPINS,YIELDS"))?;
+        let _ = SERVER_IDLE.set(spins_yields);
     }
     let started = Instant::now();
     let want = |f: &str| args.figures.is_empty() || args.figures.iter().any(|x| x == f);
