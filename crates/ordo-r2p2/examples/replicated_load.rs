@@ -1,5 +1,7 @@
 //! Open-loop load on three in-process replicas (a quick diagnostic; the
-//! real benchmark is `ordo bench r3p2`). Usage: replicated_load [rps] [secs]
+//! real benchmark is `ordo bench r3p2`). Usage: replicated_load [rps]
+//! [secs] [sealed]: with `sealed`, replica datagrams carry the cluster
+//! secret's MAC, as `ordo r3p2 serve --secret-file` does.
 use ordo_r2p2::{Client, ClientConfig, HandlerMode, NodeOptions, Policy, ServiceKind, start_node};
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
@@ -8,6 +10,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let rps: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10_000.0);
     let secs: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(2.0);
+    let secret = (args.get(3).map(String::as_str) == Some("sealed")).then(ordo_auth::Secret::generate);
     let sockets: Vec<_> = (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
     let peers: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
     drop(sockets);
@@ -16,6 +19,7 @@ fn main() {
             let mut o = NodeOptions::new(i, peers.clone(), None);
             o.mode = HandlerMode::NetworkThread;
             o.service = ServiceKind::Spin { micros: 1 };
+            o.auth.cluster = secret.clone();
             start_node(&o).unwrap()
         })
         .collect();

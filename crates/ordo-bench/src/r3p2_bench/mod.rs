@@ -261,6 +261,10 @@ pub struct Row {
     /// CPU used by all server processes during the point (warm-up, window
     /// and drain), % of one CPU.
     pub server_cpu_percent: f64,
+    /// CPU used by the busiest server process during the point, % of one
+    /// CPU (the leader, in a replicated group): near 100 % with handlers
+    /// on the network thread, that thread is the bound.
+    pub busiest_server_cpu_percent: f64,
     /// CPU used by this process (the load generator) during the point, %
     /// of one CPU.
     pub client_cpu_percent: f64,
@@ -521,7 +525,7 @@ impl<'a> Live<'a> {
     fn measure(&mut self, figure: &str, offered: f64, refined: bool, progress: &mut impl FnMut(&str)) {
         self.seed += 101;
         let pids: Vec<u32> = self.cluster.children.iter().map(|(c, _)| c.id()).collect();
-        let server_cpu = || pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>();
+        let server_cpu = || pids.iter().map(|p| cpu_seconds(*p)).collect::<Vec<f64>>();
         let (server0, client0, wall0) = (server_cpu(), cpu_seconds(std::process::id()), Instant::now());
         let drops0 = udp_rcvbuf_errors();
         // The busy figure's light-load point is what replication's p99
@@ -535,11 +539,13 @@ impl<'a> Live<'a> {
         let (tally, secs) = point(&mut self.clients, self.policy, offered, &sweep, self.seed);
         let wall = wall0.elapsed().as_secs_f64();
         let mut row = row_of(figure, self.config, offered, &tally, secs, refined);
-        row.server_cpu_percent = (server_cpu() - server0) / wall * 100.0;
+        let used: Vec<f64> = server_cpu().iter().zip(&server0).map(|(b, a)| (b - a) / wall * 100.0).collect();
+        row.server_cpu_percent = used.iter().sum();
+        row.busiest_server_cpu_percent = used.iter().copied().fold(0.0, f64::max);
         row.client_cpu_percent = (cpu_seconds(std::process::id()) - client0) / wall * 100.0;
         row.udp_rcvbuf_drops = udp_rcvbuf_errors().saturating_sub(drops0);
         progress(&format!(
-            "  {:<22} {:>3} µs offered {:>8.0} achieved {:>8.0} /s  p50 {:>8.1} p99 {:>9.1} µs  errors {:>5}  cpu srv {:.0} % cli {:.0} %  udp drops {}  load {:.1}{}{}",
+            "  {:<22} {:>3} µs offered {:>8.0} achieved {:>8.0} /s  p50 {:>8.1} p99 {:>9.1} µs  errors {:>5}  cpu srv {:.0} % (busiest {:.0} %) cli {:.0} %  udp drops {}  load {:.1}{}{}",
             row.series,
             row.handler_us,
             offered,
@@ -548,6 +554,7 @@ impl<'a> Live<'a> {
             row.latency_ns_p99 as f64 / 1e3,
             row.errors,
             row.server_cpu_percent,
+            row.busiest_server_cpu_percent,
             row.client_cpu_percent,
             row.udp_rcvbuf_drops,
             row.loadavg_1m,

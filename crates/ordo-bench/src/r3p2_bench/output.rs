@@ -27,11 +27,11 @@ pub(super) fn opt(v: Option<f64>, decimals: usize) -> String {
 
 pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
     let mut csv = String::from(
-        "figure,series,policy,members,handler_us,mode,fsync,offered_rps,arrival_rps,sent_rps,achieved_rps,requests,errors,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,keeps_up,refined,server_cpu_percent,client_cpu_percent,udp_rcvbuf_drops,loadavg_1m\n",
+        "figure,series,policy,members,handler_us,mode,fsync,offered_rps,arrival_rps,sent_rps,achieved_rps,requests,errors,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,keeps_up,refined,server_cpu_percent,busiest_server_cpu_percent,client_cpu_percent,udp_rcvbuf_drops,loadavg_1m\n",
     );
     for r in &report.rows {
         csv += &format!(
-            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{},{},{},{},{:.0},{:.0},{},{:.2}\n",
+            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{},{:.2}\n",
             r.figure,
             r.series,
             r.policy,
@@ -52,6 +52,7 @@ pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
             r.keeps_up,
             r.refined,
             r.server_cpu_percent,
+            r.busiest_server_cpu_percent,
             r.client_cpu_percent,
             r.udp_rcvbuf_drops,
             r.loadavg_1m
@@ -150,7 +151,7 @@ pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
 pub fn print_table(report: &Report) {
     println!("ordo bench r3p2 — {}", report.machine.summary());
     println!(
-        "{:<7} {:<22} {:>4} {:>10} {:>10} {:>10} {:>9} {:>10} {:>7} {:>5} {:>8} {:>8} {:>8} {:>5}",
+        "{:<7} {:<22} {:>4} {:>10} {:>10} {:>10} {:>9} {:>10} {:>7} {:>5} {:>8} {:>8} {:>8} {:>8} {:>5}",
         "figure",
         "series",
         "µs",
@@ -162,13 +163,14 @@ pub fn print_table(report: &Report) {
         "errors",
         "ok",
         "srv cpu%",
+        "max srv%",
         "cli cpu%",
         "udp drop",
         "load"
     );
     for r in &report.rows {
         println!(
-            "{:<7} {:<22} {:>4} {:>10.0} {:>10.0} {:>10.0} {:>9.1} {:>10.1} {:>7} {:>5} {:>8.0} {:>8.0} {:>8} {:>5.1}",
+            "{:<7} {:<22} {:>4} {:>10.0} {:>10.0} {:>10.0} {:>9.1} {:>10.1} {:>7} {:>5} {:>8.0} {:>8.0} {:>8.0} {:>8} {:>5.1}",
             r.figure,
             r.series,
             r.handler_us,
@@ -180,6 +182,7 @@ pub fn print_table(report: &Report) {
             r.errors,
             if r.keeps_up { "yes" } else { "no" },
             r.server_cpu_percent,
+            r.busiest_server_cpu_percent,
             r.client_cpu_percent,
             r.udp_rcvbuf_drops,
             r.loadavg_1m
