@@ -1,7 +1,9 @@
 //! Open-loop load on three in-process replicas (a quick diagnostic; the
 //! real benchmark is `ordo bench r3p2`). Usage: replicated_load [rps]
-//! [secs] [sealed]: with `sealed`, replica datagrams carry the cluster
-//! secret's MAC, as `ordo r3p2 serve --secret-file` does.
+//! [secs] [sealed|unreplicated]: with `sealed`, replica datagrams carry
+//! the cluster secret's MAC, as `ordo r3p2 serve --secret-file` does;
+//! with `unreplicated`, one server without Raft (FIXED_ROUTE), the
+//! baseline replication is compared with.
 use ordo_r2p2::{Client, ClientConfig, HandlerMode, NodeOptions, Policy, ServiceKind, start_node};
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
@@ -11,20 +13,24 @@ fn main() {
     let rps: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10_000.0);
     let secs: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(2.0);
     let secret = (args.get(3).map(String::as_str) == Some("sealed")).then(ordo_auth::Secret::generate);
-    let sockets: Vec<_> = (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    let unreplicated = args.get(3).map(String::as_str) == Some("unreplicated");
+    let (members, policy) =
+        if unreplicated { (1, Policy::FixedRoute) } else { (3, Policy::ReplicatedRoute) };
+    let sockets: Vec<_> = (0..members).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
     let peers: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
     drop(sockets);
-    let nodes: Vec<_> = (0..3)
+    let nodes: Vec<_> = (0..members)
         .map(|i| {
             let mut o = NodeOptions::new(i, peers.clone(), None);
             o.mode = HandlerMode::NetworkThread;
             o.service = ServiceKind::Spin { micros: 1 };
             o.auth.cluster = secret.clone();
+            o.replicated = !unreplicated;
             start_node(&o).unwrap()
         })
         .collect();
     let mut c = Client::new(ClientConfig::new(peers.clone())).unwrap();
-    c.call(Policy::ReplicatedRoute, b"warm").unwrap();
+    c.call(policy, b"warm").unwrap();
     let gap = Duration::from_secs_f64(1.0 / rps);
     let start = Instant::now();
     let mut next = start;
@@ -34,7 +40,7 @@ fn main() {
     while start.elapsed().as_secs_f64() < secs {
         let now = Instant::now();
         while next <= now {
-            let id = c.send(Policy::ReplicatedRoute, b"x").unwrap();
+            let id = c.send(policy, b"x").unwrap();
             sent.insert(id, next);
             next += gap;
         }
@@ -60,15 +66,17 @@ fn main() {
         lat.last().copied().unwrap_or(0)
     );
     for (i, n) in nodes.iter().enumerate() {
-        let s = n.status().unwrap();
-        println!(
-            "node {i}: term {} leader {:?} commit {} applied {} syncs {}",
-            s.term(),
-            s.leader(),
-            s.commit(),
-            s.applied(),
-            s.syncs()
-        );
+        // An unreplicated server has no Raft status.
+        if let Some(s) = n.status() {
+            println!(
+                "node {i}: term {} leader {:?} commit {} applied {} syncs {}",
+                s.term(),
+                s.leader(),
+                s.commit(),
+                s.applied(),
+                s.syncs()
+            );
+        }
         println!("   {:?}", n.server().stats());
     }
     let _ = c;

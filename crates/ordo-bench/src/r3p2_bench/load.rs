@@ -64,6 +64,11 @@ fn server_idle_flags(config: &Config) -> Option<(u32, u32)> {
 /// flags the bench passes, or the choice `ordo r3p2 serve` makes for
 /// loopback replicas on this host (`NodeOptions::idle_for_host`).
 pub(super) fn server_idle(config: &Config) -> String {
+    let idle = server_idle_words(config);
+    if super::pinned(config) && !config.busy { format!("{idle}; pinned") } else { idle }
+}
+
+fn server_idle_words(config: &Config) -> String {
     match server_idle_flags(config) {
         Some((u32::MAX, _)) => "spin (pinned)".into(),
         Some((s, YIELD_FOREVER)) => format!("spin {s}, then yield (never park)"),
@@ -88,20 +93,14 @@ pub(super) fn server_idle(config: &Config) -> String {
     }
 }
 
-/// The busy mode's server flags.
+/// The busy mode's server flags (pinning: [`super::pinned`]).
 struct BusyServer {
     poll_us: u32,
-    /// Server `id` is pinned to CPU `first_cpu + id` (none: unpinned).
-    first_cpu: Option<usize>,
 }
 
 impl BusyServer {
-    fn args(&self, id: usize) -> Vec<String> {
-        let mut a = vec!["--busy-poll-us".to_string(), self.poll_us.to_string()];
-        if let Some(first) = self.first_cpu {
-            a.extend(["--pin-cpu".to_string(), (first + id).to_string()]);
-        }
-        a
+    fn args(&self) -> Vec<String> {
+        vec!["--busy-poll-us".to_string(), self.poll_us.to_string()]
     }
 }
 
@@ -128,9 +127,8 @@ impl Cluster {
         // on loopback, and is logged where refused), and, where every
         // thread has a core, each server pinned to a CPU of its own after
         // the load generators' (`clients`).
-        let busy = config
-            .busy
-            .then(|| BusyServer { poll_us: 50, first_cpu: config.busy_spins().then_some(clients) });
+        let busy = config.busy.then_some(BusyServer { poll_us: 50 });
+        let first_cpu = super::pinned(config).then_some(clients);
         let idle = server_idle_flags(config).map(|(s, y)| (s.to_string(), y.to_string()));
         let peers: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
         let data = config
@@ -162,7 +160,8 @@ impl Cluster {
                 .args(["--service", &format!("spin:{}", config.handler_us)])
                 .args(["--workers", if config.mode == "workers" { "1" } else { "0" }])
                 .args(idle.iter().flat_map(|(s, y)| ["--idle-spins", s, "--idle-yields", y]))
-                .args(busy.iter().flat_map(|b| b.args(id)))
+                .args(busy.iter().flat_map(|b| b.args()))
+                .args(first_cpu.iter().flat_map(|first| ["--pin-cpu".to_string(), (first + id).to_string()]))
                 .args((!config.syscall_batching).then_some("--no-syscall-batching"))
                 .env("ORDO_LOG", "error")
                 .stdout(Stdio::piped())

@@ -78,6 +78,14 @@ pub struct BenchArgs {
     /// the cores).
     #[arg(long)]
     pub server_idle: Option<String>,
+    /// Pin each server's network thread and the client to a CPU of its own
+    /// also in the parked configurations, where the machine has a core per
+    /// thread (busy mode always pins there).
+    #[arg(long)]
+    pub pin: bool,
+    /// The `peakloss` figure's modes: `parked`, `busy` (default: both).
+    #[arg(long, value_delimiter = ',', default_value = "parked,busy")]
+    pub peakloss_modes: Vec<String>,
     /// Print the report (machine, rows, summary) as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -505,8 +513,8 @@ impl<'a> Live<'a> {
         }
         if config.busy {
             timing.idle = if config.busy_spins() { ClientIdle::Spin } else { ClientIdle::Yield };
-            timing.pin = config.busy_spins();
         }
+        timing.pin = pinned(config);
         let sweep = Sweep { timing, ..*sweep };
         let mut clients: Vec<Client> = (0..sweep.args.clients.max(1))
             .map(|i| {
@@ -545,7 +553,7 @@ impl<'a> Live<'a> {
         row.client_cpu_percent = (cpu_seconds(std::process::id()) - client0) / wall * 100.0;
         row.udp_rcvbuf_drops = udp_rcvbuf_errors().saturating_sub(drops0);
         progress(&format!(
-            "  {:<22} {:>3} µs offered {:>8.0} achieved {:>8.0} /s  p50 {:>8.1} p99 {:>9.1} µs  errors {:>5}  cpu srv {:.0} % (busiest {:.0} %) cli {:.0} %  udp drops {}  load {:.1}{}{}",
+            "  {:<22} {:>3} µs offered {:>8.0} achieved {:>8.0} /s  p50 {:>8.1} p99 {:>9.1} µs  errors {:>5}  cpu srv {:.0} % ({} %) cli {:.0} %  udp drops {}  load {:.1}{}{}",
             row.series,
             row.handler_us,
             offered,
@@ -554,7 +562,7 @@ impl<'a> Live<'a> {
             row.latency_ns_p99 as f64 / 1e3,
             row.errors,
             row.server_cpu_percent,
-            row.busiest_server_cpu_percent,
+            used.iter().map(|u| format!("{u:.0}")).collect::<Vec<_>>().join("/"),
             row.client_cpu_percent,
             row.udp_rcvbuf_drops,
             row.loadavg_1m,
@@ -830,6 +838,16 @@ fn worker_gain(
 /// the servers choose).
 static SERVER_IDLE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
 
+/// `--pin`: parked configurations pinned too.
+static PIN_PARKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Whether `config`'s server threads and client are pinned, each to a CPU
+/// of its own: where the machine has a core per thread, in busy mode, and
+/// with `--pin` also when parked.
+pub(super) fn pinned(config: &Config) -> bool {
+    config.busy_spins() && (config.busy || PIN_PARKED.get().copied().unwrap_or(false))
+}
+
 /// Runs the selected experiments; writes CSV, JSON and PNG files.
 pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, String> {
     if let Some(idle) = &args.server_idle {
@@ -837,6 +855,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         let spins_yields = parsed.ok_or_else(|| format!("--server-idle `{idle}`: expected SPINS,YIELDS"))?;
         let _ = SERVER_IDLE.set(spins_yields);
     }
+    let _ = PIN_PARKED.set(args.pin);
     let started = Instant::now();
     let want = |f: &str| args.figures.is_empty() || args.figures.iter().any(|x| x == f);
     let arrivals = match args.arrivals.as_str() {
@@ -1026,7 +1045,12 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     }
     let mut peak_losses = Vec::new();
     if args.figures.iter().any(|x| x == "peakloss") {
-        for busy in [false, true] {
+        for mode in &args.peakloss_modes {
+            let busy = match mode.as_str() {
+                "parked" => false,
+                "busy" => true,
+                other => return Err(format!("--peakloss-modes: `{other}` is neither parked nor busy")),
+            };
             peak_losses.push(peak_loss(&sweep, busy, if q { 3 } else { 5 }, &mut progress)?);
         }
     }
