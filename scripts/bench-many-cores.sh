@@ -1,0 +1,29 @@
+#!/bin/bash
+# Issue 12's multi-core figures in one go (used on the lent 16-core machine):
+# Acuerdo vs vsync at window 1, R3P2's light load (busy and parked) and the
+# interleaved peak loss. Usage: scripts/bench-many-cores.sh [ORDO] [OUT]
+#   ORDO: the ordo binary (default: target/release/ordo)
+#   OUT:  where logs and JSON reports go (default: bench-results/many-cores)
+# Extra peak-loss variants: PEAKLOSS_ARGS="--peakloss-modes parked --pin".
+set -u
+ORDO=${1:-target/release/ordo}
+OUT=${2:-bench-results/many-cores}
+mkdir -p "$OUT"
+lscpu | grep -E "Model name|^CPU\(s\)|Thread"
+uname -r
+T0=$(date +%s)
+log() { echo "=== $* (t=$(( $(date +%s) - T0 )) s)"; }
+log "acuerdo window1, one runner thread per member"
+timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --threads 3 --out "$OUT/acuerdo3" > "$OUT/ac3.log" 2>&1
+grep -E "→" "$OUT/ac3.log" | sort -u | cut -c1-330
+log "acuerdo window1, default threads"
+timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --out "$OUT/acuerdo" > "$OUT/ac.log" 2>&1
+grep -E "→" "$OUT/ac.log" | sort -u | cut -c1-330
+log "r3p2 busy (light load, busy and parked)"
+timeout 150 "$ORDO" bench r3p2 --quick --figures busy --out "$OUT/busy" > "$OUT/busy.log" 2>&1
+grep -vE "^ {4}" "$OUT/busy.log" | tail -22 | cut -c1-300
+log "r3p2 peak loss"
+# shellcheck disable=SC2086
+timeout 330 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1
+grep -E "^  peak \(" "$OUT/pl.log" | awk '!seen[$0]++' | cut -c1-400
+log done
