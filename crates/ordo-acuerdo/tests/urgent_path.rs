@@ -116,7 +116,7 @@ fn durable_mode_takes_no_urgent_step() {
 
 /// Broadcasts a full ring left behind are still unsent: the leader's next
 /// urgent step puts them into the slots the follower's acks freed, without
-/// waiting for a full poll.
+/// waiting for a full poll, and the step after it commits.
 #[test]
 fn what_a_full_ring_left_behind_goes_out_in_the_next_urgent_step() {
     let (mut ds, now, l) = group(false);
@@ -135,8 +135,13 @@ fn what_a_full_ring_left_behind_goes_out_in_the_next_urgent_step() {
     assert!(ds[f].poll(now, &mut sink, &mut settled) > 0);
     assert!(!was_full(&ds[f]));
     assert!(ds[f].engine().accepted() < last, "a full ring held some back");
-    // The leader's next urgent step commits what f acknowledged and sends
-    // the rest into the freed slots; f's next urgent step takes them.
+    // The leader's next urgent step sends the rest into the slots f's acks
+    // freed (a message leaves in a step of its own, before the commit rule
+    // reads the followers' rows); the step after it commits what f
+    // acknowledged; f's next urgent step takes the rest.
+    assert!(ds[l].poll(now, &mut sink, &mut settled) > 0);
+    assert!(!was_full(&ds[l]), "an urgent step");
+    assert!(settled.is_empty(), "the send's step leaves the commit rule to the next step");
     assert!(ds[l].poll(now, &mut sink, &mut settled) > 0);
     assert!(!was_full(&ds[l]), "an urgent step");
     assert!(!settled.is_empty(), "the first ring's worth committed");

@@ -272,6 +272,15 @@ impl SlotProducer {
         self.shared.layout.max_payload
     }
 
+    /// Whether every slot holds a message that is not reclaimable yet: the
+    /// next [`try_acquire`](Self::try_acquire) fails unless more is
+    /// declared reclaimable first.
+    pub fn is_full(&self) -> bool {
+        let s = &*self.shared;
+        s.reserved.load(Ordering::Acquire).saturating_sub(s.reclaimable.load(Ordering::Acquire))
+            >= s.layout.window as u64
+    }
+
     /// Rings `bell` after every commit from now on (the doorbell the send
     /// path's thread parks on), so a message committed while the predicate
     /// thread is parked is sent at once rather than at its next timeout.

@@ -733,7 +733,8 @@ impl Engine {
     /// alive or not); either step only with every ring session up (no
     /// reset due or just made: not even a row goes out over a link whose
     /// reset is due); the leader's send after its row push, as in a poll
-    /// (a new leader's row goes out before its diffs); the follower's
+    /// (a new leader's row goes out before its diffs), and in a step of its
+    /// own, before the commit rule's (the next step); the follower's
     /// receive only when its leader's ring shows a new message
     /// to the session it follows (a new session is the full poll's to
     /// follow). With nothing to do it does nothing and returns 0.
@@ -751,17 +752,30 @@ impl Engine {
                     return 0;
                 }
                 self.now_ns = self.now_ns.max(now_ns);
-                let mut work = self.commit(fx, sink);
-                let send = self.unsent;
-                if work > 0 || send {
-                    // A moved Commit column goes out when a poll would push it.
+                let mut sent = 0;
+                if self.unsent {
+                    // The message leaves first, in a step of its own (its
+                    // writes are posted when the step returns): the commit
+                    // rule and the reuse rule read the followers' rows,
+                    // whose lines an ack landing may be moving from core
+                    // to core, and the slot need not wait for them. The
+                    // reuse rule runs only for a ring with no free slot.
                     self.flush_row(fx);
+                    if self.out.iter().flatten().any(|l| !l.quiet && l.producer.is_full()) {
+                        self.reclaim();
+                    }
+                    sent = self.send(fx, sink);
                 }
-                if send {
-                    self.reclaim();
-                    work += self.send(fx, sink);
+                if sent > 0 {
+                    sent
+                } else {
+                    let work = self.commit(fx, sink);
+                    if work > 0 {
+                        // A moved Commit column goes out when a poll would push it.
+                        self.flush_row(fx);
+                    }
+                    work
                 }
-                work
             }
             Role::Follower => {
                 let from_leader = self.row_of(self.e_cur.leader).and_then(|r| self.inc[r].as_ref());
