@@ -783,7 +783,12 @@ impl Engine {
                     return 0;
                 }
                 self.now_ns = self.now_ns.max(now_ns);
-                let work = self.receive(fx, sink) + self.commit(fx, sink);
+                // The ack leaves first: the commit rule reads the leader's
+                // row, whose line a periodic push may have just moved, and
+                // the ack need not wait for it; the next poll (a full one,
+                // unless more came) commits.
+                let received = self.receive(fx, sink);
+                let work = if received > 0 { received } else { self.commit(fx, sink) };
                 self.flush_row(fx);
                 work
             }
