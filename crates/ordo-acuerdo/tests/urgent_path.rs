@@ -149,3 +149,41 @@ fn what_a_full_ring_left_behind_goes_out_in_the_next_urgent_step() {
     assert!(!was_full(&ds[f]), "an urgent step");
     assert_eq!(ds[f].engine().accepted(), last, "the rest went out in the leader's urgent step");
 }
+
+/// The leader's commit rule reads first the quorum that let its last
+/// commit through; when that quorum's follower stops acknowledging, the
+/// other follower's ack still commits (the rule falls back to every row),
+/// and from then on that follower is the one read first.
+#[test]
+fn a_silent_follower_of_the_last_quorum_does_not_stall_commits() {
+    let (mut ds, now, l) = group(false);
+    let (f1, f2) = ((l + 1) % 3, (l + 2) % 3);
+    let mut settled = Vec::new();
+    let mut sink = |_: Header, _: &[u8]| {};
+    // m1 commits through f1 alone (f2 never polls from here on).
+    let h1 = ds[l].submit(1, b"m1").expect("the leader takes it");
+    ds[l].poll(now, &mut sink, &mut settled);
+    ds[f1].poll(now, &mut sink, &mut settled);
+    ds[l].poll(now, &mut sink, &mut settled);
+    ds[l].poll(now, &mut sink, &mut settled);
+    assert_eq!(settled, vec![Settled::Committed { ticket: 1, header: h1 }]);
+    // Now f1 falls silent and f2 catches up: m2 commits through f2.
+    let h2 = ds[l].submit(2, b"m2").expect("the leader takes it");
+    ds[l].poll(now, &mut sink, &mut settled);
+    for _ in 0..4 {
+        ds[f2].poll(now, &mut sink, &mut settled);
+    }
+    assert_eq!(ds[f2].engine().accepted(), h2, "f2 accepted m1 and m2");
+    for _ in 0..4 {
+        ds[l].poll(now, &mut sink, &mut settled);
+    }
+    assert_eq!(settled.last(), Some(&Settled::Committed { ticket: 2, header: h2 }), "committed through f2");
+    // m3 too, with f1 still silent.
+    let h3 = ds[l].submit(3, b"m3").expect("the leader takes it");
+    ds[l].poll(now, &mut sink, &mut settled);
+    ds[f2].poll(now, &mut sink, &mut settled);
+    ds[l].poll(now, &mut sink, &mut settled);
+    ds[l].poll(now, &mut sink, &mut settled);
+    assert_eq!(settled.last(), Some(&Settled::Committed { ticket: 3, header: h3 }));
+    assert_eq!(ds[l].engine().committed(), h3);
+}

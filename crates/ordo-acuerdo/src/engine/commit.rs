@@ -20,7 +20,10 @@
 //! - Messages are delivered once each, in header order: every delivered
 //!   header is above `Committed`, which then becomes it.
 //! - A leader's threshold is the quorum-th largest Accept of `E_cur` (its
-//!   own included); a follower's is its leader's Commit column of `E_cur`.
+//!   own included), or, read first, the least Accept of `E_cur` in the
+//!   quorum that was highest at the last full read (a quorum holds it, so
+//!   it is at most the quorum-th largest); a follower's is its leader's
+//!   Commit column of `E_cur`.
 //! - `Committed < Next` after every step.
 
 use super::{DeliverySink, Effects, Engine, Role};
@@ -32,16 +35,35 @@ impl Engine {
         let c = self.layout.columns;
         let threshold = match self.role {
             Role::Leader => {
-                // The quorum-th largest Accept of the current epoch (line 74).
                 // (No allocation: this runs on every poll. The words are
                 // compared encoded: their numeric order is the headers'.)
-                let mut acks = [0u64; crate::config::MAX_MEMBERS];
-                let mut k = 0;
                 let epoch_word = self.e_cur.encode() >> 32;
+                // First the quorum of the last full read (this leader and
+                // the followers whose Accept was highest then): the least
+                // Accept of the epoch among them is one a quorum holds. If
+                // it moves Next, the other rows' lines (an ack may be
+                // landing in one, moving it from core to core) are not
+                // read this time.
+                if self.commit_hint_len + 1 == self.quorum {
+                    let (mut least, mut of_epoch) = (self.accepted.encode(), true);
+                    for &r in &self.commit_hint[..self.commit_hint_len] {
+                        let w = self.load(r as usize, c.accept, 0);
+                        of_epoch &= w >> 32 == epoch_word;
+                        least = least.min(w);
+                    }
+                    let threshold = Header::decode(least).min(self.accepted);
+                    if of_epoch && threshold >= self.next {
+                        assert_eq!(threshold.epoch, self.e_cur, "the threshold is of the current epoch");
+                        return self.commit_upto(threshold, fx, sink);
+                    }
+                }
+                // The quorum-th largest Accept of the current epoch (line 74).
+                let mut acks = [(0u64, 0u8); crate::config::MAX_MEMBERS];
+                let mut k = 0;
                 for r in 0..self.members.len() {
                     let w = if r == self.my_row { self.accepted.encode() } else { self.load(r, c.accept, 0) };
                     if w >> 32 == epoch_word {
-                        acks[k] = w;
+                        acks[k] = (w, r as u8);
                         k += 1;
                     }
                 }
@@ -50,9 +72,15 @@ impl Engine {
                 }
                 let acks = &mut acks[..k];
                 acks.sort_unstable_by(|a, b| b.cmp(a));
+                // The next read starts with the highest followers.
+                self.commit_hint_len = 0;
+                for &(_, r) in acks.iter().filter(|(_, r)| *r as usize != self.my_row).take(self.quorum - 1) {
+                    self.commit_hint[self.commit_hint_len] = r;
+                    self.commit_hint_len += 1;
+                }
                 // Followers' Accept columns are peer input: never commit
                 // beyond what this leader itself holds.
-                let threshold = Header::decode(acks[self.quorum - 1]).min(self.accepted);
+                let threshold = Header::decode(acks[self.quorum - 1].0).min(self.accepted);
                 assert_eq!(threshold.epoch, self.e_cur, "the threshold is of the current epoch (line 74)");
                 threshold
             }
@@ -66,6 +94,13 @@ impl Engine {
             }
             Role::Electing => return 0,
         };
+        self.commit_upto(threshold, fx, sink)
+    }
+
+    /// Lines 76-90 up to `threshold`: what a quorum accepted (leader) or
+    /// the leader committed (follower).
+    fn commit_upto(&mut self, threshold: Header, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+        let c = self.layout.columns;
         let mut work = 0;
         while self.next <= threshold {
             if self.next.count == 0 {

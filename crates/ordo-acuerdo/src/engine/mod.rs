@@ -357,6 +357,11 @@ pub struct Engine {
     me: MemberId,
     my_row: usize,
     quorum: usize,
+    /// The followers' rows (`quorum - 1` of them, or none yet) whose
+    /// Accept columns were highest at the leader's last full read of the
+    /// commit rule: the quorum it reads first ([`Engine::commit`]).
+    commit_hint: [u8; crate::config::MAX_MEMBERS],
+    commit_hint_len: usize,
     now_ns: u64,
 
     role: Role,
@@ -475,6 +480,8 @@ impl Engine {
         let synced = cfg.incarnation == 1;
         let mut engine = Engine {
             quorum: cfg.quorum(),
+            commit_hint: [0; crate::config::MAX_MEMBERS],
+            commit_hint_len: 0,
             me: cfg.me,
             members,
             my_row,
