@@ -129,9 +129,9 @@ pub(super) fn pump(
     link: &mut OutLink,
 ) -> usize {
     /// Where a message's body comes from.
-    enum Body {
+    enum Body<'a> {
         Empty,
-        Log(Header),
+        Log(&'a [u8]),
         Snap(usize, usize),
     }
     let mut work = 0;
@@ -158,12 +158,12 @@ pub(super) fn pump(
                         ([w0, base.encode(), from as u64, snap_len as u64], Body::Snap(from, to), next)
                     }
                     _ => match log.range((Bound::Excluded(after), Bound::Included(upto))).next() {
-                        Some((h, _)) => {
+                        Some((h, body)) => {
                             let next =
                                 Stream::Diff { serial, epoch, base, upto, after: *h, sent: sent + 1, snap };
                             (
                                 [KIND_DIFF_ENTRY | (u64::from(serial) << 8), h.encode(), 0, 0],
-                                Body::Log(*h),
+                                Body::Log(body.as_slice()),
                                 next,
                             )
                         }
@@ -184,8 +184,8 @@ pub(super) fn pump(
             Stream::Normal { after } => {
                 let next = log.first_after(after);
                 match next {
-                    Some((h, _)) if h.epoch == e_cur => {
-                        ([KIND_NORMAL, h.encode(), 0, 0], Body::Log(*h), Stream::Normal { after: *h })
+                    Some((h, body)) if h.epoch == e_cur => {
+                        ([KIND_NORMAL, h.encode(), 0, 0], Body::Log(body.as_slice()), Stream::Normal { after: *h })
                     }
                     _ => return work,
                 }
@@ -198,7 +198,7 @@ pub(super) fn pump(
         }
         let body: &[u8] = match body {
             Body::Empty => &[],
-            Body::Log(h) => log[&h].as_slice(),
+            Body::Log(b) => b,
             Body::Snap(from, to) => &link.snapshot.as_ref().expect("a snapshot is being sent")[from..to],
         };
         assert!(WIRE_HEADER_LEN + body.len() <= buf.len(), "a message fits its slot (max_payload)");
