@@ -184,9 +184,11 @@ pub(super) fn pump(
             Stream::Normal { after } => {
                 let next = log.first_after(after);
                 match next {
-                    Some((h, body)) if h.epoch == e_cur => {
-                        ([KIND_NORMAL, h.encode(), 0, 0], Body::Log(body.as_slice()), Stream::Normal { after: *h })
-                    }
+                    Some((h, body)) if h.epoch == e_cur => (
+                        [KIND_NORMAL, h.encode(), 0, 0],
+                        Body::Log(body.as_slice()),
+                        Stream::Normal { after: *h },
+                    ),
                     _ => return work,
                 }
             }

@@ -20,10 +20,11 @@
 //! - Messages are delivered once each, in header order: every delivered
 //!   header is above `Committed`, which then becomes it.
 //! - A leader's threshold is the quorum-th largest Accept of `E_cur` (its
-//!   own included), or, read first, the least Accept of `E_cur` in the
-//!   quorum that was highest at the last full read (a quorum holds it, so
-//!   it is at most the quorum-th largest); a follower's is its leader's
-//!   Commit column of `E_cur`.
+//!   own included), or, read first in an urgent step, the least Accept of
+//!   `E_cur` in the quorum that was highest at the last full read (a
+//!   quorum holds it, so it is at most the quorum-th largest; every full
+//!   poll reads all rows and re-chooses that quorum); a follower's is its
+//!   leader's Commit column of `E_cur`.
 //! - `Committed < Next` after every step.
 
 use super::{DeliverySink, Effects, Engine, Role};
@@ -31,7 +32,9 @@ use crate::header::Header;
 use std::ops::Bound;
 
 impl Engine {
-    pub(super) fn commit(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink) -> usize {
+    /// Lines 72-90. `hinted`: a leader reads first the quorum of its last
+    /// full read (see below); a full poll passes false and reads every row.
+    pub(super) fn commit(&mut self, fx: &mut Effects, sink: &mut impl DeliverySink, hinted: bool) -> usize {
         let c = self.layout.columns;
         let threshold = match self.role {
             Role::Leader => {
@@ -44,7 +47,7 @@ impl Engine {
                 // it moves Next, the other rows' lines (an ack may be
                 // landing in one, moving it from core to core) are not
                 // read this time.
-                if self.commit_hint_len + 1 == self.quorum {
+                if hinted && self.commit_hint_len + 1 == self.quorum {
                     let (mut least, mut of_epoch) = (self.accepted.encode(), true);
                     for &r in &self.commit_hint[..self.commit_hint_len] {
                         let w = self.load(r as usize, c.accept, 0);

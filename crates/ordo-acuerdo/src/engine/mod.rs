@@ -362,6 +362,9 @@ pub struct Engine {
     /// commit rule: the quorum it reads first ([`Engine::commit`]).
     commit_hint: [u8; crate::config::MAX_MEMBERS],
     commit_hint_len: usize,
+    /// The leader's last urgent step sent messages (its next one runs the
+    /// commit rule first).
+    sent_last_step: bool,
     now_ns: u64,
 
     role: Role,
@@ -482,6 +485,7 @@ impl Engine {
             quorum: cfg.quorum(),
             commit_hint: [0; crate::config::MAX_MEMBERS],
             commit_hint_len: 0,
+            sent_last_step: false,
             me: cfg.me,
             members,
             my_row,
@@ -698,7 +702,10 @@ impl Engine {
         // E_new) and the leader's own count in the commit rule are on disk
         // from here on.
         self.persist(sink);
-        work += self.commit(fx, sink);
+        // A full poll reads every row (and re-chooses the quorum an urgent
+        // step reads first), so a slow follower in that quorum sets no
+        // commit's pace for longer than a run of urgent steps.
+        work += self.commit(fx, sink, false);
         self.bump_read_seq();
         work += self.settle_reads(fx);
         self.collect_garbage();
@@ -724,10 +731,14 @@ impl Engine {
     /// The part of a poll that lies on a commit's path, for a driver that
     /// posts its pushes at once and runs a full [`poll`](Self::poll) soon
     /// after (`AcuerdoDriver`: at least every eighth poll): at a leader,
-    /// the commit rule (Fig. 6, lines 72-90) and the messages broadcast
-    /// since its last send, into the followers' rings; at a follower, what
-    /// its leader's ring brought, accepted and acknowledged (Fig. 5), then
-    /// the commit rule. So a message leaves, its ack comes back and it
+    /// the messages broadcast since its last send, into the followers'
+    /// rings, in a step of their own when the step before sent nothing
+    /// (they are posted before anything reads a follower's row), else the
+    /// commit rule (Fig. 6, lines 72-90, reading first the quorum of the
+    /// last full read) and then the messages; at a follower, what its
+    /// leader's ring brought, accepted and acknowledged (Fig. 5), or, with
+    /// nothing new, the commit rule (so the ack waits for no read of the
+    /// leader's row). So a message leaves, its ack comes back and it
     /// commits without waiting for the phases a poll runs around them
     /// (liveness, roles, reads, garbage collection, heartbeats, the
     /// invariant checks).
@@ -760,7 +771,7 @@ impl Engine {
                 }
                 self.now_ns = self.now_ns.max(now_ns);
                 let mut sent = 0;
-                if self.unsent {
+                if self.unsent && !self.sent_last_step {
                     // The message leaves first, in a step of its own (its
                     // writes are posted when the step returns): the commit
                     // rule and the reuse rule read the followers' rows,
@@ -773,13 +784,22 @@ impl Engine {
                     }
                     sent = self.send(fx, sink);
                 }
+                self.sent_last_step = sent > 0;
                 if sent > 0 {
                     sent
                 } else {
-                    let work = self.commit(fx, sink);
-                    if work > 0 {
+                    // After a send step (or with nothing to send) the
+                    // commit rule runs first, so a stream of broadcasts
+                    // does not put every commit off to the next full poll.
+                    let mut work = self.commit(fx, sink, true);
+                    let send = self.unsent;
+                    if work > 0 || send {
                         // A moved Commit column goes out when a poll would push it.
                         self.flush_row(fx);
+                    }
+                    if send {
+                        self.reclaim();
+                        work += self.send(fx, sink);
                     }
                     work
                 }
@@ -795,7 +815,7 @@ impl Engine {
                 // the ack need not wait for it; the next poll (a full one,
                 // unless more came) commits.
                 let received = self.receive(fx, sink);
-                let work = if received > 0 { received } else { self.commit(fx, sink) };
+                let work = if received > 0 { received } else { self.commit(fx, sink, true) };
                 self.flush_row(fx);
                 work
             }
