@@ -5,6 +5,7 @@
 #   ORDO: the ordo binary (default: target/release/ordo)
 #   OUT:  where logs and JSON reports go (default: bench-results/many-cores)
 # Extra peak-loss variants: PEAKLOSS_ARGS="--peakloss-modes parked --pin".
+# The steps' timeouts add up to 570 s (under a 10-minute call).
 set -u
 ORDO=${1:-target/release/ordo}
 OUT=${2:-bench-results/many-cores}
@@ -13,17 +14,19 @@ lscpu | grep -E "Model name|^CPU\(s\)|Thread"
 uname -r
 T0=$(date +%s)
 log() { echo "=== $* (t=$(( $(date +%s) - T0 )) s)"; }
+# Each step's exit status (124: killed by its timeout, partial output).
+rc() { echo "    (exit $1)"; }
 log "acuerdo window1, one runner thread per member"
-timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --threads 3 --out "$OUT/acuerdo3" > "$OUT/ac3.log" 2>&1
+timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --threads 3 --out "$OUT/acuerdo3" > "$OUT/ac3.log" 2>&1; rc $?
 grep -E "→" "$OUT/ac3.log" | sort -u | cut -c1-330
 log "acuerdo window1, default threads"
-timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --out "$OUT/acuerdo" > "$OUT/ac.log" 2>&1
+timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --out "$OUT/acuerdo" > "$OUT/ac.log" 2>&1; rc $?
 grep -E "→" "$OUT/ac.log" | sort -u | cut -c1-330
 log "r3p2 busy (light load, busy and parked)"
-timeout 150 "$ORDO" bench r3p2 --quick --figures busy --out "$OUT/busy" > "$OUT/busy.log" 2>&1
+timeout 150 "$ORDO" bench r3p2 --quick --figures busy --out "$OUT/busy" > "$OUT/busy.log" 2>&1; rc $?
 grep -vE "^ {4}" "$OUT/busy.log" | tail -22 | cut -c1-300
 log "r3p2 peak loss"
 # shellcheck disable=SC2086
-timeout 330 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1
+timeout 300 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1; rc $?
 grep -E "^  peak \(" "$OUT/pl.log" | awk '!seen[$0]++' | cut -c1-400
 log done

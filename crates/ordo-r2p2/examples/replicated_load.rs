@@ -1,6 +1,6 @@
 //! Open-loop load on three in-process replicas (a quick diagnostic; the
 //! real benchmark is `ordo bench r3p2`). Usage: replicated_load [rps]
-//! [secs] [sealed] [unreplicated] [park]: with `sealed`, replica datagrams
+//! [secs] [sealed] [unreplicated] [park|spin]: with `sealed`, replica datagrams
 //! carry the cluster secret's MAC, as `ordo r3p2 serve --secret-file`
 //! does; with `unreplicated`, one server without Raft (FIXED_ROUTE), the
 //! baseline replication is compared with; with `park`, the servers park
@@ -81,7 +81,7 @@ fn main() {
         .iter()
         .zip(&cpu0)
         .map(|(t, c0)| {
-            let used = t.iter().map(|&t| cpu_ns(t)).sum::<u64>() - c0;
+            let used = t.iter().map(|&t| cpu_ns(t)).sum::<u64>().saturating_sub(*c0);
             format!("{:.2}", used as f64 / done / 1e3)
         })
         .collect();

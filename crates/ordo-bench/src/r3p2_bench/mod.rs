@@ -269,9 +269,11 @@ pub struct Row {
     /// CPU used by all server processes during the point (warm-up, window
     /// and drain), % of one CPU.
     pub server_cpu_percent: f64,
-    /// CPU used by the busiest server process during the point, % of one
-    /// CPU (the leader, in a replicated group): near 100 % with handlers
-    /// on the network thread, that thread is the bound.
+    /// CPU used by the busiest server process during the point (all its
+    /// threads), % of one CPU — the leader, in a replicated group. With
+    /// handlers on the network thread and servers that park when idle,
+    /// near 100 % says that thread is the bound; busy-polling servers
+    /// read ~100 % at any load.
     pub busiest_server_cpu_percent: f64,
     /// CPU used by this process (the load generator) during the point, %
     /// of one CPU.
