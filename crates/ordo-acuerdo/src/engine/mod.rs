@@ -362,8 +362,8 @@ pub struct Engine {
     /// commit rule: the quorum it reads first ([`Engine::commit`]).
     commit_hint: [u8; crate::config::MAX_MEMBERS],
     commit_hint_len: usize,
-    /// The leader's last urgent step sent messages (its next one runs the
-    /// commit rule first).
+    /// The leader's last urgent step began with its send (its next one
+    /// runs the commit rule first).
     sent_last_step: bool,
     now_ns: u64,
 
@@ -770,39 +770,30 @@ impl Engine {
                     return 0;
                 }
                 self.now_ns = self.now_ns.max(now_ns);
-                let mut sent = 0;
-                if self.unsent && !self.sent_last_step {
-                    // The message leaves first, in a step of its own (its
-                    // writes are posted when the step returns): the commit
-                    // rule and the reuse rule read the followers' rows,
-                    // whose lines an ack landing may be moving from core
-                    // to core, and the slot need not wait for them. The
-                    // reuse rule runs only for a ring with no free slot.
+                // A step that starts with something to send, after one that
+                // did not, sends before anything else (its writes are
+                // posted when the step returns): the commit rule and the
+                // reuse rule read the followers' rows, whose lines an ack
+                // landing may be moving from core to core, and the slot
+                // need not wait for them; the reuse rule then runs only for
+                // a ring with no free slot. The step after it runs the
+                // commit rule first, so a stream of broadcasts does not put
+                // every commit off to the next full poll.
+                let send_first = self.unsent && !self.sent_last_step;
+                self.sent_last_step = send_first;
+                let mut work = if send_first { 0 } else { self.commit(fx, sink, true) };
+                let send = self.unsent;
+                if work > 0 || send {
+                    // A moved Commit column goes out when a poll would push it.
                     self.flush_row(fx);
-                    if self.out.iter().flatten().any(|l| !l.quiet && l.producer.is_full()) {
+                }
+                if send {
+                    if !send_first || self.out.iter().flatten().any(|l| !l.quiet && l.producer.is_full()) {
                         self.reclaim();
                     }
-                    sent = self.send(fx, sink);
+                    work += self.send(fx, sink);
                 }
-                self.sent_last_step = sent > 0;
-                if sent > 0 {
-                    sent
-                } else {
-                    // After a send step (or with nothing to send) the
-                    // commit rule runs first, so a stream of broadcasts
-                    // does not put every commit off to the next full poll.
-                    let mut work = self.commit(fx, sink, true);
-                    let send = self.unsent;
-                    if work > 0 || send {
-                        // A moved Commit column goes out when a poll would push it.
-                        self.flush_row(fx);
-                    }
-                    if send {
-                        self.reclaim();
-                        work += self.send(fx, sink);
-                    }
-                    work
-                }
+                work
             }
             Role::Follower => {
                 let from_leader = self.row_of(self.e_cur.leader).and_then(|r| self.inc[r].as_ref());
