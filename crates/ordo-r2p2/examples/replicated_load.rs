@@ -1,13 +1,9 @@
 //! Open-loop load on three in-process replicas (a quick diagnostic; the
-//! real benchmark is `ordo bench r3p2`). Usage: replicated_load [rps]
-//! [secs] [sealed] [unreplicated] [park|spin]: with `sealed`, replica datagrams
-//! carry the cluster secret's MAC, as `ordo r3p2 serve --secret-file`
-//! does; with `unreplicated`, one server without Raft (FIXED_ROUTE), the
-//! baseline replication is compared with; with `park`, the servers park
-//! as soon as a turn finds nothing, so that each network thread's CPU time
-//! (printed per request) is its work, not its idle spinning; with `spin`,
-//! they never park (an idle turn then costs the same every time).
-use ordo_agent::IdleStrategy;
+//! real benchmark is `ordo bench r3p2`; a target for `perf record`).
+//! Usage: replicated_load [rps] [secs] [sealed] [unreplicated]: with
+//! `sealed`, replica datagrams carry the cluster secret's MAC, as `ordo
+//! r3p2 serve --secret-file` does; with `unreplicated`, one server without
+//! Raft (FIXED_ROUTE), the baseline replication is compared with.
 use ordo_r2p2::{Client, ClientConfig, HandlerMode, NodeOptions, Policy, ServiceKind, start_node};
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
@@ -19,41 +15,23 @@ fn main() {
     let flag = |f: &str| args.iter().skip(3).any(|a| a == f);
     let secret = flag("sealed").then(ordo_auth::Secret::generate);
     let unreplicated = flag("unreplicated");
-    let park = flag("park");
-    let spin = flag("spin");
     let (members, policy) = if unreplicated { (1, Policy::FixedRoute) } else { (3, Policy::ReplicatedRoute) };
     let sockets: Vec<_> = (0..members).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
     let peers: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
     drop(sockets);
-    let mut threads: Vec<Vec<u32>> = Vec::new();
     let nodes: Vec<_> = (0..members)
         .map(|i| {
-            let before = net_threads();
             let mut o = NodeOptions::new(i, peers.clone(), None);
             o.mode = HandlerMode::NetworkThread;
             o.service = ServiceKind::Spin { micros: 1 };
             o.auth.cluster = secret.clone();
             o.replicated = !unreplicated;
-            if park {
-                o.idle = IdleStrategy::BackoffPark {
-                    spins: 0,
-                    yields: 0,
-                    park_min: Duration::from_micros(20),
-                    park_max: Duration::from_millis(1),
-                };
-            }
-            if spin {
-                o.idle = IdleStrategy::BusySpin;
-            }
-            let node = start_node(&o).unwrap();
-            threads.push(net_threads().into_iter().filter(|t| !before.contains(t)).collect());
-            node
+            start_node(&o).unwrap()
         })
         .collect();
     let mut c = Client::new(ClientConfig::new(peers.clone())).unwrap();
     c.call(policy, b"warm").unwrap();
     let gap = Duration::from_secs_f64(1.0 / rps);
-    let cpu0: Vec<u64> = threads.iter().map(|t| t.iter().map(|&t| cpu_ns(t)).sum()).collect();
     let start = Instant::now();
     let mut next = start;
     let mut sent = std::collections::HashMap::new();
@@ -76,16 +54,6 @@ fn main() {
             }
         }
     }
-    let done = lat.len().max(1) as f64;
-    let cpu: Vec<String> = threads
-        .iter()
-        .zip(&cpu0)
-        .map(|(t, c0)| {
-            let used = t.iter().map(|&t| cpu_ns(t)).sum::<u64>().saturating_sub(*c0);
-            format!("{:.2}", used as f64 / done / 1e3)
-        })
-        .collect();
-    println!("server threads' CPU per request, µs (node order): {}", cpu.join(" "));
     lat.sort();
     let p = |q: f64| lat.get(((lat.len() as f64) * q) as usize).copied().unwrap_or(0);
     println!(
@@ -115,25 +83,4 @@ fn main() {
     for n in nodes {
         n.shutdown();
     }
-}
-
-/// This process's threads named like a network thread.
-fn net_threads() -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let tid: u32 = e.file_name().to_string_lossy().parse().unwrap();
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "r2p2-net" {
-            out.push(tid);
-        }
-    }
-    out
-}
-
-/// Time thread `tid` has run on a CPU, ns (`schedstat`).
-fn cpu_ns(tid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
 }

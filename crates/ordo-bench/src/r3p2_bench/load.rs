@@ -93,16 +93,8 @@ fn server_idle_words(config: &Config) -> String {
     }
 }
 
-/// The busy mode's server flags (pinning: [`super::pinned`]).
-struct BusyServer {
-    poll_us: u32,
-}
-
-impl BusyServer {
-    fn args(&self) -> Vec<String> {
-        vec!["--busy-poll-us".to_string(), self.poll_us.to_string()]
-    }
-}
+/// Busy mode's `SO_BUSY_POLL` on the servers' sockets, µs.
+const BUSY_POLL_US: &str = "50";
 
 pub(super) fn free_ports(n: usize) -> Result<Vec<SocketAddr>, String> {
     let sockets: Vec<UdpSocket> = (0..n)
@@ -124,10 +116,10 @@ impl Cluster {
         };
         let servers = free_ports(config.members)?;
         // Busy mode: SO_BUSY_POLL asked for (it acts on NAPI devices, not
-        // on loopback, and is logged where refused), and, where every
-        // thread has a core, each server pinned to a CPU of its own after
-        // the load generators' (`clients`).
-        let busy = config.busy.then_some(BusyServer { poll_us: 50 });
+        // on loopback, and is logged where refused). Pinned configurations
+        // ([`super::pinned`]): each server on a CPU of its own after the
+        // load generators' (`clients`).
+        let busy_poll = config.busy.then_some(["--busy-poll-us", BUSY_POLL_US]);
         let first_cpu = super::pinned(config).then_some(clients);
         let idle = server_idle_flags(config).map(|(s, y)| (s.to_string(), y.to_string()));
         let peers: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
@@ -160,7 +152,7 @@ impl Cluster {
                 .args(["--service", &format!("spin:{}", config.handler_us)])
                 .args(["--workers", if config.mode == "workers" { "1" } else { "0" }])
                 .args(idle.iter().flat_map(|(s, y)| ["--idle-spins", s, "--idle-yields", y]))
-                .args(busy.iter().flat_map(|b| b.args()))
+                .args(busy_poll.iter().flatten())
                 .args(first_cpu.iter().flat_map(|first| ["--pin-cpu".to_string(), (first + id).to_string()]))
                 .args((!config.syscall_batching).then_some("--no-syscall-batching"))
                 .env("ORDO_LOG", "error")
