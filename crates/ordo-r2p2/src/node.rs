@@ -10,9 +10,11 @@
 //!   a quorum fsynced it; a node restarted on the same directory recovers
 //!   its log, vote and snapshot (see [`crate::raft`]).
 
+use crate::core::{InlineExecutor, ServerCore};
 use crate::disk::FsDisk;
 use crate::kv::KvService;
 use crate::raft::{RaftOptions, RaftReplication, RaftStatus};
+use crate::replication::Replication;
 use crate::server::{Handler, HandlerMode, Responder, ResponseHandle, Server, ServerConfig};
 use ordo_agent::IdleStrategy;
 use ordo_raft::storage::{Disk, MemDisk};
@@ -225,67 +227,106 @@ impl RunningNode {
 /// Starts a node: binds `peers[id]`, opens (or creates) its log and starts
 /// the server's threads.
 pub fn start_node(opts: &NodeOptions) -> io::Result<RunningNode> {
-    let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
-    let Some(&bind) = opts.peers.get(opts.id) else {
-        return Err(invalid(format!("id {} is not an index into {} peers", opts.id, opts.peers.len())));
-    };
-    let config = ServerConfig {
-        bind,
-        handler_mode: opts.mode,
-        idle: opts.idle,
-        worker_idle: opts.idle,
-        peers: if opts.replicated { opts.peers.clone() } else { Vec::new() },
-        node_id: opts.id as u64,
-        auth: opts.auth.clone(),
-        busy_poll_us: opts.busy_poll_us,
-        pin_cpu: opts.pin_cpu,
-        syscall_batching: opts.syscall_batching,
-        ..ServerConfig::default()
-    };
+    let config = opts.server_config()?;
     if opts.replicated && opts.peers.len() > 1 && opts.auth.cluster.is_none() {
         tracing::warn!(
             id = opts.id,
             "R3P2 replica without a cluster secret: anyone who can send it UDP datagrams from a replica's address can change its log"
         );
     }
-    match opts.service {
-        ServiceKind::Kv => start_typed(opts, config, KvService::new()),
-        ServiceKind::Spin { micros } => start_typed(opts, config, SpinService::new(micros)),
-    }
-}
-
-fn start_typed<H: Handler>(opts: &NodeOptions, config: ServerConfig, handler: H) -> io::Result<RunningNode> {
-    if !opts.replicated {
-        return Ok(RunningNode { server: Server::bind(config, handler)?, status: None });
-    }
-    let voters = opts.initial_voters.unwrap_or(opts.peers.len()).min(opts.peers.len());
-    let mut raft = RaftOptions::new(opts.id, voters);
-    raft.log.durable = opts.durable;
-    raft.snapshot_interval = opts.snapshot_interval;
-    raft.raft.announce_commit = opts.announce_commit;
-    let other = |e: ordo_raft::rsm::ReplicaError| io::Error::other(e.to_string());
-    let (server, status) = match &opts.data_dir {
-        Some(dir) => {
-            let hook = RaftReplication::open(FsDisk::open(dir)?, raft).map_err(other)?;
-            start_with(config, handler, hook)?
-        }
-        None => {
-            raft.log.durable = false;
-            let hook = RaftReplication::open(MemDisk::new(), raft).map_err(other)?;
-            start_with(config, handler, hook)?
-        }
+    let (hook, status) = match opts.replication()? {
+        Some((hook, status)) => (Some(hook), Some(status)),
+        None => (None, None),
     };
-    Ok(RunningNode { server, status: Some(status) })
+    let server = Server::start(config, opts.handler(), hook)?;
+    Ok(RunningNode { server, status })
 }
 
-fn start_with<D: Disk + Send + 'static, H: Handler>(
-    config: ServerConfig,
-    handler: H,
-    hook: RaftReplication<D>,
-) -> io::Result<(Server, Arc<RaftStatus>)> {
-    let status = hook.status();
-    let server = Server::bind_replicated(config, handler, Box::new(hook))?;
-    Ok((server, status))
+impl NodeOptions {
+    /// The server configuration [`start_node`] binds with.
+    pub fn server_config(&self) -> io::Result<ServerConfig> {
+        let Some(&bind) = self.peers.get(self.id) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("id {} is not an index into {} peers", self.id, self.peers.len()),
+            ));
+        };
+        Ok(ServerConfig {
+            bind,
+            handler_mode: self.mode,
+            idle: self.idle,
+            worker_idle: self.idle,
+            peers: if self.replicated { self.peers.clone() } else { Vec::new() },
+            node_id: self.id as u64,
+            auth: self.auth.clone(),
+            busy_poll_us: self.busy_poll_us,
+            pin_cpu: self.pin_cpu,
+            syscall_batching: self.syscall_batching,
+            ..ServerConfig::default()
+        })
+    }
+
+    /// The application [`start_node`] serves.
+    pub fn handler(&self) -> Arc<dyn Handler> {
+        match self.service {
+            ServiceKind::Kv => Arc::new(KvService::new()),
+            ServiceKind::Spin { micros } => Arc::new(SpinService::new(micros)),
+        }
+    }
+
+    /// The replication hook [`start_node`] runs, with its status (`None`
+    /// unreplicated): Raft over the log in `data_dir` (opened or created,
+    /// its state recovered), or in memory.
+    pub fn replication(&self) -> io::Result<Option<(Box<dyn Replication>, Arc<RaftStatus>)>> {
+        if !self.replicated {
+            return Ok(None);
+        }
+        let voters = self.initial_voters.unwrap_or(self.peers.len()).min(self.peers.len());
+        let mut raft = RaftOptions::new(self.id, voters);
+        raft.log.durable = self.durable;
+        raft.snapshot_interval = self.snapshot_interval;
+        raft.raft.announce_commit = self.announce_commit;
+        let other = |e: ordo_raft::rsm::ReplicaError| io::Error::other(e.to_string());
+        fn boxed<D: Disk + Send + 'static>(
+            hook: RaftReplication<D>,
+        ) -> (Box<dyn Replication>, Arc<RaftStatus>) {
+            let status = hook.status();
+            (Box::new(hook), status)
+        }
+        Ok(Some(match &self.data_dir {
+            Some(dir) => boxed(RaftReplication::open(FsDisk::open(dir)?, raft).map_err(other)?),
+            None => {
+                raft.log.durable = false;
+                boxed(RaftReplication::open(MemDisk::new(), raft).map_err(other)?)
+            }
+        }))
+    }
+
+    /// What this node's network thread runs, without its socket and
+    /// threads: the sans-I/O [`ServerCore`] with the node's hook, and its
+    /// handlers inline ([`InlineExecutor`], whatever `mode` says). For
+    /// driving nodes in memory on one thread: the `leadercost` figure of
+    /// `ordo bench r3p2` measures the network thread's work this way.
+    pub fn core(&self) -> io::Result<NodeCore> {
+        let config = self.server_config()?;
+        let (hook, status) = match self.replication()? {
+            Some((hook, status)) => (Some(hook), Some(status)),
+            None => (None, None),
+        };
+        let core = ServerCore::new(config.core(), hook);
+        let exec = InlineExecutor::new(self.handler(), &core);
+        Ok(NodeCore { core, exec, status })
+    }
+}
+
+/// A node's logic without I/O ([`NodeOptions::core`]).
+pub struct NodeCore {
+    /// The server's sans-I/O core, with the node's replication hook.
+    pub core: ServerCore,
+    /// The node's handler, run inline.
+    pub exec: InlineExecutor,
+    /// Raft status (replicated nodes).
+    pub status: Option<Arc<RaftStatus>>,
 }
 
 #[cfg(test)]

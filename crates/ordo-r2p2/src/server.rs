@@ -214,7 +214,7 @@ impl Server {
         Self::start(config, Arc::new(handler), Some(hook))
     }
 
-    fn start(
+    pub(crate) fn start(
         config: ServerConfig,
         handler: Arc<dyn Handler>,
         hook: Option<Box<dyn Replication>>,

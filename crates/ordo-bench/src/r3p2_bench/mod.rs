@@ -96,7 +96,9 @@ pub struct BenchArgs {
     /// with batched socket system calls and with one datagram per call;
     /// `peakloss` (only when named) the 3-replica peak over the
     /// unreplicated server's, each searched on a fresh cluster,
-    /// interleaved, parked and busy-polling.
+    /// interleaved, parked and busy-polling; `leadercost` (only when
+    /// named) the network thread's work per request, leader of 3 against
+    /// the unreplicated server, on one thread in memory.
     #[arg(long, value_delimiter = ',')]
     pub figures: Vec<String>,
     /// Also run the replicated group with a durable, fsynced log (an extra
@@ -415,6 +417,10 @@ pub struct Report {
     /// The "peakloss" figure: 3-replica peak over the unreplicated
     /// server's, interleaved, parked and busy-polling.
     pub peak_loss: Vec<crate::noise::Comparison>,
+    /// The "leadercost" figure: the network thread's work per request, the
+    /// leader of 3 against the unreplicated server, in memory
+    /// ([`leader`]), per requests-per-turn batch.
+    pub leader_cost: Vec<crate::noise::Comparison>,
     /// The limit light-load latency is read against: a busy-polled UDP
     /// round trip on loopback with plain sockets, measured at the start of
     /// this run ([`crate::limits::udp_round_trip`]): (p50, p99) ns, back
@@ -1056,9 +1062,15 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             peak_losses.push(peak_loss(&sweep, busy, if q { 3 } else { 5 }, &mut progress)?);
         }
     }
+    let leader_cost = if args.figures.iter().any(|x| x == "leadercost") {
+        leader::leader_cost(q, &mut progress)?
+    } else {
+        Vec::new()
+    };
     let report = Report {
         auth_cost,
         peak_loss: peak_losses,
+        leader_cost,
         udp_round_trip_ns,
         udp_round_trip_light_ns,
         light_rps: sweep.start_rps,
@@ -1080,6 +1092,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     Ok(report)
 }
 
+pub mod leader;
 mod load;
 mod output;
 pub(crate) use load::Rng;

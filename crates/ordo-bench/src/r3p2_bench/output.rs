@@ -59,6 +59,10 @@ pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
         );
     }
     write(&out.join("r3p2.csv"), &csv)?;
+    let comparisons: Vec<_> = report.peak_loss.iter().chain(&report.leader_cost).cloned().collect();
+    if !comparisons.is_empty() {
+        write(&out.join("comparisons.csv"), &crate::noise::comparisons_csv(&comparisons))?;
+    }
     let mut s = String::from(
         "figure,series,policy,members,handler_us,mode,fsync,peak_rps,max_sustained_rps,slo_us,at_slo_rps,light_latency_ns_p50,light_latency_ns_p99\n",
     );
@@ -243,6 +247,19 @@ pub fn print_table(report: &Report) {
         println!("\nPeak loss, interleaved (each side a fresh cluster per round; median [min–max]):");
         for c in &report.peak_loss {
             println!("  {}", c.line(|v| format!("{:.1}k/s", v / 1e3)));
+        }
+    }
+    if !report.leader_cost.is_empty() {
+        println!(
+            "\nNetwork thread's work per request, in memory on one thread, no system calls (median [min–max]; the peak ratio a leader-bound group can reach is its inverse):"
+        );
+        for c in &report.leader_cost {
+            let extra = c.subject_spread.zip(c.reference_spread).map(|(s, r)| s.median - r.median);
+            println!(
+                "  {} (leader's extra {})",
+                c.line(|v| format!("{v:.0} ns")),
+                extra.map_or("-".into(), |e| format!("{e:.0} ns"))
+            );
         }
     }
     let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:+.1}"));
