@@ -153,9 +153,63 @@ pub struct ReplicaStats {
 struct Session {
     /// The most recently applied request ids and their responses (`None`
     /// while the command is being applied); at most `session_window`.
-    applied: BTreeMap<RequestId, Option<Vec<u8>>>,
+    applied: AppliedWindow,
     /// Log index of the session's last command (its LRU key).
     index: Index,
+}
+
+/// A client's most recently applied request ids with their responses, in
+/// ascending id order: a sorted ring. Clients number their requests in
+/// increasing order, so a new id almost always goes at the back, and the
+/// oldest leaves at the front; a lookup is a binary search over one
+/// contiguous buffer (a `BTreeMap` here cost two node walks and an
+/// allocation per request on the leader's hot path).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct AppliedWindow(VecDeque<(RequestId, Option<Vec<u8>>)>);
+
+impl AppliedWindow {
+    fn find(&self, request: RequestId) -> Result<usize, usize> {
+        match self.0.back() {
+            Some(&(last, _)) if last < request => Err(self.0.len()),
+            _ => self.0.binary_search_by_key(&request, |(id, _)| *id),
+        }
+    }
+
+    fn get(&self, request: RequestId) -> Option<&Option<Vec<u8>>> {
+        self.find(request).ok().map(|at| &self.0[at].1)
+    }
+
+    fn get_mut(&mut self, request: RequestId) -> Option<&mut Option<Vec<u8>>> {
+        self.find(request).ok().map(|at| &mut self.0[at].1)
+    }
+
+    /// Adds `request`; false (and nothing changes) if it is there already.
+    fn insert(&mut self, request: RequestId, response: Option<Vec<u8>>) -> bool {
+        match self.find(request) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, (request, response));
+                debug_assert!(self.0.iter().zip(self.0.iter().skip(1)).all(|(a, b)| a.0 < b.0));
+                true
+            }
+        }
+    }
+
+    fn first(&self) -> Option<RequestId> {
+        self.0.front().map(|(id, _)| *id)
+    }
+
+    fn pop_first(&mut self) {
+        self.0.pop_front();
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(RequestId, Option<Vec<u8>>)> {
+        self.0.iter()
+    }
 }
 
 /// What the session table says about a request.
@@ -170,18 +224,19 @@ enum Seen<'a> {
 
 impl Session {
     fn seen(&self, request: RequestId, window: usize) -> Seen<'_> {
-        if let Some(r) = self.applied.get(&request) {
+        if let Some(r) = self.applied.get(request) {
             return Seen::Applied(r.as_ref());
         }
-        match self.applied.first_key_value() {
-            Some((&oldest, _)) if self.applied.len() >= window && request < oldest => Seen::TooOld,
+        match self.applied.first() {
+            Some(oldest) if self.applied.len() >= window && request < oldest => Seen::TooOld,
             _ => Seen::New,
         }
     }
 
-    fn fill(&mut self, request: RequestId, response: &[u8]) {
-        if let Some(slot) = self.applied.get_mut(&request) {
-            *slot = Some(response.to_vec());
+    /// Records `request`'s response (moved in: the caller's copy).
+    fn fill(&mut self, request: RequestId, response: Vec<u8>) {
+        if let Some(slot) = self.applied.get_mut(request) {
+            *slot = Some(response);
         }
     }
 }
@@ -226,11 +281,13 @@ struct HeldBatch {
 }
 
 const COMMAND_MAGIC: u8 = 0xC1;
+/// Magic, client id, request id.
+const COMMAND_HEADER: usize = 17;
 const SNAPSHOT_MAGIC: u8 = 0x5E;
 
 /// Encodes a client command as a log entry's data.
 pub fn encode_command(client: ClientId, request: RequestId, payload: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(17 + payload.len());
+    let mut b = Vec::with_capacity(COMMAND_HEADER + payload.len());
     b.push(COMMAND_MAGIC);
     b.extend_from_slice(&client.to_le_bytes());
     b.extend_from_slice(&request.to_le_bytes());
@@ -240,12 +297,12 @@ pub fn encode_command(client: ClientId, request: RequestId, payload: &[u8]) -> V
 
 /// Decodes [`encode_command`]'s output.
 pub fn decode_command(data: &[u8]) -> Option<(ClientId, RequestId, &[u8])> {
-    if data.len() < 17 || data[0] != COMMAND_MAGIC {
+    if data.len() < COMMAND_HEADER || data[0] != COMMAND_MAGIC {
         return None;
     }
     let client = u64::from_le_bytes(data[1..9].try_into().ok()?);
     let request = u64::from_le_bytes(data[9..17].try_into().ok()?);
-    Some((client, request, &data[17..]))
+    Some((client, request, &data[COMMAND_HEADER..]))
 }
 
 fn encode_snapshot(sessions: &HashMap<ClientId, Session>, app: &[u8]) -> Vec<u8> {
@@ -257,7 +314,7 @@ fn encode_snapshot(sessions: &HashMap<ClientId, Session>, app: &[u8]) -> Vec<u8>
         b.extend_from_slice(&client.to_le_bytes());
         b.extend_from_slice(&s.index.to_le_bytes());
         b.extend_from_slice(&(s.applied.len() as u32).to_le_bytes());
-        for (request, resp) in &s.applied {
+        for (request, resp) in s.applied.iter() {
             let resp = resp.as_deref().unwrap_or(&[]);
             b.extend_from_slice(&request.to_le_bytes());
             b.extend_from_slice(&(resp.len() as u32).to_le_bytes());
@@ -296,7 +353,7 @@ fn decode_snapshot(data: &[u8], index: Index) -> Result<DecodedSnapshot<'_>, Rep
         if count > (data.len() - at) / 12 {
             return Err(bad("applied count exceeds the snapshot"));
         }
-        let mut applied = BTreeMap::new();
+        let mut applied = AppliedWindow::default();
         for _ in 0..count {
             if data.len() - at < 12 {
                 return Err(bad("truncated applied request"));
@@ -307,7 +364,7 @@ fn decode_snapshot(data: &[u8], index: Index) -> Result<DecodedSnapshot<'_>, Rep
             if data.len() - at < len {
                 return Err(bad("truncated response"));
             }
-            if applied.insert(request, Some(data[at..at + len].to_vec())).is_some() {
+            if !applied.insert(request, Some(data[at..at + len].to_vec())) {
                 return Err(bad("duplicate request id"));
             }
             at += len;
@@ -471,13 +528,15 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             && index <= p.index
             && let Some(s) = p.sessions.get_mut(&client)
         {
-            s.fill(request, &response);
+            s.fill(request, response.clone());
         }
-        if let Some(to) = self.reply_after_apply.remove(&(client, request)) {
+        if !self.reply_after_apply.is_empty()
+            && let Some(to) = self.reply_after_apply.remove(&(client, request))
+        {
             self.out.push_back(Output::Reply { to, client, request, response: response.clone() });
         }
         if let Some(s) = self.sessions.get_mut(&client) {
-            s.fill(request, &response);
+            s.fill(request, response);
         }
     }
 
@@ -640,7 +699,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
     }
 
     fn hand_out_command(&mut self, e: Entry) {
-        let Some((client, request, payload)) = decode_command(&e.data) else {
+        let Some((client, request, _)) = decode_command(&e.data) else {
             self.stats.malformed_commands += 1;
             return;
         };
@@ -675,7 +734,8 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             self.lru.remove(&session.index);
         }
         session.index = e.index;
-        session.applied.insert(request, None);
+        let fresh = session.applied.insert(request, None);
+        debug_assert!(fresh, "a request the window holds was found above");
         while session.applied.len() > window {
             session.applied.pop_first();
         }
@@ -685,7 +745,9 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             self.sessions.remove(&victim);
             self.stats.sessions_evicted += 1;
         }
-        let payload = payload.to_vec();
+        // The entry's own buffer, less the command header: no copy.
+        let mut payload = e.data;
+        payload.drain(..COMMAND_HEADER);
         self.out.push_back(Output::Apply(Apply {
             index: e.index,
             client,
