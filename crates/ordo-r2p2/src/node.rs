@@ -296,7 +296,9 @@ impl NodeOptions {
         Ok(Some(match &self.data_dir {
             Some(dir) => boxed(RaftReplication::open(FsDisk::open(dir)?, raft).map_err(other)?),
             None => {
+                // The disk would die with the process: write nothing to it.
                 raft.log.durable = false;
+                raft.memory_only = true;
                 boxed(RaftReplication::open(MemDisk::new(), raft).map_err(other)?)
             }
         }))

@@ -55,9 +55,13 @@ pub struct RaftOptions {
     pub tick: Duration,
     /// Raft's own configuration (its `id` is set from `me`).
     pub raft: Config,
-    /// The durable log's options (`durable: false` is the in-memory mode:
-    /// no fsync).
+    /// The durable log's options (`durable: false`: written, never
+    /// fsynced).
     pub log: LogOptions,
+    /// Keep the log only in memory: nothing is written to the disk after
+    /// open (`SyncMode::Volatile`). For a disk that dies with the process
+    /// (`ordo r3p2 serve` without a data directory).
+    pub memory_only: bool,
     /// Snapshot and compact after this many applied entries (0: never).
     pub snapshot_interval: u64,
     /// Most client sessions kept for duplicate detection.
@@ -91,6 +95,7 @@ impl RaftOptions {
             tick: Duration::from_millis(1),
             raft,
             log: LogOptions::default(),
+            memory_only: false,
             snapshot_interval: 10_000,
             max_sessions: 100_000,
             session_window: 1024,
@@ -185,7 +190,7 @@ impl<D: Disk> RaftReplication<D> {
         let cfg = ReplicaConfig {
             raft,
             store: options.log,
-            sync: SyncMode::Immediate,
+            sync: if options.memory_only { SyncMode::Volatile } else { SyncMode::Immediate },
             snapshot_interval: options.snapshot_interval,
             max_sessions: options.max_sessions,
             session_window: options.session_window,

@@ -254,3 +254,29 @@ fn out_of_order_requests_of_one_client_apply_once_within_the_window() {
     assert_eq!(app.applied.len(), applied, "nothing applied twice");
     assert_eq!(r.stats().too_old, 1);
 }
+
+#[test]
+fn a_volatile_replica_serves_snapshots_and_retries_and_writes_nothing_after_open() {
+    let disk = MemDisk::new();
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk.clone(), config(SyncMode::Volatile, 4)).unwrap();
+    let opened = disk.stats();
+    become_leader(&mut r, &mut app);
+    for request in 1..=10u64 {
+        r.request(10, 77, request, &[request as u8]).unwrap();
+        r.flush().unwrap();
+        let out = pump(&mut r, &mut app);
+        assert_eq!(replies(&out), vec![(10, request, format!("ok {request}").into_bytes())]);
+        assert!(!out.iter().any(|o| matches!(o, Output::NeedSync)), "nothing to sync");
+    }
+    // A retry is still answered from the session table (which snapshots
+    // carry: two were taken and the log compacted in memory).
+    r.request(11, 77, 3, &[3]).unwrap();
+    r.flush().unwrap();
+    assert_eq!(replies(&pump(&mut r, &mut app)), vec![(11, 3, b"ok 3".to_vec())]);
+    assert_eq!(app.applied.len(), 10);
+    assert!(r.stats().snapshots_taken >= 2);
+    assert!(r.node().first_index() > 1, "compacted in memory");
+    assert_eq!(r.stats().syncs, 0);
+    assert_eq!(disk.stats(), opened, "no write, sync or file operation after open");
+}
