@@ -256,7 +256,7 @@ pub fn print_table(report: &Report) {
         for c in &report.leader_cost {
             let extra = c.subject_spread.zip(c.reference_spread).map(|(s, r)| s.median - r.median);
             println!(
-                "  {} (leader's extra {})",
+                "  {} (extra {})",
                 c.line(|v| format!("{v:.0} ns")),
                 extra.map_or("-".into(), |e| format!("{e:.0} ns"))
             );
