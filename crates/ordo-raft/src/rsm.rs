@@ -759,6 +759,10 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             }
         }
         let session = self.sessions.entry(client).or_default();
+        // The new key goes in before the old one leaves: a map of one
+        // client never empties, so its node is not freed and allocated
+        // again for every request.
+        self.lru.insert(e.index, client);
         if session.index > 0 {
             self.lru.remove(&session.index);
         }
@@ -768,7 +772,6 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         while session.applied.len() > window {
             session.applied.pop_first();
         }
-        self.lru.insert(e.index, client);
         while self.sessions.len() > self.cfg.max_sessions.max(1) {
             let Some((_, victim)) = self.lru.pop_first() else { break };
             self.sessions.remove(&victim);
