@@ -707,7 +707,7 @@ impl<D: Disk> TopicCore<D> {
                 term: 1,
                 index: next + i as u64,
                 kind: EntryKind::Normal,
-                data: s.log_record(),
+                data: s.log_record().into(),
             })
             .collect();
         let r = log.append(&entries).and_then(|()| log.sync());
@@ -791,13 +791,17 @@ impl<D: Disk> TopicCore<D> {
     fn start_segment(&mut self, delivered: u64, history: VecDeque<StoredSample>) -> Result<(), String> {
         if let Some(log) = self.log.as_mut() {
             let next = log.last_index() + 1;
-            let mut entries =
-                vec![Entry { term: 1, index: next, kind: EntryKind::Normal, data: vec![RECORD_SEGMENT] }];
+            let mut entries = vec![Entry {
+                term: 1,
+                index: next,
+                kind: EntryKind::Normal,
+                data: vec![RECORD_SEGMENT].into(),
+            }];
             entries.extend(history.iter().enumerate().map(|(i, s)| Entry {
                 term: 1,
                 index: next + 1 + i as u64,
                 kind: EntryKind::Normal,
-                data: s.log_record(),
+                data: s.log_record().into(),
             }));
             if let Err(e) = log.append(&entries).and_then(|()| log.sync()) {
                 self.fault = Some(e.to_string());

@@ -379,7 +379,12 @@ impl<D: Disk + Clone + Send + 'static> DiskStore<D> {
                 let mut data = Vec::with_capacity(8 + payload.len());
                 data.extend_from_slice(&h.encode().to_le_bytes());
                 data.extend_from_slice(payload);
-                batch.push(LogEntry { term: h.epoch.encode(), index, kind: EntryKind::Normal, data });
+                batch.push(LogEntry {
+                    term: h.epoch.encode(),
+                    index,
+                    kind: EntryKind::Normal,
+                    data: data.into(),
+                });
                 self.headers.push_back(*h);
             }
             self.stats.entries += batch.len() as u64;

@@ -201,7 +201,8 @@ mod tests {
     fn log_store_survives_reopen_on_real_files() {
         let tmp = TempDir::new("log");
         let options = LogOptions { segment_bytes: 200, max_record_bytes: 1 << 16, durable: true };
-        let entry = |index, term| Entry { term, index, kind: EntryKind::Normal, data: vec![index as u8; 20] };
+        let entry =
+            |index, term| Entry { term, index, kind: EntryKind::Normal, data: vec![index as u8; 20].into() };
         let (mut log, recovered) = LogStore::open(FsDisk::open(&tmp.0).unwrap(), options).unwrap();
         assert!(recovered.entries.is_empty());
         log.append(&(1..=40).map(|i| entry(i, 1)).collect::<Vec<_>>()).unwrap();

@@ -166,7 +166,12 @@ fn forged_and_replayed_raft_datagrams_change_nothing() {
         to: o,
         prev_index: 1,
         prev_term: term + 1,
-        entries: vec![Entry { term: term + 1, index: 2, kind: EntryKind::Normal, data: b"FORGED".to_vec() }],
+        entries: vec![Entry {
+            term: term + 1,
+            index: 2,
+            kind: EntryKind::Normal,
+            data: b"FORGED".to_vec().into(),
+        }],
         leader_commit: 2,
     };
     let wrong = Secret::from_bytes(b"the attacker's best guess").unwrap();

@@ -258,7 +258,7 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Message, DecodeErro
                     return Err(DecodeError::EntryTooLarge { len, max: limits.max_entry_bytes });
                 }
                 let data = r.bytes(len)?.to_vec();
-                entries.push(Entry { term, index, kind, data });
+                entries.push(Entry { term, index, kind, data: data.into() });
             }
             Message::AppendEntries { term, from, to, prev_index, prev_term, entries, leader_commit }
         }

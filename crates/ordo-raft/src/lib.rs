@@ -19,6 +19,8 @@ pub mod rsm;
 pub mod storage;
 pub mod types;
 
+/// The shared byte buffer of [`Entry::data`].
+pub use bytes::Bytes;
 pub use codec::{DecodeError, DecodeLimits, decode, decode_membership, encode, encode_membership};
 pub use config::{Config, ConfigError};
 pub use message::Message;

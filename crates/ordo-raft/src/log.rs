@@ -189,7 +189,7 @@ mod tests {
                 term,
                 index: snapshot.0 + 1 + k as u64,
                 kind: EntryKind::Normal,
-                data: vec![0; 10],
+                data: vec![0; 10].into(),
             })
             .collect();
         RaftLog::recovered(Snapshot { meta, data: Vec::new() }, entries)
@@ -236,7 +236,7 @@ mod tests {
         assert_eq!((log.stable, log.persisted), (4, 4));
         log.truncate_from(3);
         assert_eq!((log.last_index(), log.stable, log.persisted), (2, 2, 2));
-        log.push(Entry { term: 2, index: 3, kind: EntryKind::Normal, data: vec![] });
+        log.push(Entry { term: 2, index: 3, kind: EntryKind::Normal, data: vec![].into() });
         assert!(log.has_unstable());
         assert_eq!(log.take_unstable().len(), 1);
         assert_eq!(log.persisted, 2);

@@ -137,6 +137,7 @@ use crate::rng::SplitMix64;
 use crate::types::{
     Entry, EntryKind, HardState, Index, Membership, NodeId, Recovered, Snapshot, SnapshotMeta, Term,
 };
+use bytes::Bytes;
 use std::collections::BTreeMap;
 
 /// A node's role (Raft §5.1, plus the pre-vote phase).
@@ -1039,7 +1040,7 @@ impl Node {
         self.reset_progress();
         // §8: a Noop of the new term lets earlier entries commit.
         let index = self.log.last_index() + 1;
-        self.log.push(Entry { term: self.term, index, kind: EntryKind::Noop, data: Vec::new() });
+        self.log.push(Entry { term: self.term, index, kind: EntryKind::Noop, data: Bytes::new() });
         self.broadcast_append(true);
         self.maybe_commit();
         assert_eq!(self.role, Role::Leader, "a new leader is a voter and stays leader");
@@ -1155,7 +1156,7 @@ impl Node {
         let term = self.term;
         let index = self.log.last_index() + 1;
         let is_membership = kind == EntryKind::Membership;
-        self.log.push(Entry { term: self.term, index, kind, data });
+        self.log.push(Entry { term: self.term, index, kind, data: data.into() });
         if is_membership {
             self.recompute_membership();
             assert_eq!(self.membership_index, index, "the appended membership is in force");
@@ -1739,7 +1740,7 @@ mod recovery_tests {
     /// vote, persisted by its first `Ready`) rather than refuse to open.
     #[test]
     fn log_ahead_of_the_hard_state_recovers_in_its_term() {
-        let entry = |index, term| Entry { term, index, kind: EntryKind::Normal, data: vec![1] };
+        let entry = |index, term| Entry { term, index, kind: EntryKind::Normal, data: vec![1].into() };
         let recovered = Recovered {
             hard_state: HardState { term: 1, vote: Some(2), commit: 1 },
             snapshot: None,

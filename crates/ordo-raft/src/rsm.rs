@@ -777,9 +777,9 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             self.sessions.remove(&victim);
             self.stats.sessions_evicted += 1;
         }
-        // The entry's own buffer, less the command header: no copy.
-        let mut payload = e.data;
-        payload.drain(..COMMAND_HEADER);
+        // The application's own copy (the entry's bytes stay shared with
+        // the log).
+        let payload = e.data[COMMAND_HEADER..].to_vec();
         self.out.push_back(Output::Apply(Apply {
             index: e.index,
             client,

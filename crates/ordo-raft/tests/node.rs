@@ -229,7 +229,7 @@ impl Cluster {
             let first = peer.node.first_index();
             for (&index, (term, data)) in self.committed.range(first..) {
                 let e = peer.node.entry(index).expect("new leader lacks a committed entry");
-                assert_eq!((&e.term, &e.data), (term, data), "new leader differs at {index}");
+                assert_eq!((&e.term, &e.data[..]), (term, &data[..]), "new leader differs at {index}");
             }
             if let Some((&index, (term, _))) = self.committed.range(..first).next_back() {
                 assert!(peer.node.term_at(first - 1).is_some() && index < first && *term <= ss.term);
@@ -260,13 +260,13 @@ impl Cluster {
         }
         for e in &rd.committed {
             // State machine safety: one entry per index across the cluster.
-            let seen = self.committed.entry(e.index).or_insert((e.term, e.data.clone()));
-            assert_eq!(*seen, (e.term, e.data.clone()), "divergent commit at {}", e.index);
+            let seen = self.committed.entry(e.index).or_insert((e.term, e.data.to_vec()));
+            assert_eq!(*seen, (e.term, e.data.to_vec()), "divergent commit at {}", e.index);
             if e.kind == EntryKind::Normal {
                 if let Some((last, _)) = peer.app.last() {
                     assert!(*last < e.index, "applied out of order");
                 }
-                peer.app.push((e.index, e.data.clone()));
+                peer.app.push((e.index, e.data.to_vec()));
             }
         }
         if self.recording {
@@ -928,7 +928,7 @@ fn malformed_and_misaddressed_messages_are_rejected_without_effect() {
         to: follower,
         prev_index: last,
         prev_term: term,
-        entries: vec![Entry { term, index: last + 2, kind: EntryKind::Normal, data: vec![] }],
+        entries: vec![Entry { term, index: last + 2, kind: EntryKind::Normal, data: vec![].into() }],
         leader_commit: last + 2,
     };
     assert!(matches!(c.node_mut(follower).step(bad.clone()), Err(StepError::Invalid(_))));
@@ -938,8 +938,8 @@ fn malformed_and_misaddressed_messages_are_rejected_without_effect() {
     assert!(decode(&bytes, &DecodeLimits::default()).is_err());
     // Entry term above the message term; membership data garbage.
     for entry in [
-        Entry { term: term + 1, index: last + 1, kind: EntryKind::Normal, data: vec![] },
-        Entry { term, index: last + 1, kind: EntryKind::Membership, data: vec![1, 2, 3] },
+        Entry { term: term + 1, index: last + 1, kind: EntryKind::Normal, data: vec![].into() },
+        Entry { term, index: last + 1, kind: EntryKind::Membership, data: vec![1, 2, 3].into() },
     ] {
         let bad = Message::AppendEntries {
             term,
@@ -1225,8 +1225,9 @@ fn pipelining_keeps_at_most_max_inflight_appends_per_follower_and_batches_the_ba
 fn follower_commits_only_entries_verified_against_this_leader() {
     // A follower holding stale entries from term 1 must not commit them on
     // the word of a term-2 leader's commit index before verifying them.
-    let stale: Vec<Entry> =
-        (1..=5).map(|i| Entry { term: 1, index: i, kind: EntryKind::Normal, data: vec![i as u8] }).collect();
+    let stale: Vec<Entry> = (1..=5)
+        .map(|i| Entry { term: 1, index: i, kind: EntryKind::Normal, data: vec![i as u8].into() })
+        .collect();
     let recovered = Recovered {
         hard_state: HardState { term: 1, vote: None, commit: 0 },
         snapshot: None,
@@ -1270,7 +1271,7 @@ fn follower_commits_only_entries_verified_against_this_leader() {
         to: 2,
         prev_index: 3,
         prev_term: 1,
-        entries: vec![Entry { term: 2, index: 4, kind: EntryKind::Normal, data: vec![] }],
+        entries: vec![Entry { term: 2, index: 4, kind: EntryKind::Normal, data: vec![].into() }],
         leader_commit: 3,
     })
     .unwrap();
@@ -1282,7 +1283,7 @@ fn follower_commits_only_entries_verified_against_this_leader() {
 #[test]
 fn votes_are_granted_once_per_term_and_only_to_up_to_date_candidates() {
     let entries: Vec<Entry> =
-        (1..=3).map(|i| Entry { term: 2, index: i, kind: EntryKind::Normal, data: vec![] }).collect();
+        (1..=3).map(|i| Entry { term: 2, index: i, kind: EntryKind::Normal, data: vec![].into() }).collect();
     let recovered =
         Recovered { hard_state: HardState { term: 2, vote: None, commit: 0 }, snapshot: None, entries };
     let mut node = Node::new(config(1), recovered, Membership::with_voters(1..=3)).unwrap();

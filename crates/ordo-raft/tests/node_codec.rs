@@ -18,7 +18,7 @@ fn bytes_of(msg: &Message) -> Vec<u8> {
 }
 
 fn entry(term: u64, index: u64) -> Entry {
-    Entry { term, index, kind: EntryKind::Normal, data: vec![index as u8] }
+    Entry { term, index, kind: EntryKind::Normal, data: vec![index as u8].into() }
 }
 
 fn append(prev_index: u64, prev_term: u64, entries: Vec<Entry>) -> Message {
@@ -105,7 +105,7 @@ fn rejects_counts_and_lengths_beyond_limits() {
         decode(&bytes_of(&append(4, 2, many)), &limits()),
         Err(DecodeError::TooManyEntries { count: 17, max: 16 })
     ));
-    let big = Entry { term: 3, index: 5, kind: EntryKind::Normal, data: vec![0; 65] };
+    let big = Entry { term: 3, index: 5, kind: EntryKind::Normal, data: vec![0; 65].into() };
     assert!(matches!(
         decode(&bytes_of(&append(4, 2, vec![big])), &limits()),
         Err(DecodeError::EntryTooLarge { len: 65, max: 64 })
@@ -141,8 +141,11 @@ fn huge_declared_counts_fail_before_allocating() {
     b[at..].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(matches!(decode(&b, &unlimited), Err(DecodeError::Truncated { .. })));
     // An entry claiming 4 GiB of data.
-    let mut b =
-        bytes_of(&append(4, 2, vec![Entry { term: 3, index: 5, kind: EntryKind::Noop, data: vec![] }]));
+    let mut b = bytes_of(&append(
+        4,
+        2,
+        vec![Entry { term: 3, index: 5, kind: EntryKind::Noop, data: vec![].into() }],
+    ));
     let at = b.len() - 4;
     b[at..].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(decode(&b, &unlimited), Err(DecodeError::Truncated { .. })));
@@ -240,8 +243,11 @@ fn rejects_bad_bools_and_entry_kinds() {
     let mut b = bytes_of(&Message::VoteReply { term: 1, from: 1, to: 2, granted: true });
     *b.last_mut().unwrap() = 2;
     assert_eq!(decode(&b, &limits()), Err(DecodeError::InvalidBool(2)));
-    let mut b =
-        bytes_of(&append(4, 2, vec![Entry { term: 3, index: 5, kind: EntryKind::Noop, data: vec![] }]));
+    let mut b = bytes_of(&append(
+        4,
+        2,
+        vec![Entry { term: 3, index: 5, kind: EntryKind::Noop, data: vec![].into() }],
+    ));
     let kind_at = b.len() - 4 - 1;
     b[kind_at] = 9;
     assert_eq!(decode(&b, &limits()), Err(DecodeError::UnknownEntryKind(9)));
@@ -268,7 +274,8 @@ fn rejects_malformed_memberships() {
     b.extend_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode_membership(&b, &limits()), Err(DecodeError::InvalidMembership(_))));
     // A Membership entry whose data is not a membership.
-    let bad = append(4, 2, vec![Entry { term: 3, index: 5, kind: EntryKind::Membership, data: vec![1] }]);
+    let bad =
+        append(4, 2, vec![Entry { term: 3, index: 5, kind: EntryKind::Membership, data: vec![1].into() }]);
     assert!(matches!(decode(&bytes_of(&bad), &limits()), Err(DecodeError::Truncated { .. })));
     // And a good one round-trips.
     let good = Membership { voters: [1, 2, 3].into(), learners: [7].into() };
@@ -305,7 +312,7 @@ fn arb_entries() -> impl Strategy<Value = (u64, u64, Vec<Entry>)> {
                                 (EntryKind::Membership, b)
                             }
                         };
-                        Entry { term, index: prev_index + 1 + k as u64, kind, data }
+                        Entry { term, index: prev_index + 1 + k as u64, kind, data: data.into() }
                     })
                     .collect();
                 (prev_index, prev_term, entries)

@@ -34,7 +34,7 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn entry(index: Index, term: Term) -> Entry {
     let data = format!("cmd-{index}-{term}").into_bytes();
-    Entry { term, index, kind: EntryKind::Normal, data }
+    Entry { term, index, kind: EntryKind::Normal, data: data.into() }
 }
 
 fn entries(range: std::ops::RangeInclusive<Index>, term: Term) -> Vec<Entry> {
@@ -359,7 +359,7 @@ fn huge_length_claim_is_rejected_without_allocating() {
     // Appending an entry beyond the limit is refused too.
     let disk = MemDisk::new();
     let (mut log, _) = open(&disk, LogOptions { max_record_bytes: 64, ..options(1 << 20) });
-    let big = Entry { term: 1, index: 1, kind: EntryKind::Normal, data: vec![0; 100] };
+    let big = Entry { term: 1, index: 1, kind: EntryKind::Normal, data: vec![0; 100].into() };
     assert!(matches!(log.append(&[big]), Err(StorageError::EntryTooLarge { index: 1, .. })));
     assert!(matches!(
         LogStore::open(MemDisk::new(), LogOptions { segment_bytes: 0, ..options(1) }),
@@ -423,7 +423,7 @@ fn crash_round(rng: &mut Rng, disk: &MemDisk, model: &mut Model, opts: LogOption
                 let batch: Vec<Entry> = (first..first + 1 + rng.below(4))
                     .map(|i| {
                         let data = vec![i as u8; rng.below(40) as usize];
-                        Entry { term: model.term, index: i, kind: EntryKind::Normal, data }
+                        Entry { term: model.term, index: i, kind: EntryKind::Normal, data: data.into() }
                     })
                     .collect();
                 log.append(&batch).unwrap();

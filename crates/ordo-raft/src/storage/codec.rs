@@ -14,6 +14,7 @@
 //! Every decoder bounds what it allocates by the bytes it was given (or by
 //! `max_record_bytes`), and rejects malformed input with a typed error.
 
+use bytes::Bytes;
 use std::collections::BTreeSet;
 
 use super::StorageError;
@@ -131,7 +132,7 @@ pub(crate) fn read_record(buf: &[u8], offset: usize, max_record_bytes: usize) ->
     if record_crc(len, body) != u32_at(rest, 4) {
         return RecordRead::Bad { reason: "record checksum mismatch" };
     }
-    let entry = Entry { term, index, kind, data: body[RECORD_MIN_BODY_BYTES..].to_vec() };
+    let entry = Entry { term, index, kind, data: Bytes::copy_from_slice(&body[RECORD_MIN_BODY_BYTES..]) };
     RecordRead::Entry { entry, next: offset + RECORD_HEADER_BYTES + body_len }
 }
 
@@ -252,7 +253,7 @@ mod tests {
     use super::*;
 
     fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-        Entry { term, index, kind: EntryKind::Normal, data: data.to_vec() }
+        Entry { term, index, kind: EntryKind::Normal, data: Bytes::copy_from_slice(data) }
     }
 
     #[test]

@@ -267,7 +267,7 @@ fn process_ready(peer: &mut Peer, queue: &mut VecDeque<Message>) -> bool {
     }
     for e in &rd.committed {
         if e.kind == EntryKind::Normal {
-            peer.app.push((e.index, e.data.clone()));
+            peer.app.push((e.index, e.data.to_vec()));
         }
     }
     queue.extend(rd.messages);
