@@ -26,6 +26,7 @@
 
 use crate::message::Message;
 use crate::types::{Entry, EntryKind, Membership, NodeId, Snapshot, SnapshotMeta};
+use bytes::{Bytes, BytesMut};
 use std::collections::BTreeSet;
 
 /// First byte of every encoded message.
@@ -195,7 +196,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
     }
 }
 
-/// Decodes exactly one message from `bytes` (see the module docs).
+/// Decodes exactly one message from `bytes` (see the module docs). The
+/// data of an append's entries are copied into one buffer of exactly their
+/// size, which the entries share: one allocation per append, however many
+/// entries it carries.
 pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Message, DecodeError> {
     let mut r = Reader { bytes, pos: 0 };
     if bytes.len() < HEADER_BYTES {
@@ -244,6 +248,7 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Message, DecodeErro
             // the input cannot hold before reserving space for it.
             r.need(count.saturating_mul(ENTRY_HEADER_BYTES as u64))?;
             let mut entries = Vec::with_capacity(count as usize);
+            let mut ranges = Vec::with_capacity(count as usize);
             for _ in 0..count {
                 let term = r.u64()?;
                 let index = r.u64()?;
@@ -257,8 +262,20 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Message, DecodeErro
                 if len > limits.max_entry_bytes {
                     return Err(DecodeError::EntryTooLarge { len, max: limits.max_entry_bytes });
                 }
-                let data = r.bytes(len)?.to_vec();
-                entries.push(Entry { term, index, kind, data: data.into() });
+                let start = r.pos;
+                ranges.push(start..start + r.bytes(len)?.len());
+                entries.push(Entry { term, index, kind, data: Bytes::new() });
+            }
+            // Every length is now known to lie within `bytes`.
+            let mut all = BytesMut::with_capacity(ranges.iter().map(|x| x.len()).sum());
+            for range in &ranges {
+                all.extend_from_slice(&bytes[range.clone()]);
+            }
+            let all = all.freeze();
+            let mut at = 0;
+            for (entry, range) in entries.iter_mut().zip(ranges) {
+                entry.data = all.slice(at..at + range.len());
+                at += range.len();
             }
             Message::AppendEntries { term, from, to, prev_index, prev_term, entries, leader_commit }
         }
