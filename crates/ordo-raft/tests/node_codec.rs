@@ -408,3 +408,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_appends_entries_share_one_buffer_of_exactly_their_data() {
+    let mut entries: Vec<Entry> = (1..=3).map(|i| entry(5, 4 + i)).collect();
+    entries[1].data = b"a longer entry".to_vec().into();
+    entries[2].kind = EntryKind::Noop;
+    entries[2].data = Default::default();
+    let msg = append(4, 5, entries.clone());
+    let bytes = bytes_of(&msg);
+    let back = decode(&bytes, &DecodeLimits::default()).unwrap();
+    assert_eq!(back, msg);
+    let Message::AppendEntries { entries: got, .. } = back else { unreachable!() };
+    // Laid end to end in one buffer, none of it pointing into the input.
+    let (a, b) = (&got[0].data, &got[1].data);
+    assert_eq!(a.as_ptr().wrapping_add(a.len()), b.as_ptr(), "contiguous");
+    let input = bytes.as_ptr_range();
+    assert!(!input.contains(&a.as_ptr()) && !input.contains(&b.as_ptr()), "copied out of the datagram");
+    assert!(got[2].data.is_empty());
+}
