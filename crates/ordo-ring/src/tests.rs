@@ -22,8 +22,14 @@ fn send(p: &SlotProducer, bytes: &[u8]) -> bool {
 #[test]
 fn layout_sizes_are_cache_line_multiples() {
     let l = RingLayout::new(4, 100);
-    assert_eq!(l.slot_size(), 64 + 128);
-    assert_eq!(l.ring_len(), 64 + 4 * 192);
+    assert_eq!(l.slot_size(), 128, "16-byte header, 100 bytes, 8-byte trailer: two lines");
+    assert_eq!(l.ring_len(), 64 + 4 * 128);
+    assert_eq!(
+        RingLayout::new(1, 40).slot_size(),
+        64,
+        "a 40-byte message is one line, header and trailer included"
+    );
+    assert_eq!(RingLayout::new(1, 41).slot_size(), 128);
     assert_eq!(l.ring_offset(64, 1), 64 + l.ring_len());
 }
 
@@ -39,7 +45,11 @@ fn a_batch_is_one_data_write_then_the_counter() {
     let plan = sp.plan(u64::MAX).unwrap();
     assert_eq!((plan.first, plan.end), (0, 5));
     assert!(plan.data[1].is_none(), "no wrap: one data write");
-    assert_eq!(plan.data[0].unwrap(), (ring0 + 64, 4 * l.slot_size() + 64 + 10), "last slot trimmed");
+    assert_eq!(
+        plan.data[0].unwrap(),
+        (ring0 + 64, 4 * l.slot_size() + MESSAGE_HEADER_LEN + 10),
+        "last slot trimmed"
+    );
     assert_eq!(SendPath::post(&plan, &mut f[0], &[1]).unwrap(), 2);
     let mut rx = RingReceiver::new(f[1].region().clone(), ring0, l);
     let mut metas = Vec::new();
@@ -248,7 +258,11 @@ fn a_stamped_batch_is_one_write_without_a_counter() {
     }
     let plan = sp.plan(u64::MAX).unwrap();
     assert_eq!(plan.guard, None);
-    assert_eq!(plan.data[0].unwrap(), (ring0 + 64, 2 * l.slot_size() + 64 + 16 + 8), "ends at the trailer");
+    assert_eq!(
+        plan.data[0].unwrap(),
+        (ring0 + 64, 2 * l.slot_size() + MESSAGE_HEADER_LEN + 16 + 8),
+        "ends at the trailer"
+    );
     assert_eq!(SendPath::post(&plan, &mut f[0], &[1]).unwrap(), 1, "one write");
     assert_eq!(f[1].region().load_acquire(ring0), 0, "no counter reached the receiver");
     let mut metas = Vec::new();
@@ -295,7 +309,7 @@ fn a_stamped_message_counts_only_once_its_trailer_landed() {
     };
     let mut metas = Vec::new();
     // Header and half the payload.
-    copy(off, off + 64 + 24);
+    copy(off, off + MESSAGE_HEADER_LEN + 20);
     assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 0, "no trailer yet");
     // Everything but the trailer.
     copy(off, off + len - 8);
@@ -424,7 +438,7 @@ fn a_stale_payload_word_is_not_a_trailer() {
     let mut rx = RingReceiver::new(r.clone(), ring0, l);
     for k in 0..3u64 {
         let hdr = ring0 + 64;
-        let trailer = hdr + 64 + 40;
+        let trailer = hdr + MESSAGE_HEADER_LEN + 40;
         r.atomic_u64(hdr).store(38, std::sync::atomic::Ordering::Relaxed);
         r.atomic_u64(hdr + 8).store(k + 1, std::sync::atomic::Ordering::Relaxed);
         // An older message's last payload byte, zero-padded: `k + 1`.

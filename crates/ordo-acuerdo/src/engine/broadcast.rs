@@ -27,9 +27,8 @@
 //!   current session, and never beyond what was published.
 
 use super::snapshots::begin_snapshot_diff;
-use super::wire::{KIND_DIFF_END, KIND_DIFF_ENTRY, KIND_NORMAL, KIND_SNAP_CHUNK};
+use super::wire::{KIND_DIFF_END, KIND_DIFF_ENTRY, KIND_NORMAL, KIND_SNAP_CHUNK, header_len};
 use super::{BroadcastError, DeliverySink, Effects, Engine, OutLink, Push, Role, Snap, Stream, Target};
-use crate::config::WIRE_HEADER_LEN;
 use crate::header::{Epoch, Header};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -195,7 +194,8 @@ pub(super) fn pump(
         };
         let Some(mut slot) = link.producer.try_acquire() else { return work };
         let buf = slot.payload();
-        for (i, w) in wire_words.iter().enumerate() {
+        let header = header_len(wire_words[0] & 0xFF);
+        for (i, w) in wire_words.iter().enumerate().take(header / 8) {
             buf[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
         let body: &[u8] = match body {
@@ -203,9 +203,9 @@ pub(super) fn pump(
             Body::Log(b) => b,
             Body::Snap(from, to) => &link.snapshot.as_ref().expect("a snapshot is being sent")[from..to],
         };
-        assert!(WIRE_HEADER_LEN + body.len() <= buf.len(), "a message fits its slot (max_payload)");
-        buf[WIRE_HEADER_LEN..WIRE_HEADER_LEN + body.len()].copy_from_slice(body);
-        slot.commit(WIRE_HEADER_LEN + body.len(), link.session);
+        assert!(header + body.len() <= buf.len(), "a message fits its slot (max_payload)");
+        buf[header..header + body.len()].copy_from_slice(body);
+        slot.commit(header + body.len(), link.session);
         work += 1;
         if matches!(next_stream, Stream::Normal { .. }) {
             link.snapshot = None;

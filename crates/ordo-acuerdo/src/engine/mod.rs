@@ -854,7 +854,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::gc::GC_BATCH;
-    use super::wire::{KIND_NORMAL, parse};
+    use super::wire::{KIND_DIFF_END, KIND_NORMAL, parse};
     use super::*;
 
     fn engine(me: MemberId) -> Engine {
@@ -1103,9 +1103,15 @@ mod tests {
         let pool = &mut Vec::new();
         assert!(parse(&[0; 3], pool).is_err());
         assert!(parse(&[9; 40], pool).is_err());
-        let mut ok = vec![0u8; 40];
+        let mut ok = vec![0u8; 16];
         ok[0] = KIND_NORMAL as u8;
-        assert!(matches!(parse(&ok, pool), Ok(Wire::Normal { .. })));
+        assert!(matches!(parse(&ok, pool), Ok(Wire::Normal { .. })), "a Normal header is two words");
+        // A DiffEnd's header is four words: cut short, it is refused.
+        let mut end = vec![0u8; 24];
+        end[0] = KIND_DIFF_END as u8;
+        assert!(parse(&end, pool).is_err());
+        end.resize(32, 0);
+        assert!(matches!(parse(&end, pool), Ok(Wire::DiffEnd { .. })));
     }
 
     #[test]

@@ -1,13 +1,18 @@
-//! The ring message format (beyond the paper, which leaves it open): one
-//! 32-byte header of four little-endian words, then the body.
+//! The ring message format (beyond the paper, which leaves it open): a
+//! header of little-endian words — two for the messages of the log, four
+//! for the others ([`header_len`]) — then the body.
 //!
 //! ```text
 //! word 0: kind (low byte) | diff serial << 8 (24 bits) | entry count << 32 (DiffEnd)
-//! Normal      [kind, header, 0, 0]            body: the payload
-//! DiffEntry   [kind, header, 0, 0]            body: the payload
+//! Normal      [kind, header]                  body: the payload
+//! DiffEntry   [kind, header]                  body: the payload
 //! DiffEnd     [kind, epoch's header 0, base, upto]
 //! SnapChunk   [kind, base, offset, total]     body: snapshot bytes [offset, offset + len)
 //! ```
+//!
+//! A Normal message of up to 8 body bytes, with the ring's 16-byte slot
+//! header and 8-byte trailer stamp, fills one cache line (with a 32-byte
+//! header for every kind it took two).
 //!
 //! # Invariants
 //! - [`parse`] never panics on a peer's bytes: a short or unknown message is
@@ -23,6 +28,12 @@ pub(super) const KIND_NORMAL: u64 = 1;
 pub(super) const KIND_DIFF_ENTRY: u64 = 2;
 pub(super) const KIND_DIFF_END: u64 = 3;
 pub(super) const KIND_SNAP_CHUNK: u64 = 4;
+
+/// Bytes of the header of a message of `kind`: 16 for the log's messages
+/// (Normal, DiffEntry), [`WIRE_HEADER_LEN`] for the rest.
+pub(super) fn header_len(kind: u64) -> usize {
+    if kind == KIND_NORMAL || kind == KIND_DIFF_ENTRY { 16 } else { WIRE_HEADER_LEN }
+}
 
 /// A parsed ring message.
 pub(super) enum Wire {
@@ -49,17 +60,25 @@ pub(super) fn recycle(pool: &mut Vec<Vec<u8>>, mut body: Vec<u8>) {
 /// Parses a ring payload (never panics on a peer's bytes); the body goes
 /// into a buffer from `pool`.
 pub(super) fn parse(bytes: &[u8], pool: &mut Vec<Vec<u8>>) -> Result<Wire, String> {
-    if bytes.len() < WIRE_HEADER_LEN {
+    let Some(first) = bytes.first_chunk::<8>() else {
         return Err(format!("message of {} bytes is shorter than its header", bytes.len()));
-    }
-    let w = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    let kind = w(0) & 0xFF;
+    };
+    let kind = u64::from_le_bytes(*first) & 0xFF;
     if !(KIND_NORMAL..=KIND_SNAP_CHUNK).contains(&kind) {
         return Err(format!("unknown message kind {kind}"));
     }
+    let len = header_len(kind);
+    if bytes.len() < len {
+        return Err(format!("message of {} bytes is shorter than its {len}-byte header", bytes.len()));
+    }
+    // Only words of the header are read: below `len`.
+    let w = |i: usize| {
+        debug_assert!(8 * i + 8 <= len);
+        u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+    };
     let mut body = pool.pop().unwrap_or_default();
     debug_assert!(body.is_empty(), "pooled bodies are cleared");
-    body.extend_from_slice(&bytes[WIRE_HEADER_LEN..]);
+    body.extend_from_slice(&bytes[len..]);
     let serial = ((w(0) >> 8) & 0xFF_FFFF) as u32;
     match w(0) & 0xFF {
         KIND_NORMAL => Ok(Wire::Normal { header: Header::decode(w(1)), body }),
