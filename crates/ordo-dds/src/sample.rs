@@ -9,8 +9,8 @@
 //! - A payload decodes only if its length is exactly
 //!   `24 + pad8(keylen) + datalen`: a peer cannot make a reader look past
 //!   the message it sent.
-//! - The data starts 8-aligned relative to the payload (ring slots are
-//!   64-aligned), so plain-old-data samples of alignment ≤ 8 are written
+//! - The data starts 8-aligned relative to the payload (ring payloads
+//!   start 8-aligned), so plain-old-data samples of alignment ≤ 8 are written
 //!   and read in place.
 
 /// First byte of every envelope.
