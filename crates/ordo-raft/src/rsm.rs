@@ -48,10 +48,13 @@ use crate::storage::{Disk, LogOptions, LogStore, StorageError};
 use crate::{Config, Entry, EntryKind, Index, Membership, Message, NodeId, Recovered, Snapshot};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-/// The replica's hash maps: keyed by client-chosen ids, so seeded per map
-/// (foldhash's `RandomState`: no input picked in advance collides), and a
-/// few ns a lookup where SipHash took ~20 (seven lookups a request on the
-/// leader).
+/// The replica's hash maps: a few ns a lookup where SipHash took ~20
+/// (seven lookups a request on the leader). Their keys are client-chosen
+/// ids, so the hasher is seeded per map at random (foldhash's
+/// `RandomState`, which its authors call minimally DoS-resistant: it
+/// defeats colliding keys chosen in advance, not an attacker who studies
+/// a long-running process); the maps are bounded (`max_sessions`, the
+/// requests in flight).
 type Map<K, V> = HashMap<K, V, foldhash::quality::RandomState>;
 
 /// Identifies a client (chosen by the client, e.g. at random).
@@ -70,9 +73,10 @@ pub enum SyncMode {
     Deferred,
     /// Never: after [`Replica::open`] nothing is written to the store, and
     /// the log lives only in the Raft node's memory (the r3p2 thesis'
-    /// configuration). For a replica whose disk dies with its process (an
-    /// in-memory `MemDisk`), where encoding every entry into it only cost
-    /// time (~15 % of a leader's loop turn). A restart starts empty.
+    /// configuration). For a replica whose disk dies with its process (a
+    /// fresh in-memory `MemDisk`), where encoding every entry into it only
+    /// cost time (~15 % of a leader's loop turn). The disk must hold no
+    /// state at open ([`ReplicaError::VolatileOnState`]).
     Volatile,
 }
 
@@ -141,6 +145,11 @@ pub enum ReplicaError {
     BadSnapshot { index: Index, why: &'static str },
     #[error("snapshot_ready({got}) does not match the requested snapshot {want:?}")]
     UnexpectedSnapshot { got: Index, want: Option<Index> },
+    /// `SyncMode::Volatile` on a disk that holds a replica's state: writing
+    /// nothing more to it would leave a vote and a log older than the
+    /// replica's promises for a later open to recover.
+    #[error("a volatile replica needs an empty disk; this one holds term {term}, {entries} entries")]
+    VolatileOnState { term: crate::Term, entries: usize },
 }
 
 /// Counters.
@@ -200,12 +209,14 @@ impl AppliedWindow {
     }
 
     /// Adds `request`; false (and nothing changes) if it is there already.
+    /// O(1) at the back (a client's new request), O(window) below it.
     fn insert(&mut self, request: RequestId, response: Option<Vec<u8>>) -> bool {
         match self.find(request) {
             Ok(_) => false,
             Err(at) => {
                 self.0.insert(at, (request, response));
-                debug_assert!(self.0.iter().zip(self.0.iter().skip(1)).all(|(a, b)| a.0 < b.0));
+                debug_assert!(at == 0 || self.0[at - 1].0 < request, "ascending below");
+                debug_assert!(self.0.get(at + 1).is_none_or(|next| request < next.0), "ascending above");
                 true
             }
         }
@@ -380,9 +391,13 @@ fn decode_snapshot(data: &[u8], index: Index) -> Result<DecodedSnapshot<'_>, Rep
             if data.len() - at < len {
                 return Err(bad("truncated response"));
             }
-            if !applied.insert(request, Some(data[at..at + len].to_vec())) {
-                return Err(bad("duplicate request id"));
+            // Written in ascending order: anything else is malformed (and
+            // would cost a shift per id to sort).
+            if applied.0.back().is_some_and(|(last, _)| *last >= request) {
+                return Err(bad("request ids repeated or not ascending"));
             }
+            let fresh = applied.insert(request, Some(data[at..at + len].to_vec()));
+            debug_assert!(fresh, "above every id so far");
             at += len;
         }
         if sessions.insert(client, Session { applied, index: sidx }).is_some() {
@@ -399,6 +414,15 @@ impl<D: Disk, R: Clone> Replica<D, R> {
     /// call [`flush`](Self::flush) to start.
     pub fn open(disk: D, cfg: ReplicaConfig) -> Result<Replica<D, R>, ReplicaError> {
         let (store, recovered): (LogStore<D>, Recovered) = LogStore::open(disk, cfg.store)?;
+        let holds_state = recovered.hard_state != Default::default()
+            || recovered.snapshot.is_some()
+            || !recovered.entries.is_empty();
+        if cfg.sync == SyncMode::Volatile && holds_state {
+            return Err(ReplicaError::VolatileOnState {
+                term: recovered.hard_state.term,
+                entries: recovered.entries.len(),
+            });
+        }
         let mut out = VecDeque::new();
         let mut sessions = Map::default();
         let mut last = 0;
@@ -566,8 +590,11 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             });
         };
         let data = encode_snapshot(&p.sessions, &app);
-        let meta = self.node.compact(index, data.clone()).map_err(|e| ReplicaError::Raft(e.to_string()))?;
-        if self.cfg.sync != SyncMode::Volatile {
+        if self.cfg.sync == SyncMode::Volatile {
+            self.node.compact(index, data).map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        } else {
+            let meta =
+                self.node.compact(index, data.clone()).map_err(|e| ReplicaError::Raft(e.to_string()))?;
             let snapshot = Snapshot { meta, data };
             self.store.install_snapshot(&snapshot)?;
             self.store.sync()?;
@@ -855,7 +882,7 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_with_a_repeated_request_id_is_refused() {
+    fn a_snapshot_with_repeated_or_unordered_request_ids_is_refused() {
         let mut sessions = Map::default();
         let mut applied = AppliedWindow::default();
         assert!(applied.insert(7, Some(b"a".to_vec())));
@@ -864,19 +891,21 @@ mod tests {
         let good = encode_snapshot(&sessions, b"app");
         let (back, app) = decode_snapshot(&good, 3).unwrap();
         assert_eq!((back, app), (sessions, &b"app"[..]));
-        // The same id twice in one session's list.
-        let mut bad = vec![SNAPSHOT_MAGIC];
-        bad.extend_from_slice(&1u32.to_le_bytes());
-        bad.extend_from_slice(&1u64.to_le_bytes());
-        bad.extend_from_slice(&3u64.to_le_bytes());
-        bad.extend_from_slice(&2u32.to_le_bytes());
-        for _ in 0..2 {
-            bad.extend_from_slice(&7u64.to_le_bytes());
-            bad.extend_from_slice(&0u32.to_le_bytes());
+        // One session's ids: the same twice, or descending.
+        for ids in [[7u64, 7], [8, 7]] {
+            let mut bad = vec![SNAPSHOT_MAGIC];
+            bad.extend_from_slice(&1u32.to_le_bytes());
+            bad.extend_from_slice(&1u64.to_le_bytes());
+            bad.extend_from_slice(&3u64.to_le_bytes());
+            bad.extend_from_slice(&2u32.to_le_bytes());
+            for id in ids {
+                bad.extend_from_slice(&id.to_le_bytes());
+                bad.extend_from_slice(&0u32.to_le_bytes());
+            }
+            assert!(matches!(
+                decode_snapshot(&bad, 3),
+                Err(ReplicaError::BadSnapshot { why: "request ids repeated or not ascending", .. })
+            ));
         }
-        assert!(matches!(
-            decode_snapshot(&bad, 3),
-            Err(ReplicaError::BadSnapshot { why: "duplicate request id", .. })
-        ));
     }
 }

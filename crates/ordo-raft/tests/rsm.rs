@@ -280,3 +280,16 @@ fn a_volatile_replica_serves_snapshots_and_retries_and_writes_nothing_after_open
     assert_eq!(r.stats().syncs, 0);
     assert_eq!(disk.stats(), opened, "no write, sync or file operation after open");
 }
+
+#[test]
+fn a_volatile_replica_refuses_a_disk_that_holds_state() {
+    let disk = MemDisk::new();
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk.clone(), config(SyncMode::Immediate, 0)).unwrap();
+    become_leader(&mut r, &mut app);
+    drop(r);
+    // Writing nothing more would leave the old vote and log behind for a
+    // later open: refused.
+    let err = Replica::<MemDisk, R>::open(disk, config(SyncMode::Volatile, 0)).err().expect("refused");
+    assert!(matches!(err, ordo_raft::rsm::ReplicaError::VolatileOnState { term, .. } if term > 0), "{err}");
+}
