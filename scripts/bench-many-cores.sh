@@ -6,6 +6,9 @@
 #   OUT:  where logs and JSON reports go (default: bench-results/many-cores)
 # Extra peak-loss variants: PEAKLOSS_ARGS="--peakloss-modes parked --pin".
 # The steps' timeouts add up to 570 s (under a 10-minute call).
+# The first step (leadercost, a few seconds) measures the leader's network
+# thread's work per request without sockets: the figure the peak loss
+# follows where that thread is the bound.
 set -u
 ORDO=${1:-target/release/ordo}
 OUT=${2:-bench-results/many-cores}
@@ -16,6 +19,9 @@ T0=$(date +%s)
 log() { echo "=== $* (t=$(( $(date +%s) - T0 )) s)"; }
 # Each step's exit status (124: killed by its timeout, partial output).
 rc() { echo "    (exit $1)"; }
+log "r3p2 leadercost (in memory, one thread)"
+timeout 30 "$ORDO" bench r3p2 --quick --figures leadercost --out "$OUT/leadercost" > "$OUT/lc.log" 2>&1; rc $?
+grep -E "\(extra" "$OUT/lc.log" | cut -c1-330
 log "acuerdo window1, one runner thread per member"
 timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --threads 3 --out "$OUT/acuerdo3" > "$OUT/ac3.log" 2>&1; rc $?
 grep -E "→" "$OUT/ac3.log" | sort -u | cut -c1-330
@@ -27,6 +33,6 @@ timeout 150 "$ORDO" bench r3p2 --quick --figures busy --out "$OUT/busy" > "$OUT/
 grep -vE "^ {4}" "$OUT/busy.log" | tail -22 | cut -c1-300
 log "r3p2 peak loss"
 # shellcheck disable=SC2086
-timeout 300 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1; rc $?
+timeout 270 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1; rc $?
 grep -E "^  peak \(" "$OUT/pl.log" | awk '!seen[$0]++' | cut -c1-400
 log done
