@@ -76,7 +76,9 @@ pub use client::{CallError, Client, ClientConfig, ClientStats, RequestId};
 pub use core::{CoreConfig, Executor, InlineExecutor, ServerCore, Transport};
 pub use header::{DecodeError, ErrorCode, Header, MessageType, Policy};
 pub use kv::{KvOp, KvReply, KvService, KvState};
-pub use node::{CROWDED_IDLE, NodeCore, NodeOptions, RunningNode, ServiceKind, SpinService, start_node};
+pub use node::{
+    CROWDED_IDLE, NodeCore, NodeOptions, NodeReplication, RunningNode, ServiceKind, SpinService, start_node,
+};
 pub use raft::{RaftOptions, RaftReplication, RaftStatus};
 pub use reassembly::{Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use replication::{ClientRef, ReplicatedRequest, Replication, ReplicationAction, ReplicationOutput};

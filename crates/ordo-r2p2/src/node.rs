@@ -235,7 +235,7 @@ pub fn start_node(opts: &NodeOptions) -> io::Result<RunningNode> {
         );
     }
     let (hook, status) = match opts.replication()? {
-        Some((hook, status)) => (Some(hook), Some(status)),
+        Some(r) => (Some(r.hook), Some(r.status)),
         None => (None, None),
     };
     let server = Server::start(config, opts.handler(), hook)?;
@@ -277,7 +277,7 @@ impl NodeOptions {
     /// The replication hook [`start_node`] runs, with its status (`None`
     /// unreplicated): Raft over the log in `data_dir` (opened or created,
     /// its state recovered), or in memory.
-    pub fn replication(&self) -> io::Result<Option<(Box<dyn Replication>, Arc<RaftStatus>)>> {
+    pub fn replication(&self) -> io::Result<Option<NodeReplication>> {
         if !self.replicated {
             return Ok(None);
         }
@@ -287,11 +287,8 @@ impl NodeOptions {
         raft.snapshot_interval = self.snapshot_interval;
         raft.raft.announce_commit = self.announce_commit;
         let other = |e: ordo_raft::rsm::ReplicaError| io::Error::other(e.to_string());
-        fn boxed<D: Disk + Send + 'static>(
-            hook: RaftReplication<D>,
-        ) -> (Box<dyn Replication>, Arc<RaftStatus>) {
-            let status = hook.status();
-            (Box::new(hook), status)
+        fn boxed<D: Disk + Send + 'static>(hook: RaftReplication<D>) -> NodeReplication {
+            NodeReplication { status: hook.status(), hook: Box::new(hook) }
         }
         Ok(Some(match &self.data_dir {
             Some(dir) => boxed(RaftReplication::open(FsDisk::open(dir)?, raft).map_err(other)?),
@@ -312,13 +309,21 @@ impl NodeOptions {
     pub fn core(&self) -> io::Result<NodeCore> {
         let config = self.server_config()?;
         let (hook, status) = match self.replication()? {
-            Some((hook, status)) => (Some(hook), Some(status)),
+            Some(r) => (Some(r.hook), Some(r.status)),
             None => (None, None),
         };
         let core = ServerCore::new(config.core(), hook);
         let exec = InlineExecutor::new(self.handler(), &core);
         Ok(NodeCore { core, exec, status })
     }
+}
+
+/// A node's replication hook and its status ([`NodeOptions::replication`]).
+pub struct NodeReplication {
+    /// Raft behind REPLICATED_ROUTE.
+    pub hook: Box<dyn Replication>,
+    /// Its status, readable from any thread.
+    pub status: Arc<RaftStatus>,
 }
 
 /// A node's logic without I/O ([`NodeOptions::core`]).
