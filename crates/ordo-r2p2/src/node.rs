@@ -234,10 +234,7 @@ pub fn start_node(opts: &NodeOptions) -> io::Result<RunningNode> {
             "R3P2 replica without a cluster secret: anyone who can send it UDP datagrams from a replica's address can change its log"
         );
     }
-    let (hook, status) = match opts.replication()? {
-        Some(r) => (Some(r.hook), Some(r.status)),
-        None => (None, None),
-    };
+    let (hook, status) = opts.replication()?.map(|r| (r.hook, r.status)).unzip();
     let server = Server::start(config, opts.handler(), hook)?;
     Ok(RunningNode { server, status })
 }
@@ -308,10 +305,7 @@ impl NodeOptions {
     /// `ordo bench r3p2` measures the network thread's work this way.
     pub fn core(&self) -> io::Result<NodeCore> {
         let config = self.server_config()?;
-        let (hook, status) = match self.replication()? {
-            Some(r) => (Some(r.hook), Some(r.status)),
-            None => (None, None),
-        };
+        let (hook, status) = self.replication()?.map(|r| (r.hook, r.status)).unzip();
         let core = ServerCore::new(config.core(), hook);
         let exec = InlineExecutor::new(self.handler(), &core);
         Ok(NodeCore { core, exec, status })
