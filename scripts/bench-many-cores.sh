@@ -4,7 +4,7 @@
 # interleaved peak loss. Usage: scripts/bench-many-cores.sh [ORDO] [OUT]
 #   ORDO: the ordo binary (default: target/release/ordo)
 #   OUT:  where logs and JSON reports go (default: bench-results/many-cores)
-# Extra peak-loss variants: PEAKLOSS_ARGS="--peakloss-modes parked --pin".
+# Extra peak-loss variants: PEAKLOSS_ARGS="--modes parked --pin".
 # The steps' timeouts add up to 570 s (under a 10-minute call).
 # The first step (leadercost, a few seconds) measures the leader's network
 # thread's work per request without sockets: the figure the peak loss

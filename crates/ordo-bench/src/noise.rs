@@ -15,6 +15,13 @@
 //!   waited at least [`MIN_WAIT_CORES`], is **contended**: it is measured again (after a pause, so transient load
 //!   can pass), and if it stays contended it is kept, flagged, and left out
 //!   of every ratio.
+//! - Where a benchmark's own processes are meant to fill the cores (a
+//!   busy-polling cluster yields to its own threads all the time), their
+//!   run-queue wait says nothing about other load: a [`MachineProbe`]
+//!   measures instead what the rest of the machine took over the window
+//!   (every CPU's busy time and the hypervisor's steal, from `/proc/stat`,
+//!   less the group's own CPU time), and such a sample is contended when
+//!   that is at least [`MAX_FOREIGN_CORES`].
 //! - A compared pair is measured **interleaved**, A B A B …, at least
 //!   [`MIN_ROUNDS`] rounds, so slow drift of the machine hits both sides;
 //!   each side is reported as median [min–max] of its uncontended samples,
@@ -36,6 +43,10 @@ pub const MIN_CORE_SHARE: f64 = 0.9;
 /// process (a point that is blocked by design) waits a little after every
 /// wake-up, which is not other load taking its CPU.
 pub const MIN_WAIT_CORES: f64 = 0.05;
+/// A sample whose window lost at least this many cores' worth of CPU to
+/// other processes (or to the hypervisor) is contended, where that is
+/// measured ([`MachineProbe`]). A quiet VM's own daemons take about 0.015.
+pub const MAX_FOREIGN_CORES: f64 = 0.05;
 /// Rounds of an interleaved comparison, at least.
 pub const MIN_ROUNDS: usize = 3;
 
@@ -47,6 +58,11 @@ pub struct Load {
     pub cpu_cores: f64,
     /// Time its threads were runnable but waiting for a CPU, in cores.
     pub runqueue_wait_cores: f64,
+    /// CPU time the rest of the machine took over the window (other
+    /// processes, and the hypervisor's steal), in cores, where a
+    /// [`MachineProbe`] measured it; then it alone decides contention.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub foreign_cores: Option<f64>,
 }
 
 impl Load {
@@ -56,10 +72,15 @@ impl Load {
         if asked <= 1e-9 { 1.0 } else { self.cpu_cores / asked }
     }
 
-    /// Whether the sample got less than [`MIN_CORE_SHARE`] of what it
-    /// asked, having waited at least [`MIN_WAIT_CORES`].
+    /// Whether other load took at least [`MAX_FOREIGN_CORES`] where that
+    /// was measured; otherwise whether the sample got less than
+    /// [`MIN_CORE_SHARE`] of what it asked, having waited at least
+    /// [`MIN_WAIT_CORES`].
     pub fn contended(&self) -> bool {
-        self.core_share() < MIN_CORE_SHARE && self.runqueue_wait_cores >= MIN_WAIT_CORES
+        match self.foreign_cores {
+            Some(foreign) => foreign >= MAX_FOREIGN_CORES,
+            None => self.core_share() < MIN_CORE_SHARE && self.runqueue_wait_cores >= MIN_WAIT_CORES,
+        }
     }
 }
 
@@ -83,6 +104,7 @@ impl Probe {
         Load {
             cpu_cores: process_cpu_ns().saturating_sub(self.cpu_ns) as f64 / wall,
             runqueue_wait_cores: runqueue_wait_ns().saturating_sub(self.wait_ns) as f64 / wall,
+            foreign_cores: None,
         }
     }
 }
@@ -114,8 +136,54 @@ impl GroupProbe {
         Load {
             cpu_cores: own.cpu_cores + cpu.saturating_sub(self.cpu_ns) as f64 / wall,
             runqueue_wait_cores: own.runqueue_wait_cores + wait.saturating_sub(self.wait_ns) as f64 / wall,
+            foreign_cores: None,
         }
     }
+}
+
+/// A [`GroupProbe`] that also measures what the rest of the machine took
+/// over the window: the machine's busy time (every CPU's user, nice,
+/// system, irq and softirq time, and the steal of the hypervisor) less the
+/// group's CPU time. Its [`Load`] is contended on that alone
+/// ([`Load::contended`]), so a group that fills the cores by design is not
+/// flagged for waiting on itself.
+#[derive(Clone, Debug)]
+pub struct MachineProbe {
+    group: GroupProbe,
+    machine_ns: u64,
+}
+
+impl MachineProbe {
+    /// Starts measuring this process, `pids` and the machine now.
+    pub fn start(pids: &[u32]) -> MachineProbe {
+        MachineProbe { machine_ns: machine_busy_ns(), group: GroupProbe::start(pids) }
+    }
+
+    /// The group's load since [`start`](Self::start), with the rest of the
+    /// machine's in `foreign_cores`.
+    pub fn stop(&self) -> Load {
+        let wall = self.group.own.at.elapsed().as_nanos().max(1) as f64;
+        let load = self.group.stop();
+        let machine = machine_busy_ns().saturating_sub(self.machine_ns) as f64 / wall;
+        // /proc/stat counts in clock ticks and the group in ns: a quiet
+        // window can read a little below zero.
+        Load { foreign_cores: Some((machine - load.cpu_cores).max(0.0)), ..load }
+    }
+}
+
+/// Busy time of every CPU since boot, ns: user, nice, system, irq, softirq
+/// and steal from the first line of `/proc/stat` (guest time is inside
+/// user); 0 where unreadable.
+pub fn machine_busy_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(cpu) = stat.lines().next().filter(|l| l.starts_with("cpu ")) else { return 0 };
+    let ticks: Vec<u64> = cpu.split_whitespace().skip(1).map(|v| v.parse().unwrap_or(0)).collect();
+    let at = |i: usize| ticks.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal
+    let busy = at(0) + at(1) + at(2) + at(5) + at(6) + at(7);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    busy * (1_000_000_000 / hz)
 }
 
 /// Time on a CPU and time waiting for one, summed over the threads of
@@ -284,6 +352,9 @@ pub struct Comparison {
     pub subject_spread: Option<Spread>,
     /// subject / reference per clean round: median [min–max].
     pub ratio: Option<Spread>,
+    /// subject − reference per clean round, in the metric's unit: median
+    /// [min–max] (what a latency overhead is read as).
+    pub difference: Option<Spread>,
     /// Rounds measured.
     pub rounds: usize,
     /// Samples (either side) left out because they stayed contended.
@@ -301,14 +372,14 @@ impl Comparison {
     ) -> Comparison {
         let clean = |s: &Sample<T>| if s.contended() { None } else { value(&s.value) };
         let side = |v: &[Sample<T>]| Spread::of(&v.iter().filter_map(clean).collect::<Vec<_>>());
-        let ratios: Vec<f64> = rounds
+        let pairs: Vec<(f64, f64)> = rounds
             .reference
             .iter()
             .zip(&rounds.subject)
             .filter_map(|(r, s)| Some((clean(r)?, clean(s)?)))
-            .filter(|(r, _)| *r > 0.0)
-            .map(|(r, s)| s / r)
             .collect();
+        let ratios: Vec<f64> = pairs.iter().filter(|(r, _)| *r > 0.0).map(|(r, s)| s / r).collect();
+        let differences: Vec<f64> = pairs.iter().map(|(r, s)| s - r).collect();
         Comparison {
             name: name.into(),
             metric: metric.into(),
@@ -317,6 +388,7 @@ impl Comparison {
             reference_spread: side(&rounds.reference),
             subject_spread: side(&rounds.subject),
             ratio: Spread::of(&ratios),
+            difference: Spread::of(&differences),
             rounds: rounds.reference.len(),
             contended_samples: rounds
                 .reference
@@ -388,6 +460,9 @@ pub fn comparisons_csv(rows: &[Comparison]) -> String {
         "ratio_median",
         "ratio_min",
         "ratio_max",
+        "difference_median",
+        "difference_min",
+        "difference_max",
         "clean_rounds",
         "rounds",
         "contended_samples",
@@ -408,7 +483,10 @@ pub fn comparisons_csv(rows: &[Comparison]) -> String {
             f(c.ratio, |s| s.median),
             f(c.ratio, |s| s.min),
             f(c.ratio, |s| s.max),
-            c.ratio.map_or(0, |r| r.n).to_string(),
+            f(c.difference, |s| s.median),
+            f(c.difference, |s| s.min),
+            f(c.difference, |s| s.max),
+            c.difference.map_or(0, |r| r.n).to_string(),
             c.rounds.to_string(),
             c.contended_samples.to_string(),
         ]);
@@ -421,7 +499,7 @@ mod tests {
     use super::*;
 
     fn load(share: f64) -> Load {
-        Load { cpu_cores: 2.0 * share, runqueue_wait_cores: 2.0 * (1.0 - share) }
+        Load { cpu_cores: 2.0 * share, runqueue_wait_cores: 2.0 * (1.0 - share), foreign_cores: None }
     }
 
     #[test]
@@ -439,7 +517,7 @@ mod tests {
         assert!(!load(0.95).contended());
         assert!(load(0.87).contended());
         assert_eq!(Load::default().core_share(), 1.0, "an idle window is not contended");
-        let idle = Load { cpu_cores: 0.08, runqueue_wait_cores: 0.012 };
+        let idle = Load { cpu_cores: 0.08, runqueue_wait_cores: 0.012, foreign_cores: None };
         assert!(idle.core_share() < MIN_CORE_SHARE && !idle.contended(), "wake-up waits of an idle point");
     }
 
@@ -475,7 +553,52 @@ mod tests {
         let ratio = c.ratio.unwrap();
         assert_eq!((ratio.median, ratio.min, ratio.max, ratio.n), (2.0, 2.0, 2.0, 2), "1000 left out");
         assert_eq!(c.subject_spread.unwrap().max, 20.0);
+        let d = c.difference.unwrap();
+        assert_eq!((d.median, d.min, d.max, d.n), (10.0, 10.0, 10.0, 2), "subject − reference, clean rounds");
         assert!(c.line(|v| format!("{v}")).contains("1 contended sample(s) left out"));
+    }
+
+    #[test]
+    fn where_foreign_load_is_measured_it_alone_decides_contention() {
+        // A busy group that waits on itself (share 0.5) is clean while the
+        // rest of the machine is quiet...
+        let own = Load { foreign_cores: Some(0.01), ..load(0.5) };
+        assert!(!own.contended(), "a group filling the cores by design");
+        // ...and contended once others take a twentieth of a core, however
+        // well the group itself did.
+        let other = Load { foreign_cores: Some(MAX_FOREIGN_CORES), ..load(1.0) };
+        assert!(other.contended());
+        assert!(load(0.5).contended(), "unmeasured: the share rule");
+    }
+
+    /// Held by the tests that spin a child process: another test's child
+    /// is foreign load to a machine probe.
+    static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn the_machine_probe_counts_another_process_as_foreign_and_itself_not() {
+        let _alone = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+        // This process spinning is the group's own load...
+        let p = MachineProbe::start(&[]);
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let own = p.stop();
+        assert!(own.cpu_cores > 0.3, "{own:?}");
+        // ...a child spinning outside the group is foreign.
+        let p = MachineProbe::start(&[]);
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "end=$(( $(date +%s) + 1 )); while [ $(date +%s) -lt $end ]; do :; done"])
+            .spawn()
+            .expect("sh");
+        child.wait().expect("child");
+        let foreign = p.stop();
+        assert!(
+            foreign.foreign_cores.unwrap() > own.foreign_cores.unwrap() + 0.2 && foreign.contended(),
+            "a spinning child: {foreign:?}, this process spinning: {own:?}"
+        );
     }
 
     #[test]
@@ -525,6 +648,7 @@ mod tests {
     /// of this process alone (whose other test threads both count).
     #[test]
     fn the_group_probe_sees_a_child_process_use_a_core() {
+        let _alone = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         let mut child = std::process::Command::new("sh")
             .args(["-c", "i=0; while [ $i -lt 100000000 ]; do i=$((i+1)); done"])
             .spawn()

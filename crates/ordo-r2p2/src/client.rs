@@ -406,6 +406,29 @@ impl Client {
         }
     }
 
+    /// Waits at most `max_wait` for an answer datagram (or an error) on the
+    /// socket, to the microsecond (`ppoll`, where [`Client::wait`] parks
+    /// in epoll, whose timeouts are whole milliseconds), then reads what
+    /// came ([`Client::poll_responses`]); returns the results now ready to
+    /// take with [`Client::try_recv`]. A load generator waits like this
+    /// for an answer until its next request is due.
+    pub fn wait_precise(&mut self, max_wait: Duration) -> usize {
+        use std::os::fd::AsRawFd;
+        self.poll_responses();
+        if self.completed.is_empty() && !max_wait.is_zero() {
+            let mut fd = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let timeout = libc::timespec {
+                tv_sec: max_wait.as_secs() as libc::time_t,
+                tv_nsec: max_wait.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+            // An error (EINTR) or a timeout only ends the wait early.
+            unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) };
+            self.poll_responses();
+        }
+        self.completed.len()
+    }
+
     /// Sends a request and blocks until its result (other requests' results
     /// stay queued for [`Client::try_recv`]).
     pub fn call(&mut self, policy: Policy, payload: &[u8]) -> Result<Vec<u8>, CallError> {

@@ -38,6 +38,30 @@ fn echo_with_workers() {
     server.shutdown();
 }
 
+/// `wait_precise` blocks until an answer comes, not for its whole timeout,
+/// and with nothing coming it waits about its timeout (microseconds, where
+/// epoll's are whole milliseconds), then reports nothing ready.
+#[test]
+fn a_precise_wait_ends_with_the_answer_or_its_timeout() {
+    let server = echo_server(HandlerMode::NetworkThread);
+    let mut client = client_for(vec![server.local_addr()]);
+    let id = client.send(Policy::FixedRoute, b"ping").expect("send");
+    let started = Instant::now();
+    let mut ready = 0;
+    while ready == 0 && started.elapsed() < Duration::from_secs(5) {
+        ready = client.wait_precise(Duration::from_secs(2));
+    }
+    assert_eq!(ready, 1);
+    assert!(started.elapsed() < Duration::from_secs(1), "woken by the answer: {:?}", started.elapsed());
+    assert_eq!(client.try_recv().map(|(got, r)| (got, r.unwrap())), Some((id, b"ping".to_vec())));
+    // Nothing in flight: the wait lasts its timeout.
+    let started = Instant::now();
+    assert_eq!(client.wait_precise(Duration::from_micros(1500)), 0);
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_micros(1500) && waited < Duration::from_millis(500), "{waited:?}");
+    server.shutdown();
+}
+
 /// The busy-polling server: a network thread that never parks, pinned to
 /// the last CPU, with SO_BUSY_POLL asked for (refused or not, it serves);
 /// a burst of requests in flight comes back whole through its batched

@@ -206,6 +206,11 @@ pub(super) enum ClientIdle {
     Spin,
     /// `sched_yield` (stays runnable).
     Yield,
+    /// Block on the socket until an answer comes or [`PARK_EARLY`] before
+    /// the next request is due ([`Client::wait_precise`], 1 µs timer
+    /// slack), then spin until it is: the thread leaves its core while
+    /// nothing happens, and its requests still leave on time.
+    Park,
     /// Sleep until the next send, at most this long at a time (answers
     /// are read up to this late), with a 1 µs timer slack; gaps over 2 ms
     /// park in the client's poll (which an answer wakes).
@@ -219,19 +224,37 @@ impl std::str::FromStr for ClientIdle {
         match s {
             "spin" => Ok(ClientIdle::Spin),
             "yield" => Ok(ClientIdle::Yield),
+            "park" => Ok(ClientIdle::Park),
             _ => s
                 .strip_prefix("sleep:")
                 .and_then(|us| us.parse::<u64>().ok())
                 .map(|us| ClientIdle::Sleep(Duration::from_micros(us.max(1))))
-                .ok_or_else(|| format!("--client-idle: `{s}` is not spin, yield or sleep:<us>")),
+                .ok_or_else(|| format!("--client-idle: `{s}` is not spin, yield, park or sleep:<us>")),
         }
     }
 }
+
+/// How long before a request is due a parked generator thread wakes to
+/// spin: more than a timed wake-up's lateness (50 µs and more on a VM).
+pub(super) const PARK_EARLY: Duration = Duration::from_micros(200);
 
 pub(super) fn idle_until(client: &mut Client, idle: ClientIdle, now_ns: u64, next_ns: u64) {
     match idle {
         ClientIdle::Spin => std::hint::spin_loop(),
         ClientIdle::Yield => std::thread::yield_now(),
+        ClientIdle::Park => {
+            // A timed wake-up comes late (about 50 µs on a VM, whatever
+            // this thread's timer slack), an answer's wakes at once: park
+            // until an answer or PARK_EARLY before the next request is
+            // due, then spin, so requests leave on time.
+            let gap = Duration::from_nanos(next_ns.saturating_sub(now_ns));
+            match gap.checked_sub(PARK_EARLY) {
+                Some(park) if !park.is_zero() => {
+                    client.wait_precise(park);
+                }
+                _ => std::hint::spin_loop(),
+            }
+        }
         ClientIdle::Sleep(max) => {
             let gap = Duration::from_nanos(next_ns.saturating_sub(now_ns));
             if gap > Duration::from_millis(2) {
@@ -300,7 +323,7 @@ pub(super) fn generate(
     timing: Timing,
     seed: u64,
 ) -> Tally {
-    if matches!(timing.idle, ClientIdle::Sleep(_)) {
+    if matches!(timing.idle, ClientIdle::Sleep(_) | ClientIdle::Park) {
         // SAFETY: prctl with PR_SET_TIMERSLACK only sets this thread's timer
         // slack (default 50 µs) so short sleeps end on time.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };

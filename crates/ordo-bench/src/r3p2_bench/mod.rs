@@ -83,9 +83,10 @@ pub struct BenchArgs {
     /// thread (busy mode always pins there).
     #[arg(long)]
     pub pin: bool,
-    /// The `peakloss` figure's modes: `parked`, `busy` (default: both).
-    #[arg(long, value_delimiter = ',', default_value = "parked,busy")]
-    pub peakloss_modes: Vec<String>,
+    /// The `peakloss` and `lightp99` figures' modes: `parked`, `busy`
+    /// (default: both).
+    #[arg(long, alias = "peakloss-modes", value_delimiter = ',', default_value = "parked,busy")]
+    pub modes: Vec<String>,
     /// Print the report (machine, rows, summary) as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -96,7 +97,9 @@ pub struct BenchArgs {
     /// with batched socket system calls and with one datagram per call;
     /// `peakloss` (only when named) the 3-replica peak over the
     /// unreplicated server's, each searched on a fresh cluster,
-    /// interleaved, parked and busy-polling; `leadercost` (only when
+    /// interleaved, parked and busy-polling; `lightp99` (only when named)
+    /// replication's light-load p99 and p50 overhead, each side's point on
+    /// a fresh cluster, interleaved, parked and busy-polling; `leadercost` (only when
     /// named) the network thread's work per request, leader of 3 against
     /// the unreplicated server, on one thread in memory.
     #[arg(long, value_delimiter = ',')]
@@ -417,6 +420,10 @@ pub struct Report {
     /// The "peakloss" figure: 3-replica peak over the unreplicated
     /// server's, interleaved, parked and busy-polling.
     pub peak_loss: Vec<crate::noise::Comparison>,
+    /// The "lightp99" figure: the light-load p99 and p50 of the 3-replica
+    /// group and of the unreplicated server, interleaved on fresh clusters;
+    /// each comparison's `difference` is replication's overhead, µs.
+    pub light_overhead: Vec<crate::noise::Comparison>,
     /// The "leadercost" figure: the network thread's work per request, the
     /// leader of 3 against the unreplicated server, in memory
     /// ([`leader`]), per requests-per-turn batch.
@@ -548,7 +555,7 @@ impl<'a> Live<'a> {
         // overhead is read at: long enough for LIGHT_SAMPLES requests, so
         // its p99 is not the second-worst of ~200.
         let mut sweep = Sweep { ..self.sweep };
-        if figure == "busy" && !refined && offered <= self.sweep.start_rps {
+        if (figure == "busy" || figure == "lightp99") && !refined && offered <= self.sweep.start_rps {
             let needed = Duration::from_secs_f64(LIGHT_SAMPLES as f64 / offered.max(1.0));
             sweep.timing.window = sweep.timing.window.max(needed);
         }
@@ -730,6 +737,94 @@ fn peak_loss(
     Ok(c)
 }
 
+/// One light-load point of one configuration on a fresh cluster: a
+/// warm-up, then [`LIGHT_SAMPLES`] requests at the grid's first rate, with
+/// what the rest of the machine took over that time
+/// ([`crate::noise::MachineProbe`]: a busy-polling group waits on its own
+/// threads by design, so only other load makes the point contended).
+fn light_of(
+    config: &Config,
+    sweep: &Sweep<'_>,
+    tag: &str,
+    progress: &mut impl FnMut(&str),
+) -> Result<(Row, crate::noise::Load), String> {
+    let mut live = Live::start(config, sweep, tag, progress)?;
+    let pids: Vec<u32> = live.cluster.children.iter().map(|(c, _)| c.id()).collect();
+    let probe = crate::noise::MachineProbe::start(&pids);
+    live.measure("lightp99", sweep.start_rps, false, progress);
+    let load = probe.stop();
+    let row = live.rows.pop().ok_or("the light-load point measured nothing")?;
+    progress(&format!(
+        "    other load over the point: {:.3} cores{}",
+        load.foreign_cores.unwrap_or(0.0),
+        if load.contended() { " (contended)" } else { "" }
+    ));
+    Ok((row, load))
+}
+
+/// Replication's light-load latency overhead measured as issue 12 asks of
+/// a compared pair: the unreplicated server's light-load point and the
+/// 3-replica group's, each on a fresh cluster, interleaved (`rounds`
+/// rounds, at least 3), a point during which other processes took the CPU
+/// retried and, if still contended, left out. Returns the p99 and the p50
+/// comparisons; their `difference` (3 replicas − unreplicated per clean
+/// round, median [min–max]) is the overhead. A point that does not keep
+/// up has no value (it enters no figure). Handlers (1 µs) on the network
+/// thread; `busy`: servers and client busy-polling.
+fn light_overhead(
+    sweep: &Sweep<'_>,
+    busy: bool,
+    rounds: usize,
+    rows: &mut Vec<Row>,
+    progress: &mut impl FnMut(&str),
+) -> Result<Vec<crate::noise::Comparison>, String> {
+    use crate::noise::{Comparison, Retry, interleave};
+    let unrepl = Config { busy, ..Config::new(false, 1, 1, false, false) };
+    let repl = Config { busy, ..Config::new(true, 3, 1, false, false) };
+    let mode = if busy { "busy-polling" } else { "parked when idle" };
+    progress(&format!(
+        "lightp99 ({mode}): unreplicated and 3 replicas at {:.0} requests/s, {LIGHT_SAMPLES} requests each, interleaved, {rounds} rounds",
+        sweep.start_rps
+    ));
+    let retry = Retry { attempts: 2, pause: Duration::from_millis(500) };
+    let n = std::cell::Cell::new(0u32);
+    let tag = |side: &str| {
+        n.set(n.get() + 1);
+        format!("lp{}{side}-{}", u8::from(busy), n.get())
+    };
+    let progress = std::cell::RefCell::new(progress);
+    // Every point measured, retries included, goes to the report's rows.
+    let measured = std::cell::RefCell::new(rows);
+    let light = |config: &Config, side: &str| {
+        let (row, load) = light_of(config, sweep, &tag(side), &mut *progress.borrow_mut())?;
+        measured.borrow_mut().push(row.clone());
+        Ok((row, load))
+    };
+    let rounds = interleave(rounds, retry, || light(&unrepl, "u"), || light(&repl, "r"))?;
+    let mut out = Vec::new();
+    for (name, pick) in
+        [("p99", (|r: &Row| r.latency_ns_p99) as fn(&Row) -> u64), ("p50", |r: &Row| r.latency_ns_p50)]
+    {
+        let c = Comparison::of(
+            &format!(
+                "light-load {name} at {:.0}/s, 1 µs handler on the network thread, {mode}: 3 replicas / unreplicated",
+                sweep.start_rps
+            ),
+            "µs",
+            ("unreplicated", "3 replicas"),
+            &rounds,
+            |r: &Row| r.keeps_up.then(|| pick(r) as f64 / 1e3),
+        );
+        (progress.borrow_mut())(&format!(
+            "{} (overhead {})",
+            c.line(|v| format!("{v:.1} µs")),
+            c.difference.map_or("-".into(), |d| d.show(|v| format!("{v:+.1} µs")))
+        ));
+        out.push(c);
+    }
+    Ok(out)
+}
+
 // ---------------------------------------------------------------------------
 // Summaries
 
@@ -902,9 +997,12 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         refine: args.refine.unwrap_or(if q { 1 } else { 3 }),
     };
     // The busy figure reads its light-load p50 against the round trip at
-    // the light load's own spacing too (1,000 pings: 2 s at 500/s).
-    let udp_round_trip_light_ns = if want("busy") {
-        crate::limits::udp_round_trip(1_000, 64, crate::limits::Spacing::Poisson(sweep.start_rps))
+    // the light load's own spacing too (1,000 pings: 2 s at 500/s); the
+    // lightp99 figure its p99s (as many pings as its points' requests).
+    let lightp99 = args.figures.iter().any(|x| x == "lightp99");
+    let udp_round_trip_light_ns = if want("busy") || lightp99 {
+        let pings = if lightp99 { LIGHT_SAMPLES as u64 } else { 1_000 };
+        crate::limits::udp_round_trip(pings, 64, crate::limits::Spacing::Poisson(sweep.start_rps))
             .ok()
             .map(|(p50, p99, _)| (p50, p99))
     } else {
@@ -1053,13 +1151,25 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     }
     let mut peak_losses = Vec::new();
     if args.figures.iter().any(|x| x == "peakloss") {
-        for mode in &args.peakloss_modes {
+        for mode in &args.modes {
             let busy = match mode.as_str() {
                 "parked" => false,
                 "busy" => true,
-                other => return Err(format!("--peakloss-modes: `{other}` is neither parked nor busy")),
+                other => return Err(format!("--modes: `{other}` is neither parked nor busy")),
             };
             peak_losses.push(peak_loss(&sweep, busy, if q { 3 } else { 5 }, &mut progress)?);
+        }
+    }
+    let mut light_overheads = Vec::new();
+    if lightp99 {
+        for mode in &args.modes {
+            let busy = match mode.as_str() {
+                "parked" => false,
+                "busy" => true,
+                other => return Err(format!("--modes: `{other}` is neither parked nor busy")),
+            };
+            let rounds = if q { 3 } else { 5 };
+            light_overheads.extend(light_overhead(&sweep, busy, rounds, &mut rows, &mut progress)?);
         }
     }
     let leader_cost = if args.figures.iter().any(|x| x == "leadercost") {
@@ -1070,6 +1180,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
     let report = Report {
         auth_cost,
         peak_loss: peak_losses,
+        light_overhead: light_overheads,
         leader_cost,
         udp_round_trip_ns,
         udp_round_trip_light_ns,

@@ -59,7 +59,8 @@ pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
         );
     }
     write(&out.join("r3p2.csv"), &csv)?;
-    let comparisons: Vec<_> = report.peak_loss.iter().chain(&report.leader_cost).cloned().collect();
+    let comparisons: Vec<_> =
+        report.peak_loss.iter().chain(&report.light_overhead).chain(&report.leader_cost).cloned().collect();
     if !comparisons.is_empty() {
         write(&out.join("comparisons.csv"), &crate::noise::comparisons_csv(&comparisons))?;
     }
@@ -247,6 +248,18 @@ pub fn print_table(report: &Report) {
         println!("\nPeak loss, interleaved (each side a fresh cluster per round; median [min–max]):");
         for c in &report.peak_loss {
             println!("  {}", c.line(|v| format!("{:.1}k/s", v / 1e3)));
+        }
+    }
+    if !report.light_overhead.is_empty() {
+        println!(
+            "\nReplication's light-load overhead, interleaved (each side a fresh cluster per round; overhead: 3 replicas − unreplicated per clean round, median [min–max]):"
+        );
+        for c in &report.light_overhead {
+            println!(
+                "  {} (overhead {})",
+                c.line(|v| format!("{v:.1} µs")),
+                c.difference.map_or("-".into(), |d| d.show(|v| format!("{v:+.1} µs")))
+            );
         }
     }
     if !report.leader_cost.is_empty() {

@@ -321,7 +321,7 @@ pub struct Measurement {
 impl Measurement {
     /// What the window got from the machine.
     pub fn load(&self) -> Load {
-        Load { cpu_cores: self.cpu_cores, runqueue_wait_cores: self.runqueue_wait_cores }
+        Load { cpu_cores: self.cpu_cores, runqueue_wait_cores: self.runqueue_wait_cores, foreign_cores: None }
     }
 }
 

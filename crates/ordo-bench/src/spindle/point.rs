@@ -268,7 +268,7 @@ pub fn run_point(p: &Point, plan: Plan, cluster: &str) -> Result<Measurement, St
     std::thread::sleep(plan.duration);
     let t1 = monotonic_ns();
     end_ns.store(t1, Ordering::Release);
-    let crate::noise::Load { cpu_cores, runqueue_wait_cores } = probe.stop();
+    let crate::noise::Load { cpu_cores, runqueue_wait_cores, .. } = probe.stop();
     let window_s = (t1 - t0) as f64 / 1e9;
     sending.store(false, Ordering::Release);
     // Drain: every member delivers every message sent.
