@@ -15,7 +15,7 @@ use crate::disk::FsDisk;
 use crate::kv::KvService;
 use crate::raft::{RaftOptions, RaftReplication, RaftStatus};
 use crate::replication::Replication;
-use crate::server::{Handler, HandlerMode, Responder, ResponseHandle, Server, ServerConfig};
+use crate::server::{Handler, HandlerMode, Responder, ResponseHandle, SERVER_IDLE, Server, ServerConfig};
 use ordo_agent::IdleStrategy;
 use ordo_raft::storage::{Disk, MemDisk};
 use std::io;
@@ -146,7 +146,7 @@ impl NodeOptions {
             mode: HandlerMode::Workers(1),
             service: ServiceKind::Kv,
             snapshot_interval: 10_000,
-            idle: IdleStrategy::DEFAULT,
+            idle: SERVER_IDLE,
             initial_voters: None,
             auth: crate::auth::AuthConfig::default(),
             busy_poll_us: None,
@@ -164,8 +164,11 @@ impl NodeOptions {
 /// core the leader needs for the next step: parked light-load p50 went
 /// from ~210 µs (the default's 200 spins) to ~75 µs (10 spins) and ~71 µs
 /// (none); never parking, 36 → 30 µs from 10 spins to none (BENCHMARKS.md,
-/// twelfth session). A UDP server's idle turn is a system call, not a
-/// cache-line read, so its spins buy little.
+/// twelfth session). Fewer yields than [`SERVER_IDLE`]'s 250: an idle
+/// replica that yields is still runnable, and takes turns on the shared
+/// cores from the one that works (250 yields gained light-load latency,
+/// 85 → 61 µs, but under a datagram flood the working replica fell behind
+/// its socket; fifteenth session).
 pub const CROWDED_IDLE: IdleStrategy = match IdleStrategy::HAND_OFF {
     IdleStrategy::BackoffPark { yields, park_min, park_max, .. } => {
         IdleStrategy::BackoffPark { spins: 0, yields, park_min, park_max }
@@ -193,9 +196,9 @@ impl NodeOptions {
 
     /// The idle strategy for this host: [`CROWDED_IDLE`] where the
     /// replicas' threads on it ([`Self::threads_on_host`]) outnumber its
-    /// CPUs, else [`IdleStrategy::DEFAULT`].
+    /// CPUs, else [`SERVER_IDLE`].
     pub fn idle_for_host(&self) -> IdleStrategy {
-        if IdleStrategy::crowded(self.threads_on_host()) { CROWDED_IDLE } else { IdleStrategy::DEFAULT }
+        if IdleStrategy::crowded(self.threads_on_host()) { CROWDED_IDLE } else { SERVER_IDLE }
     }
 }
 
@@ -371,6 +374,10 @@ mod tests {
             ..NodeOptions::new(0, addrs(&["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"]), None)
         };
         assert_eq!(alone.threads_on_host(), 1);
-        assert_eq!(alone.idle_for_host(), IdleStrategy::DEFAULT, "one thread never outnumbers the CPUs");
+        assert_eq!(alone.idle_for_host(), SERVER_IDLE, "one thread never outnumbers the CPUs");
+        assert!(
+            matches!(SERVER_IDLE, IdleStrategy::BackoffPark { spins: 0, yields: 250, .. }),
+            "a server never spins against the thread its answer woke"
+        );
     }
 }

@@ -65,6 +65,24 @@ pub enum HandlerMode {
     Workers(usize),
 }
 
+/// A server's network-thread idle strategy where it has the cores to
+/// itself (the default of [`ServerConfig::idle`] and of `ordo r3p2 serve`): yield
+/// at the first idle turn, 250 times, then park (from 20 µs, doubling to
+/// 1 ms). A UDP server's idle turn is a system call (`recvmmsg`), not a
+/// cache-line read, so a spin buys little over a yield; and a spin holds
+/// the core against the thread the server's answer just woke, which the
+/// kernel often places on the waker's CPU (a sync wake-up; on a VM whose
+/// halted vCPUs read as preempted, always). With the unreplicated server
+/// spinning 200 turns before its yields (the agents' default), a parked
+/// client's light-load p50 on 2 vCPUs was 46-67 µs; yielding at once, 31
+/// µs (BENCHMARKS.md, fifteenth session).
+pub const SERVER_IDLE: IdleStrategy = IdleStrategy::BackoffPark {
+    spins: 0,
+    yields: 250,
+    park_min: std::time::Duration::from_micros(20),
+    park_max: std::time::Duration::from_millis(1),
+};
+
 /// Server configuration; every field has a default.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -72,7 +90,7 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// Where handlers run.
     pub handler_mode: HandlerMode,
-    /// Idle strategy of the network thread.
+    /// Idle strategy of the network thread (default [`SERVER_IDLE`]).
     pub idle: IdleStrategy,
     /// Idle strategy of worker threads (parking on the worker's doorbell).
     pub worker_idle: IdleStrategy,
@@ -135,7 +153,7 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             handler_mode: HandlerMode::Workers(1),
-            idle: IdleStrategy::DEFAULT,
+            idle: SERVER_IDLE,
             worker_idle: IdleStrategy::DEFAULT,
             mtu_payload: 1400,
             reassembly: ReassemblyConfig::default(),

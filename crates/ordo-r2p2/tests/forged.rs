@@ -292,13 +292,23 @@ fn a_fragment_flood_from_one_socket_holds_only_its_budget_while_the_cluster_serv
             .expect("the cluster serves")
     };
     put(&mut client, "before");
-    // 1,333 never-finished "packet 0 of 1024" requests per replica, from one socket.
+    // 1,333 never-finished "packet 0 of 1024" requests per replica, from one
+    // socket, in bursts of 100 that each wait until the replica has read the
+    // one before: on a machine whose cores the test shares, a burst faster
+    // than the replica drains its socket would be dropped by the kernel
+    // (the server never sees those, so no budget of its counts them).
     let flooder = UdpSocket::bind("127.0.0.1:0").unwrap();
     let budget = ordo_r2p2::ReassemblyConfig::default().max_partials_per_source as u64;
     for (i, to) in peers.iter().enumerate() {
+        let received = || nodes[i].server().stats().datagrams_received;
+        let mut floor = received();
         for request_id in 0..1333u32 {
             let d = datagram(MessageType::Request, Policy::LbRoute, 0, 1024, (7, request_id), &[0xAB; 1000]);
             flooder.send_to(&d, to).unwrap();
+            if request_id % 100 == 99 {
+                floor += 100;
+                wait_for("the replica to read the burst", || received() >= floor);
+            }
             if request_id % 200 == 0 {
                 put(&mut client, &format!("during {i} {request_id}"));
             }
