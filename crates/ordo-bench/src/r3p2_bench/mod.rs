@@ -656,9 +656,12 @@ fn curves(
 /// The peak of one configuration, found on a fresh cluster: the offered
 /// rate doubles from `start` until the configuration no longer keeps up,
 /// then `refine` (at least 3) bisection steps between the highest rate
-/// under the peak bound and the next rate above it that was not. Returns the highest achieved
-/// rate under the bound, and the load of the client and every server
-/// process over the whole search ([`crate::noise::GroupProbe`]).
+/// under the peak bound and the next rate above it that was not. Returns
+/// the highest achieved rate under the bound, and the load of the client
+/// and every server process over the whole search, with what the rest of
+/// the machine took ([`crate::noise::MachineProbe`]: where the replicas
+/// outnumber the cores they wait on each other by design, so only other
+/// load makes a search contended).
 fn peak_of(
     config: &Config,
     sweep: &Sweep<'_>,
@@ -668,7 +671,7 @@ fn peak_of(
     let bound = sweep.args.peak_p99_us;
     let mut live = Live::start(config, sweep, tag, progress)?;
     let pids: Vec<u32> = live.cluster.children.iter().map(|(c, _)| c.id()).collect();
-    let probe = crate::noise::GroupProbe::start(&pids);
+    let probe = crate::noise::MachineProbe::start(&pids);
     // Up the doubling grid until the configuration no longer keeps up (as
     // `curves` does): a point over the bound below the peak (one stall of
     // this machine) does not end the search.
@@ -694,8 +697,8 @@ fn peak_of(
 /// Replication's peak loss measured as issue 12 asks of a compared pair:
 /// the unreplicated server's peak and the 3-replica group's, each on a
 /// fresh cluster, interleaved (`rounds` rounds, at least 3), a search
-/// whose processes waited for the CPU retried and, if still contended,
-/// left out; the ratio (3 replicas / unreplicated) as median [min–max] of
+/// during which other processes took the CPU retried and, if still
+/// contended, left out; the ratio (3 replicas / unreplicated) as median [min–max] of
 /// the rounds. Handlers (1 µs) on the network thread; `busy`: servers and
 /// client busy-polling.
 fn peak_loss(
