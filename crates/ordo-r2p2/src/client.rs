@@ -59,7 +59,8 @@ pub struct ClientConfig {
     pub reassembly: ReassemblyConfig,
     /// Most outstanding requests.
     pub max_in_flight: usize,
-    /// How [`Client::call`] / [`Client::wait`] idle (parking = blocking poll).
+    /// How [`Client::call`] / [`Client::wait`] idle (parking = blocking
+    /// poll); default [`SOCKET_IDLE`](crate::SOCKET_IDLE).
     pub idle: IdleStrategy,
     /// SO_RCVBUF / SO_SNDBUF to ask for; `None` keeps the OS default.
     pub socket_buffer_bytes: Option<usize>,
@@ -87,7 +88,7 @@ impl ClientConfig {
             mtu_payload: 1400,
             reassembly: ReassemblyConfig::default(),
             max_in_flight: 4096,
-            idle: IdleStrategy::DEFAULT,
+            idle: crate::server::SOCKET_IDLE,
             socket_buffer_bytes: Some(4 << 20),
             secret: None,
             admin_secret: None,

@@ -83,7 +83,7 @@ pub use raft::{RaftOptions, RaftReplication, RaftStatus};
 pub use reassembly::{Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use replication::{ClientRef, ReplicatedRequest, Replication, ReplicationAction, ReplicationOutput};
 pub use server::{
-    FnHandler, Handler, HandlerMode, Job, Outgoing, RemoteResponder, Responder, ResponseHandle, SERVER_IDLE,
+    FnHandler, Handler, HandlerMode, Job, Outgoing, RemoteResponder, Responder, ResponseHandle, SOCKET_IDLE,
     Server, ServerConfig, SimpleHandler, handler_fn, pin_current_thread, simple,
 };
 pub use stats::Stats;

@@ -15,7 +15,7 @@ use crate::disk::FsDisk;
 use crate::kv::KvService;
 use crate::raft::{RaftOptions, RaftReplication, RaftStatus};
 use crate::replication::Replication;
-use crate::server::{Handler, HandlerMode, Responder, ResponseHandle, SERVER_IDLE, Server, ServerConfig};
+use crate::server::{Handler, HandlerMode, Responder, ResponseHandle, SOCKET_IDLE, Server, ServerConfig};
 use ordo_agent::IdleStrategy;
 use ordo_raft::storage::{Disk, MemDisk};
 use std::io;
@@ -146,7 +146,7 @@ impl NodeOptions {
             mode: HandlerMode::Workers(1),
             service: ServiceKind::Kv,
             snapshot_interval: 10_000,
-            idle: SERVER_IDLE,
+            idle: SOCKET_IDLE,
             initial_voters: None,
             auth: crate::auth::AuthConfig::default(),
             busy_poll_us: None,
@@ -164,7 +164,7 @@ impl NodeOptions {
 /// core the leader needs for the next step: parked light-load p50 went
 /// from ~210 µs (the default's 200 spins) to ~75 µs (10 spins) and ~71 µs
 /// (none); never parking, 36 → 30 µs from 10 spins to none (BENCHMARKS.md,
-/// twelfth session). Fewer yields than [`SERVER_IDLE`]'s 250: an idle
+/// twelfth session). Fewer yields than [`SOCKET_IDLE`]'s 250: an idle
 /// replica that yields is still runnable, and takes turns on the shared
 /// cores from the one that works (250 yields gained light-load latency,
 /// 85 → 61 µs, but under a datagram flood the working replica fell behind
@@ -196,9 +196,9 @@ impl NodeOptions {
 
     /// The idle strategy for this host: [`CROWDED_IDLE`] where the
     /// replicas' threads on it ([`Self::threads_on_host`]) outnumber its
-    /// CPUs, else [`SERVER_IDLE`].
+    /// CPUs, else [`SOCKET_IDLE`].
     pub fn idle_for_host(&self) -> IdleStrategy {
-        if IdleStrategy::crowded(self.threads_on_host()) { CROWDED_IDLE } else { SERVER_IDLE }
+        if IdleStrategy::crowded(self.threads_on_host()) { CROWDED_IDLE } else { SOCKET_IDLE }
     }
 }
 
@@ -374,9 +374,9 @@ mod tests {
             ..NodeOptions::new(0, addrs(&["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"]), None)
         };
         assert_eq!(alone.threads_on_host(), 1);
-        assert_eq!(alone.idle_for_host(), SERVER_IDLE, "one thread never outnumbers the CPUs");
+        assert_eq!(alone.idle_for_host(), SOCKET_IDLE, "one thread never outnumbers the CPUs");
         assert!(
-            matches!(SERVER_IDLE, IdleStrategy::BackoffPark { spins: 0, yields: 250, .. }),
+            matches!(SOCKET_IDLE, IdleStrategy::BackoffPark { spins: 0, yields: 250, .. }),
             "a server never spins against the thread its answer woke"
         );
     }

@@ -65,18 +65,21 @@ pub enum HandlerMode {
     Workers(usize),
 }
 
-/// A server's network-thread idle strategy where it has the cores to
-/// itself (the default of [`ServerConfig::idle`] and of `ordo r3p2 serve`): yield
-/// at the first idle turn, 250 times, then park (from 20 µs, doubling to
-/// 1 ms). A UDP server's idle turn is a system call (`recvmmsg`), not a
+/// The idle strategy of a thread that polls a UDP socket where it has the
+/// cores to itself: a server's network thread ([`ServerConfig::idle`],
+/// `ordo r3p2 serve`) and a [`Client`](crate::Client) waiting for its
+/// answer ([`ClientConfig::idle`](crate::ClientConfig::idle)). Yield at
+/// the first idle turn, 250 times, then park (from 20 µs, doubling to 1
+/// ms). Such a thread's idle turn is a system call (`recvmmsg`), not a
 /// cache-line read, so a spin buys little over a yield; and a spin holds
-/// the core against the thread the server's answer just woke, which the
-/// kernel often places on the waker's CPU (a sync wake-up; on a VM whose
-/// halted vCPUs read as preempted, always). With the unreplicated server
-/// spinning 200 turns before its yields (the agents' default), a parked
-/// client's light-load p50 on 2 vCPUs was 46-67 µs; yielding at once, 31
-/// µs (BENCHMARKS.md, fifteenth session).
-pub const SERVER_IDLE: IdleStrategy = IdleStrategy::BackoffPark {
+/// the core against the thread its datagram just woke, which the kernel
+/// often places on the waker's CPU (a sync wake-up; on a VM whose halted
+/// vCPUs read as preempted, always). `Client::call` against a server in
+/// the same process, 500 calls/s on 2 vCPUs (BENCHMARKS.md, fifteenth
+/// session): p50 120.6 µs with both spinning 200 turns first (the agents'
+/// default), 63.6 µs with only the server yielding at once, 17.8 µs with
+/// both.
+pub const SOCKET_IDLE: IdleStrategy = IdleStrategy::BackoffPark {
     spins: 0,
     yields: 250,
     park_min: std::time::Duration::from_micros(20),
@@ -90,7 +93,7 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// Where handlers run.
     pub handler_mode: HandlerMode,
-    /// Idle strategy of the network thread (default [`SERVER_IDLE`]).
+    /// Idle strategy of the network thread (default [`SOCKET_IDLE`]).
     pub idle: IdleStrategy,
     /// Idle strategy of worker threads (parking on the worker's doorbell).
     pub worker_idle: IdleStrategy,
@@ -153,7 +156,7 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             handler_mode: HandlerMode::Workers(1),
-            idle: SERVER_IDLE,
+            idle: SOCKET_IDLE,
             worker_idle: IdleStrategy::DEFAULT,
             mtu_payload: 1400,
             reassembly: ReassemblyConfig::default(),

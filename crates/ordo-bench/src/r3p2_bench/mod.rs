@@ -99,7 +99,9 @@ pub struct BenchArgs {
     /// unreplicated server's, each searched on a fresh cluster,
     /// interleaved, parked and busy-polling; `lightp99` (only when named)
     /// replication's light-load p99 and p50 overhead, each side's point on
-    /// a fresh cluster, interleaved, parked and busy-polling; `leadercost` (only when
+    /// a fresh cluster, interleaved, parked and busy-polling; `calls` (only
+    /// when named) blocking `Client::call` latency at light load, the
+    /// client's idle strategy spinning first against yielding first; `leadercost` (only when
     /// named) the network thread's work per request, leader of 3 against
     /// the unreplicated server, on one thread in memory.
     #[arg(long, value_delimiter = ',')]
@@ -424,6 +426,9 @@ pub struct Report {
     /// group and of the unreplicated server, interleaved on fresh clusters;
     /// each comparison's `difference` is replication's overhead, µs.
     pub light_overhead: Vec<crate::noise::Comparison>,
+    /// The "calls" figure: blocking `Client::call` latency at light load,
+    /// the client yielding first (its default) against spinning first.
+    pub calls: Vec<crate::noise::Comparison>,
     /// The "leadercost" figure: the network thread's work per request, the
     /// leader of 3 against the unreplicated server, in memory
     /// ([`leader`]), per requests-per-turn batch.
@@ -828,6 +833,90 @@ fn light_overhead(
     Ok(out)
 }
 
+/// Calls one sample of the `calls` figure makes.
+const CALLS: usize = 1000;
+
+/// One sample of the `calls` figure: [`CALLS`] blocking `Client::call`s
+/// from a fresh client whose idle strategy is `idle`, a Poisson-spaced
+/// sleep (at `rate`/s) before each, against `servers`; each call's latency
+/// from its send to its result, ns (p50, p99), with what the rest of the
+/// machine took meanwhile ([`crate::noise::MachineProbe`]).
+fn call_sample(
+    servers: &[std::net::SocketAddr],
+    pids: &[u32],
+    policy: Policy,
+    idle: ordo_runtime::IdleStrategy,
+    rate: f64,
+    seed: u64,
+) -> Result<((f64, f64), crate::noise::Load), String> {
+    let mut config = ordo_r2p2::ClientConfig::new(servers.to_vec());
+    config.client_id = Some(0xCA11_0000_0000 + seed);
+    config.idle = idle;
+    let mut client = Client::new(config).map_err(|e| format!("client: {e}"))?;
+    wait_ready(std::slice::from_mut(&mut client), policy)?;
+    let probe = crate::noise::MachineProbe::start(pids);
+    let mut latency = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
+    let mut rng = Rng::new(seed);
+    for i in 0..CALLS as u64 {
+        std::thread::sleep(Duration::from_nanos(rng.poisson_gap_ns(rate) as u64));
+        let sent = Instant::now();
+        client.call(policy, &i.to_le_bytes()).map_err(|e| format!("call {i}: {e}"))?;
+        let _ = latency.record(sent.elapsed().as_nanos() as u64);
+    }
+    let q = |p: f64| latency.value_at_quantile(p) as f64;
+    Ok(((q(0.5), q(0.99)), probe.stop()))
+}
+
+/// The `calls` figure: what a program calling the servers with the
+/// blocking `Client::call`, one call at a time, sees at light load, with
+/// the client's idle strategy the agents' default (spin 200 turns, yield
+/// 50, park) and `ordo_r2p2::SOCKET_IDLE` (yield 250, park: the client's
+/// default), interleaved on one cluster per configuration (the
+/// unreplicated server; 3 replicas), `rounds` rounds. The servers idle as
+/// `ordo r3p2 serve` chooses (or `--server-idle`).
+fn call_latency(
+    sweep: &Sweep<'_>,
+    rounds: usize,
+    progress: &mut impl FnMut(&str),
+) -> Result<Vec<crate::noise::Comparison>, String> {
+    use crate::noise::{Comparison, Retry, interleave};
+    let rate = sweep.start_rps;
+    let mut out = Vec::new();
+    for config in [Config::new(false, 1, 1, false, false), Config::new(true, 3, 1, false, false)] {
+        let name = config.label();
+        progress(&format!(
+            "calls: {name}, {CALLS} blocking calls at {rate:.0}/s, the client spinning first / yielding first, {rounds} rounds"
+        ));
+        let live = Live::start(&config, sweep, &format!("calls-{name}"), progress)?;
+        let pids: Vec<u32> = live.cluster.children.iter().map(|(c, _)| c.id()).collect();
+        let servers = live.cluster.servers.clone();
+        let seed = std::cell::Cell::new(0u64);
+        let sample = |idle| {
+            seed.set(seed.get() + 1);
+            call_sample(&servers, &pids, live.policy, idle, rate, seed.get())
+        };
+        let retry = Retry { attempts: 2, pause: Duration::from_millis(500) };
+        let samples = interleave(
+            rounds,
+            retry,
+            || sample(ordo_runtime::IdleStrategy::DEFAULT),
+            || sample(ordo_r2p2::SOCKET_IDLE),
+        )?;
+        for (q, pick) in [("p50", (|v: &(f64, f64)| v.0) as fn(&(f64, f64)) -> f64), ("p99", |v| v.1)] {
+            let c = Comparison::of(
+                &format!("Client::call {q} at {rate:.0}/s, {name}: yielding first / spinning first"),
+                "µs",
+                ("spin 200, yield 50, park", "yield 250, park"),
+                &samples,
+                |v| Some(pick(v) / 1e3),
+            );
+            progress(&format!("  {}", c.line(|v| format!("{v:.1} µs"))));
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
 // ---------------------------------------------------------------------------
 // Summaries
 
@@ -1175,6 +1264,11 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             light_overheads.extend(light_overhead(&sweep, busy, rounds, &mut rows, &mut progress)?);
         }
     }
+    let calls = if args.figures.iter().any(|x| x == "calls") {
+        call_latency(&sweep, if q { 3 } else { 5 }, &mut progress)?
+    } else {
+        Vec::new()
+    };
     let leader_cost = if args.figures.iter().any(|x| x == "leadercost") {
         leader::leader_cost(q, &mut progress)?
     } else {
@@ -1184,6 +1278,7 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         auth_cost,
         peak_loss: peak_losses,
         light_overhead: light_overheads,
+        calls,
         leader_cost,
         udp_round_trip_ns,
         udp_round_trip_light_ns,

@@ -59,8 +59,14 @@ pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
         );
     }
     write(&out.join("r3p2.csv"), &csv)?;
-    let comparisons: Vec<_> =
-        report.peak_loss.iter().chain(&report.light_overhead).chain(&report.leader_cost).cloned().collect();
+    let comparisons: Vec<_> = report
+        .peak_loss
+        .iter()
+        .chain(&report.light_overhead)
+        .chain(&report.calls)
+        .chain(&report.leader_cost)
+        .cloned()
+        .collect();
     if !comparisons.is_empty() {
         write(&out.join("comparisons.csv"), &crate::noise::comparisons_csv(&comparisons))?;
     }
@@ -260,6 +266,14 @@ pub fn print_table(report: &Report) {
                 c.line(|v| format!("{v:.1} µs")),
                 c.difference.map_or("-".into(), |d| d.show(|v| format!("{v:+.1} µs")))
             );
+        }
+    }
+    if !report.calls.is_empty() {
+        println!(
+            "\nBlocking Client::call at light load, the client's idle strategy, interleaved (median [min–max]):"
+        );
+        for c in &report.calls {
+            println!("  {}", c.line(|v| format!("{v:.1} µs")));
         }
     }
     if !report.leader_cost.is_empty() {
