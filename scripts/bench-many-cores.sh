@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 12's multi-core figures in one go (used on the lent 16-core machine):
-# Acuerdo vs vsync at window 1, R3P2's light load (busy and parked) and the
-# interleaved peak loss. Usage: scripts/bench-many-cores.sh [ORDO] [OUT]
+# Acuerdo vs vsync at window 1, R3P2's light load (busy and parked: each
+# side on fresh clusters, interleaved; replication's p50 and p99 overhead)
+# and the interleaved peak loss. Usage: scripts/bench-many-cores.sh [ORDO] [OUT]
 #   ORDO: the ordo binary (default: target/release/ordo)
 #   OUT:  where logs and JSON reports go (default: bench-results/many-cores)
 # Extra peak-loss variants: PEAKLOSS_ARGS="--modes parked --pin".
@@ -28,9 +29,9 @@ grep -E "→" "$OUT/ac3.log" | sort -u | cut -c1-330
 log "acuerdo window1, default threads"
 timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --out "$OUT/acuerdo" > "$OUT/ac.log" 2>&1; rc $?
 grep -E "→" "$OUT/ac.log" | sort -u | cut -c1-330
-log "r3p2 busy (light load, busy and parked)"
-timeout 150 "$ORDO" bench r3p2 --quick --figures busy --out "$OUT/busy" > "$OUT/busy.log" 2>&1; rc $?
-grep -vE "^ {4}" "$OUT/busy.log" | tail -22 | cut -c1-300
+log "r3p2 lightp99 (light load, busy and parked, interleaved)"
+timeout 150 "$ORDO" bench r3p2 --quick --figures lightp99 --out "$OUT/lightp99" > "$OUT/lp.log" 2>&1; rc $?
+grep -E "round trip|overhead" "$OUT/lp.log" | awk '!seen[$0]++' | cut -c1-400
 log "r3p2 peak loss"
 # shellcheck disable=SC2086
 timeout 270 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1; rc $?

@@ -488,6 +488,9 @@ fn ok_under(r: &Row, p99_bound_us: u64) -> bool {
     r.keeps_up && r.latency_ns_p99 <= p99_bound_us * 1000
 }
 
+/// Warm-up before a `lightp99` point, at least.
+const LIGHT_WARMUP: Duration = Duration::from_millis(500);
+
 /// Requests the busy figure's light-load point measures (its p99 is read
 /// as replication's overhead).
 const LIGHT_SAMPLES: usize = 3000;
@@ -756,6 +759,13 @@ fn light_of(
     tag: &str,
     progress: &mut impl FnMut(&str),
 ) -> Result<(Row, crate::noise::Load), String> {
+    // A fresh cluster's first few hundred ms are slower (its log and
+    // sessions grow, pages fault in): a p99 is read after at least
+    // LIGHT_WARMUP (busy, two runs each: replicated p99 253 µs median
+    // after `--quick`'s 100 ms, 217-218 µs after 500 ms).
+    let mut sweep = Sweep { ..*sweep };
+    sweep.timing.warmup = sweep.timing.warmup.max(LIGHT_WARMUP);
+    let sweep = &sweep;
     let mut live = Live::start(config, sweep, tag, progress)?;
     let pids: Vec<u32> = live.cluster.children.iter().map(|(c, _)| c.id()).collect();
     let probe = crate::noise::MachineProbe::start(&pids);
