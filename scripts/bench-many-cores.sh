@@ -31,7 +31,7 @@ timeout 60 "$ORDO" bench acuerdo --quick --figures window1 --out "$OUT/acuerdo" 
 grep -E "→" "$OUT/ac.log" | sort -u | cut -c1-330
 log "r3p2 lightp99 (light load, busy and parked, interleaved)"
 timeout 150 "$ORDO" bench r3p2 --quick --figures lightp99 --out "$OUT/lightp99" > "$OUT/lp.log" 2>&1; rc $?
-grep -E "round trip|overhead" "$OUT/lp.log" | awk '!seen[$0]++' | cut -c1-400
+grep -E "round trip|spaced|overhead" "$OUT/lp.log" | awk '!seen[$0]++' | cut -c1-400
 log "r3p2 peak loss"
 # shellcheck disable=SC2086
 timeout 270 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1; rc $?

@@ -68,15 +68,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     snapshot_interval: u64,
     /// Idle duty cycles the network thread and workers spin before
-    /// yielding (then parking); 0 gives the core up at once. Default: 200,
-    /// or 0 where the replicas' threads on this host (peers sharing this
-    /// server's IP) outnumber its CPUs.
+    /// yielding (then parking); 0 gives the core up at once. Default: 0
+    /// (`SOCKET_IDLE`; also where the replicas' threads on this host, peers
+    /// sharing this server's IP, outnumber its CPUs).
     #[arg(long)]
     idle_spins: Option<u32>,
     /// Idle duty cycles spent yielding after the spins, before parking.
-    /// Default: 50, or 100 where the replicas' threads outnumber the CPUs.
-    /// Either flag given: the default backoff (200 spins, 50 yields, parks
-    /// of 20 µs to 1 ms) with the values given.
+    /// Default: 250, or 100 where the replicas' threads outnumber the CPUs.
+    /// Either flag given: this host's default backoff with the values
+    /// given (the other keeps its default).
     #[arg(long)]
     idle_yields: Option<u32>,
     /// Voters of a brand-new cluster: the first N peers (default: all);
@@ -248,13 +248,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     opts.syscall_batching = !args.no_syscall_batching;
     opts.announce_commit = args.announce_commit;
     opts.auth = args.secrets.auth(if args.unreplicated { 1 } else { args.peers.len() })?;
-    // The host's choice (hand the core off where the replicas' threads
-    // outnumber the CPUs); spins or yields given: the default's backoff
+    // The host's choice (yield first; fewer yields where the replicas'
+    // threads outnumber the CPUs); spins or yields given: that backoff
     // with them.
     opts.idle = opts.idle_for_host();
     if (args.idle_spins.is_some() || args.idle_yields.is_some())
-        && let ordo_runtime::IdleStrategy::BackoffPark { spins, yields, park_min, park_max } =
-            ordo_runtime::IdleStrategy::DEFAULT
+        && let ordo_runtime::IdleStrategy::BackoffPark { spins, yields, park_min, park_max } = opts.idle
     {
         opts.idle = ordo_runtime::IdleStrategy::BackoffPark {
             spins: args.idle_spins.unwrap_or(spins),

@@ -411,19 +411,27 @@ impl Client {
     /// socket, to the microsecond (`ppoll`, where [`Client::wait`] parks
     /// in epoll, whose timeouts are whole milliseconds), then reads what
     /// came ([`Client::poll_responses`]); returns the results now ready to
-    /// take with [`Client::try_recv`]. A load generator waits like this
-    /// for an answer until its next request is due.
+    /// take with [`Client::try_recv`]. The wait also ends at the earliest
+    /// retransmission or timeout deadline of a request in flight, and early
+    /// on a signal. A load generator waits like this for an answer until
+    /// its next request is due.
     pub fn wait_precise(&mut self, max_wait: Duration) -> usize {
         use std::os::fd::AsRawFd;
         self.poll_responses();
-        if self.completed.is_empty() && !max_wait.is_zero() {
+        let mut wait = max_wait;
+        if let Some(deadline) = self.earliest_deadline {
+            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        if self.completed.is_empty() && !wait.is_zero() {
             let mut fd = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             let timeout = libc::timespec {
-                tv_sec: max_wait.as_secs() as libc::time_t,
-                tv_nsec: max_wait.subsec_nanos() as libc::c_long,
+                tv_sec: wait.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+                tv_nsec: wait.subsec_nanos() as libc::c_long,
             };
-            // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-            // An error (EINTR) or a timeout only ends the wait early.
+            // SAFETY: one valid pollfd, a valid timespec (tv_sec ≥ 0,
+            // tv_nsec < 1e9), no signal mask. It returns at the socket's
+            // readiness, the timeout or a signal (EINTR); each ends the
+            // wait, and what came is read below.
             unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) };
             self.poll_responses();
         }

@@ -167,8 +167,8 @@ impl NodeOptions {
 /// twelfth session). Fewer yields than [`SOCKET_IDLE`]'s 250: an idle
 /// replica that yields is still runnable, and takes turns on the shared
 /// cores from the one that works (250 yields gained light-load latency,
-/// 85 → 61 µs, but under a datagram flood the working replica fell behind
-/// its socket; fifteenth session).
+/// 85 → 60-64 µs p50, but under a datagram flood the working replica fell
+/// behind its socket; BENCHMARKS.md, fifteenth session).
 pub const CROWDED_IDLE: IdleStrategy = match IdleStrategy::HAND_OFF {
     IdleStrategy::BackoffPark { yields, park_min, park_max, .. } => {
         IdleStrategy::BackoffPark { spins: 0, yields, park_min, park_max }

@@ -74,11 +74,13 @@ pub enum HandlerMode {
 /// cache-line read, so a spin buys little over a yield; and a spin holds
 /// the core against the thread its datagram just woke, which the kernel
 /// often places on the waker's CPU (a sync wake-up; on a VM whose halted
-/// vCPUs read as preempted, always). `Client::call` against a server in
-/// the same process, 500 calls/s on 2 vCPUs (BENCHMARKS.md, fifteenth
-/// session): p50 120.6 µs with both spinning 200 turns first (the agents'
-/// default), 63.6 µs with only the server yielding at once, 17.8 µs with
-/// both.
+/// vCPUs read as preempted, always). `Client::call` against an
+/// unreplicated `ordo r3p2 serve`, 500 calls/s on 2 vCPUs (`ordo bench
+/// r3p2 --figures calls`, BENCHMARKS.md, fifteenth session): p50 123.9 µs
+/// with both spinning 200 turns first (the agents' default), 67.8 µs with
+/// only the server yielding at once, 21.1 µs with both. A node's workers
+/// take the same strategy (`NodeOptions::idle` covers both; not measured
+/// apart).
 pub const SOCKET_IDLE: IdleStrategy = IdleStrategy::BackoffPark {
     spins: 0,
     yields: 250,

@@ -293,10 +293,11 @@ fn a_fragment_flood_from_one_socket_holds_only_its_budget_while_the_cluster_serv
     };
     put(&mut client, "before");
     // 1,333 never-finished "packet 0 of 1024" requests per replica, from one
-    // socket, in bursts of 100 that each wait until the replica has read the
-    // one before: on a machine whose cores the test shares, a burst faster
-    // than the replica drains its socket would be dropped by the kernel
-    // (the server never sees those, so no budget of its counts them).
+    // socket, in bursts of 100, each after the replica's received count has
+    // grown by the one before (the cluster's own traffic moves that count
+    // too, a little): on a machine whose cores the test shares, a burst
+    // faster than the replica drains its socket would be dropped by the
+    // kernel, and the server never sees those, so no budget counts them.
     let flooder = UdpSocket::bind("127.0.0.1:0").unwrap();
     let budget = ordo_r2p2::ReassemblyConfig::default().max_partials_per_source as u64;
     for (i, to) in peers.iter().enumerate() {

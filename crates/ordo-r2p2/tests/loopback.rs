@@ -59,6 +59,17 @@ fn a_precise_wait_ends_with_the_answer_or_its_timeout() {
     assert_eq!(client.wait_precise(Duration::from_micros(1500)), 0);
     let waited = started.elapsed();
     assert!(waited >= Duration::from_micros(1500) && waited < Duration::from_millis(500), "{waited:?}");
+    // A request in flight to nobody: the wait ends at its deadline (its
+    // timeout, 200 ms here), not after the 10 s asked.
+    let nobody = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = ClientConfig::new(vec![nobody.local_addr().unwrap()]);
+    config.timeout = Duration::from_millis(200);
+    config.retries = 0;
+    let mut lonely = Client::new(config).unwrap();
+    lonely.send(Policy::FixedRoute, b"anyone?").expect("send");
+    let started = Instant::now();
+    lonely.wait_precise(Duration::from_secs(10));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     server.shutdown();
 }
 

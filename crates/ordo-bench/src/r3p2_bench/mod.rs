@@ -74,7 +74,7 @@ pub struct BenchArgs {
     pub quick: bool,
     /// Servers' idle spins and yields before parking (`ordo r3p2 serve
     /// --idle-spins/--idle-yields`), e.g. `0,0`. Default: each server's
-    /// own choice (200,50, or 0,100 where the replicas' threads outnumber
+    /// own choice (0,250, or 0,100 where the replicas' threads outnumber
     /// the cores).
     #[arg(long)]
     pub server_idle: Option<String>,
@@ -147,8 +147,9 @@ pub struct BenchArgs {
     /// Bisection steps per boundary (default 1 with --quick, 3 otherwise).
     #[arg(long)]
     pub refine: Option<u32>,
-    /// What a generator thread does when idle: spin, yield or sleep:<us>
-    /// (sleep at most that long at a time).
+    /// What a generator thread does when idle: spin, yield, park (block on
+    /// the socket until an answer or 200 µs before the next request, then
+    /// spin) or sleep:<us> (sleep at most that long at a time).
     #[arg(long, default_value = "yield")]
     pub client_idle: String,
     /// Client timeout (a request unanswered this long is an error), ms.
