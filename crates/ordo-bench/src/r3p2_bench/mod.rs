@@ -703,6 +703,15 @@ fn peak_of(
     Ok((peak, load))
 }
 
+/// The pair replication's cost is read on (`peakloss`, `lightp99`): the
+/// unreplicated server and 3 replicas, 1 µs handlers on the network
+/// thread, `busy`-polling or parked; and the mode in words.
+fn replication_pair(busy: bool) -> (Config, Config, &'static str) {
+    let unrepl = Config { busy, ..Config::new(false, 1, 1, false, false) };
+    let repl = Config { busy, ..Config::new(true, 3, 1, false, false) };
+    (unrepl, repl, if busy { "busy-polling" } else { "parked when idle" })
+}
+
 /// Replication's peak loss measured as issue 12 asks of a compared pair:
 /// the unreplicated server's peak and the 3-replica group's, each on a
 /// fresh cluster, interleaved (`rounds` rounds, at least 3), a search
@@ -717,9 +726,7 @@ fn peak_loss(
     progress: &mut impl FnMut(&str),
 ) -> Result<crate::noise::Comparison, String> {
     use crate::noise::{Comparison, Retry, interleave};
-    let unrepl = Config { busy, ..Config::new(false, 1, 1, false, false) };
-    let repl = Config { busy, ..Config::new(true, 3, 1, false, false) };
-    let mode = if busy { "busy-polling" } else { "parked when idle" };
+    let (unrepl, repl, mode) = replication_pair(busy);
     progress(&format!("peakloss ({mode}): unreplicated and 3 replicas interleaved, {rounds} rounds"));
     let retry = Retry { attempts: 2, pause: Duration::from_millis(500) };
     let n = std::cell::Cell::new(0u32);
@@ -798,9 +805,7 @@ fn light_overhead(
     progress: &mut impl FnMut(&str),
 ) -> Result<Vec<crate::noise::Comparison>, String> {
     use crate::noise::{Comparison, Retry, interleave};
-    let unrepl = Config { busy, ..Config::new(false, 1, 1, false, false) };
-    let repl = Config { busy, ..Config::new(true, 3, 1, false, false) };
-    let mode = if busy { "busy-polling" } else { "parked when idle" };
+    let (unrepl, repl, mode) = replication_pair(busy);
     progress(&format!(
         "lightp99 ({mode}): unreplicated and 3 replicas at {:.0} requests/s, {LIGHT_SAMPLES} requests each, interleaved, {rounds} rounds",
         sweep.start_rps
@@ -1062,6 +1067,16 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
         let _ = SERVER_IDLE.set(spins_yields);
     }
     let _ = PIN_PARKED.set(args.pin);
+    // `--modes`, checked before anything is measured: busy (true) or parked.
+    let busy_modes: Vec<bool> = args
+        .modes
+        .iter()
+        .map(|m| match m.as_str() {
+            "parked" => Ok(false),
+            "busy" => Ok(true),
+            other => Err(format!("--modes: `{other}` is neither parked nor busy")),
+        })
+        .collect::<Result<_, _>>()?;
     let started = Instant::now();
     let want = |f: &str| args.figures.is_empty() || args.figures.iter().any(|x| x == f);
     let arrivals = match args.arrivals.as_str() {
@@ -1252,31 +1267,21 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> Result<Report, S
             noauth_light_p99_ns: without.and_then(|s| s.light_latency_ns_p99),
         });
     }
+    let rounds = if q { 3 } else { 5 };
     let mut peak_losses = Vec::new();
     if args.figures.iter().any(|x| x == "peakloss") {
-        for mode in &args.modes {
-            let busy = match mode.as_str() {
-                "parked" => false,
-                "busy" => true,
-                other => return Err(format!("--modes: `{other}` is neither parked nor busy")),
-            };
-            peak_losses.push(peak_loss(&sweep, busy, if q { 3 } else { 5 }, &mut progress)?);
+        for &busy in &busy_modes {
+            peak_losses.push(peak_loss(&sweep, busy, rounds, &mut progress)?);
         }
     }
     let mut light_overheads = Vec::new();
     if lightp99 {
-        for mode in &args.modes {
-            let busy = match mode.as_str() {
-                "parked" => false,
-                "busy" => true,
-                other => return Err(format!("--modes: `{other}` is neither parked nor busy")),
-            };
-            let rounds = if q { 3 } else { 5 };
+        for &busy in &busy_modes {
             light_overheads.extend(light_overhead(&sweep, busy, rounds, &mut rows, &mut progress)?);
         }
     }
     let calls = if args.figures.iter().any(|x| x == "calls") {
-        call_latency(&sweep, if q { 3 } else { 5 }, &mut progress)?
+        call_latency(&sweep, rounds, &mut progress)?
     } else {
         Vec::new()
     };
