@@ -2,6 +2,7 @@
 # Issue 12's multi-core figures in one go (used on the lent 16-core machine):
 # Acuerdo vs vsync at window 1, R3P2's light load (busy and parked: each
 # side on fresh clusters, interleaved; replication's p50 and p99 overhead)
+# blocking Client::call latency with the client spinning or yielding first,
 # and the interleaved peak loss. Usage: scripts/bench-many-cores.sh [ORDO] [OUT]
 #   ORDO: the ordo binary (default: target/release/ordo)
 #   OUT:  where logs and JSON reports go (default: bench-results/many-cores)
@@ -32,8 +33,11 @@ grep -E "→" "$OUT/ac.log" | sort -u | cut -c1-330
 log "r3p2 lightp99 (light load, busy and parked, interleaved)"
 timeout 150 "$ORDO" bench r3p2 --quick --figures lightp99 --out "$OUT/lightp99" > "$OUT/lp.log" 2>&1; rc $?
 grep -E "round trip|spaced|overhead" "$OUT/lp.log" | awk '!seen[$0]++' | cut -c1-400
+log "r3p2 calls (blocking Client::call at light load, the client spinning or yielding first)"
+timeout 45 "$ORDO" bench r3p2 --quick --figures calls --out "$OUT/calls" > "$OUT/calls.log" 2>&1; rc $?
+grep -E "^  Client::call" "$OUT/calls.log" | awk '!seen[$0]++' | cut -c1-400
 log "r3p2 peak loss"
 # shellcheck disable=SC2086
-timeout 270 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1; rc $?
+timeout 225 "$ORDO" bench r3p2 --quick --figures peakloss ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1; rc $?
 grep -E "^  peak \(" "$OUT/pl.log" | awk '!seen[$0]++' | cut -c1-400
 log done
