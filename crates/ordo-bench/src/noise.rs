@@ -621,6 +621,15 @@ mod tests {
         assert_eq!(s.attempts, 1);
     }
 
+    /// Spins this thread for `d`.
+    fn spin_for(d: Duration) {
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < d {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
+
     /// Held by the tests that spin a child process: another test's child
     /// is foreign load to a machine probe.
     static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -630,11 +639,7 @@ mod tests {
         let _alone = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         // This process spinning is the group's own load...
         let p = MachineProbe::start(&[]);
-        let t = Instant::now();
-        let mut x = 0u64;
-        while t.elapsed() < Duration::from_millis(300) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
+        spin_for(Duration::from_millis(300));
         let own = p.stop();
         assert!(own.cpu_cores > 0.3, "{own:?}");
         // ...a child spinning outside the group is foreign.
@@ -684,11 +689,7 @@ mod tests {
     #[test]
     fn the_probe_sees_this_process_use_a_core() {
         let p = Probe::start();
-        let t = Instant::now();
-        let mut x = 0u64;
-        while t.elapsed() < Duration::from_millis(50) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
+        spin_for(Duration::from_millis(50));
         let l = p.stop();
         assert!(l.cpu_cores > 0.3, "a spinning thread used {l:?}");
     }

@@ -712,6 +712,20 @@ fn replication_pair(busy: bool) -> (Config, Config, &'static str) {
     (unrepl, repl, if busy { "busy-polling" } else { "parked when idle" })
 }
 
+/// How a pair's sample on a fresh cluster is retried while contended.
+const PAIR_RETRY: crate::noise::Retry =
+    crate::noise::Retry { attempts: 2, pause: Duration::from_millis(500) };
+
+/// Names for a pair's fresh clusters (their processes' tags):
+/// `{prefix}{busy}{side}-{n}`, `n` counting up.
+fn cluster_tags(prefix: &'static str, busy: bool) -> impl Fn(&str) -> String {
+    let n = std::cell::Cell::new(0u32);
+    move |side| {
+        n.set(n.get() + 1);
+        format!("{prefix}{}{side}-{}", u8::from(busy), n.get())
+    }
+}
+
 /// Replication's peak loss measured as issue 12 asks of a compared pair:
 /// the unreplicated server's peak and the 3-replica group's, each on a
 /// fresh cluster, interleaved (`rounds` rounds, at least 3), a search
@@ -725,20 +739,15 @@ fn peak_loss(
     rounds: usize,
     progress: &mut impl FnMut(&str),
 ) -> Result<crate::noise::Comparison, String> {
-    use crate::noise::{Comparison, Retry, interleave};
+    use crate::noise::{Comparison, interleave};
     let (unrepl, repl, mode) = replication_pair(busy);
     progress(&format!("peakloss ({mode}): unreplicated and 3 replicas interleaved, {rounds} rounds"));
-    let retry = Retry { attempts: 2, pause: Duration::from_millis(500) };
-    let n = std::cell::Cell::new(0u32);
-    let tag = |side: &str| {
-        n.set(n.get() + 1);
-        format!("pl{}{side}-{}", u8::from(busy), n.get())
-    };
+    let tag = cluster_tags("pl", busy);
     // Both closures need the progress sink; they run one at a time.
     let progress = std::cell::RefCell::new(progress);
     let rounds = interleave(
         rounds,
-        retry,
+        PAIR_RETRY,
         || peak_of(&unrepl, sweep, &tag("u"), &mut *progress.borrow_mut()),
         || peak_of(&repl, sweep, &tag("r"), &mut *progress.borrow_mut()),
     )?;
@@ -804,18 +813,13 @@ fn light_overhead(
     rows: &mut Vec<Row>,
     progress: &mut impl FnMut(&str),
 ) -> Result<Vec<crate::noise::Comparison>, String> {
-    use crate::noise::{Comparison, Retry, interleave};
+    use crate::noise::{Comparison, interleave};
     let (unrepl, repl, mode) = replication_pair(busy);
     progress(&format!(
         "lightp99 ({mode}): unreplicated and 3 replicas at {:.0} requests/s, {LIGHT_SAMPLES} requests each, interleaved, {rounds} rounds",
         sweep.start_rps
     ));
-    let retry = Retry { attempts: 2, pause: Duration::from_millis(500) };
-    let n = std::cell::Cell::new(0u32);
-    let tag = |side: &str| {
-        n.set(n.get() + 1);
-        format!("lp{}{side}-{}", u8::from(busy), n.get())
-    };
+    let tag = cluster_tags("lp", busy);
     let progress = std::cell::RefCell::new(progress);
     // Every point measured, retries included, goes to the report's rows.
     let measured = std::cell::RefCell::new(rows);
@@ -824,7 +828,7 @@ fn light_overhead(
         measured.borrow_mut().push(row.clone());
         Ok((row, load))
     };
-    let rounds = interleave(rounds, retry, || light(&unrepl, "u"), || light(&repl, "r"))?;
+    let rounds = interleave(rounds, PAIR_RETRY, || light(&unrepl, "u"), || light(&repl, "r"))?;
     let mut out = Vec::new();
     for (name, pick) in
         [("p99", (|r: &Row| r.latency_ns_p99) as fn(&Row) -> u64), ("p50", |r: &Row| r.latency_ns_p50)]
@@ -895,7 +899,7 @@ fn call_latency(
     rounds: usize,
     progress: &mut impl FnMut(&str),
 ) -> Result<Vec<crate::noise::Comparison>, String> {
-    use crate::noise::{Comparison, Retry, interleave};
+    use crate::noise::{Comparison, interleave};
     let rate = sweep.start_rps;
     let mut out = Vec::new();
     for config in [Config::new(false, 1, 1, false, false), Config::new(true, 3, 1, false, false)] {
@@ -911,10 +915,9 @@ fn call_latency(
             seed.set(seed.get() + 1);
             call_sample(&servers, &pids, live.policy, idle, rate, seed.get())
         };
-        let retry = Retry { attempts: 2, pause: Duration::from_millis(500) };
         let samples = interleave(
             rounds,
-            retry,
+            PAIR_RETRY,
             || sample(ordo_runtime::IdleStrategy::DEFAULT),
             || sample(ordo_r2p2::SOCKET_IDLE),
         )?;
