@@ -455,6 +455,15 @@ impl Comparison {
         Comparison::of(name, metric, (limit_name, subject), &rounds, |v| *v)
     }
 
+    /// [`line`](Self::line) followed by the per-round differences,
+    /// `({what} median [min–max])`, signed, in `f`'s unit (a latency
+    /// overhead, a leader's extra work).
+    pub fn line_with_difference(&self, what: &str, f: impl Fn(f64) -> String) -> String {
+        let signed = |v: f64| if v >= 0.0 { format!("+{}", f(v)) } else { f(v) };
+        let d = self.difference.map_or("-".to_string(), |d| d.show(signed));
+        format!("{} ({what} {d})", self.line(&f))
+    }
+
     /// One line: `name: subject / reference = ratio median [min–max] (…)`.
     pub fn line(&self, f: impl Fn(f64) -> String) -> String {
         let side = |s: &Option<Spread>| s.map_or("all contended".to_string(), |s| s.show(&f));
@@ -587,6 +596,8 @@ mod tests {
         let d = c.difference.unwrap();
         assert_eq!((d.median, d.min, d.max, d.n), (10.0, 10.0, 10.0, 2), "subject − reference, clean rounds");
         assert!(c.line(|v| format!("{v}")).contains("1 contended sample(s) left out"));
+        let with = c.line_with_difference("extra", |v| format!("{v}"));
+        assert!(with.ends_with("(extra +10 [+10–+10])"), "{with}");
     }
 
     #[test]

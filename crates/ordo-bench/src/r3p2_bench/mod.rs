@@ -843,11 +843,7 @@ fn light_overhead(
             &rounds,
             |r: &Row| r.keeps_up.then(|| pick(r) as f64 / 1e3),
         );
-        (progress.borrow_mut())(&format!(
-            "{} (overhead {})",
-            c.line(|v| format!("{v:.1} µs")),
-            c.difference.map_or("-".into(), |d| d.show(|v| format!("{v:+.1} µs")))
-        ));
+        (progress.borrow_mut())(&c.line_with_difference("overhead", |v| format!("{v:.1} µs")));
         out.push(c);
     }
     Ok(out)

@@ -261,11 +261,7 @@ pub fn print_table(report: &Report) {
             "\nReplication's light-load overhead, interleaved (each side a fresh cluster per round; overhead: 3 replicas − unreplicated per clean round, median [min–max]):"
         );
         for c in &report.light_overhead {
-            println!(
-                "  {} (overhead {})",
-                c.line(|v| format!("{v:.1} µs")),
-                c.difference.map_or("-".into(), |d| d.show(|v| format!("{v:+.1} µs")))
-            );
+            println!("  {}", c.line_with_difference("overhead", |v| format!("{v:.1} µs")));
         }
     }
     if !report.calls.is_empty() {
@@ -281,12 +277,7 @@ pub fn print_table(report: &Report) {
             "\nNetwork thread's work per request, in memory on one thread, no system calls (median [min–max]; the peak ratio a leader-bound group can reach is its inverse):"
         );
         for c in &report.leader_cost {
-            let extra = c.subject_spread.zip(c.reference_spread).map(|(s, r)| s.median - r.median);
-            println!(
-                "  {} (extra {})",
-                c.line(|v| format!("{v:.0} ns")),
-                extra.map_or("-".into(), |e| format!("{e:.0} ns"))
-            );
+            println!("  {}", c.line_with_difference("extra", |v| format!("{v:.0} ns")));
         }
     }
     let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:+.1}"));
