@@ -46,7 +46,7 @@
 use crate::node::{MembershipChange, Node, ProposeError, Ready};
 use crate::storage::{Disk, LogOptions, LogStore, StorageError};
 use crate::{Config, Entry, EntryKind, Index, Membership, Message, NodeId, Recovered, Snapshot};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 /// The replica's hash maps: a few ns a lookup where SipHash took ~20
 /// (seven lookups a request on the leader). Their keys are client-chosen
@@ -268,6 +268,61 @@ impl Session {
     }
 }
 
+/// The sessions in least-recently-used order *in log order*: each applied
+/// command appends `(index, client)`; an item is live while its session's
+/// last applied index is still `index`, stale once the client applied a
+/// later command or was evicted. Indexes grow, so the first live item is
+/// the session least recently used — the one a `BTreeMap` keyed by index
+/// would give first, with a push per command instead of an insert and a
+/// remove (two tree walks on every replica for every command).
+///
+/// Invariants: items are in increasing index order; every session has
+/// exactly one live item; stale items are dropped when met at the front
+/// and all at once when they outnumber the live ones, so the queue holds
+/// at most `2 × sessions + SLACK` items.
+#[derive(Default)]
+struct Lru {
+    items: VecDeque<(Index, ClientId)>,
+}
+
+impl Lru {
+    /// Stale items tolerated beyond the live ones before a sweep.
+    const SLACK: usize = 64;
+
+    /// The order of `sessions` (a snapshot's, a recovered one's).
+    fn of(sessions: &Map<ClientId, Session>) -> Lru {
+        let mut items: Vec<(Index, ClientId)> = sessions.iter().map(|(c, s)| (s.index, *c)).collect();
+        items.sort_unstable();
+        Lru { items: items.into() }
+    }
+
+    fn live(sessions: &Map<ClientId, Session>, (index, client): (Index, ClientId)) -> bool {
+        sessions.get(&client).is_some_and(|s| s.index == index)
+    }
+
+    /// `client`'s session has just applied the command at `index` (its
+    /// `index` already set).
+    fn touch(&mut self, index: Index, client: ClientId, sessions: &Map<ClientId, Session>) {
+        assert!(self.items.back().is_none_or(|&(last, _)| last < index), "lru: indexes grow");
+        self.items.push_back((index, client));
+        if self.items.len() > 2 * sessions.len() + Self::SLACK {
+            self.items.retain(|&item| Self::live(sessions, item));
+            debug_assert_eq!(self.items.len(), sessions.len(), "lru: one live item per session");
+        }
+    }
+
+    /// The least recently used session, its item removed (the caller
+    /// removes the session).
+    fn pop_oldest(&mut self, sessions: &Map<ClientId, Session>) -> Option<ClientId> {
+        while let Some(item) = self.items.pop_front() {
+            if Self::live(sessions, item) {
+                return Some(item.1);
+            }
+        }
+        None
+    }
+}
+
 /// A snapshot waiting for the application's part.
 struct PendingSnapshot {
     index: Index,
@@ -282,7 +337,9 @@ pub struct Replica<D: Disk, R> {
     cfg: ReplicaConfig,
     out: VecDeque<Output<R>>,
     sessions: Map<ClientId, Session>,
-    lru: BTreeMap<Index, ClientId>,
+    /// The sessions by the index of their last applied command, oldest
+    /// first ([`Lru`]).
+    lru: Lru,
     /// Requests this leader proposed and has not answered: (client, request)
     /// → reply address.
     waiting: Map<(ClientId, RequestId), R>,
@@ -432,7 +489,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             last = snap.meta.index;
             out.push_back(Output::Restore { index: last, data: app.to_vec() });
         }
-        let lru = sessions.iter().map(|(c, s)| (s.index, *c)).collect();
+        let lru = Lru::of(&sessions);
         let hard = recovered.hard_state;
         let node = Node::new(cfg.raft.clone(), recovered, cfg.initial_membership.clone())
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
@@ -704,7 +761,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         if let Some(snap) = ready.snapshot {
             let index = snap.meta.index;
             let (sessions, app) = decode_snapshot(&snap.data, index)?;
-            self.lru = sessions.iter().map(|(c, s)| (s.index, *c)).collect();
+            self.lru = Lru::of(&sessions);
             self.sessions = sessions;
             self.out.push_back(Output::Restore { index, data: app.to_vec() });
             self.last_handed = index;
@@ -786,21 +843,16 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             }
         }
         let session = self.sessions.entry(client).or_default();
-        // The new key goes in before the old one leaves: a map of one
-        // client never empties, so its node is not freed and allocated
-        // again for every request.
-        self.lru.insert(e.index, client);
-        if session.index > 0 {
-            self.lru.remove(&session.index);
-        }
+        assert!(session.index < e.index, "sessions are used in log order");
         session.index = e.index;
         let fresh = session.applied.insert(request, None);
         debug_assert!(fresh, "a request the window holds was found above");
         while session.applied.len() > window {
             session.applied.pop_first();
         }
+        self.lru.touch(e.index, client, &self.sessions);
         while self.sessions.len() > self.cfg.max_sessions.max(1) {
-            let Some((_, victim)) = self.lru.pop_first() else { break };
+            let Some(victim) = self.lru.pop_oldest(&self.sessions) else { break };
             self.sessions.remove(&victim);
             self.stats.sessions_evicted += 1;
         }
@@ -834,6 +886,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     proptest! {
         /// The sorted ring answers as the `BTreeMap` it replaced: any mix
@@ -877,6 +930,44 @@ mod tests {
                 let flat: Vec<_> = window.iter().cloned().collect();
                 let expect: Vec<_> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
                 prop_assert_eq!(flat, expect);
+            }
+        }
+    }
+
+    proptest! {
+        /// The lazy queue evicts what the `BTreeMap` keyed by index it
+        /// replaced evicted: the session with the oldest last command,
+        /// whatever mix of clients applies and however small the table,
+        /// and it stays within its bound.
+        #[test]
+        fn the_lru_evicts_as_an_index_ordered_map(
+            ops in proptest::collection::vec((0u64..40, 1usize..30), 1..600),
+        ) {
+            let mut sessions: Map<ClientId, Session> = Map::default();
+            let mut lru = Lru::default();
+            let mut model: BTreeMap<Index, ClientId> = BTreeMap::new();
+            for (i, (client, max)) in ops.into_iter().enumerate() {
+                let index = i as Index + 1;
+                let session = sessions.entry(client).or_default();
+                if session.index > 0 {
+                    model.remove(&session.index);
+                }
+                session.index = index;
+                model.insert(index, client);
+                lru.touch(index, client, &sessions);
+                while sessions.len() > max {
+                    let victim = lru.pop_oldest(&sessions);
+                    let expect = model.pop_first().map(|(_, c)| c);
+                    prop_assert_eq!(victim, expect);
+                    sessions.remove(&victim.unwrap());
+                }
+                prop_assert!(lru.items.len() <= 2 * sessions.len() + Lru::SLACK);
+                prop_assert_eq!(lru.items.iter().filter(|&&it| Lru::live(&sessions, it)).count(), sessions.len());
+            }
+            // Rebuilt from the table (a snapshot), it orders as the model.
+            let mut rebuilt = Lru::of(&sessions);
+            for (_, client) in model {
+                prop_assert_eq!(rebuilt.pop_oldest(&sessions), Some(client));
             }
         }
     }

@@ -293,3 +293,56 @@ fn a_volatile_replica_refuses_a_disk_that_holds_state() {
     let err = Replica::<MemDisk, R>::open(disk, config(SyncMode::Volatile, 0)).err().expect("refused");
     assert!(matches!(err, ordo_raft::rsm::ReplicaError::VolatileOnState { term, .. } if term > 0), "{err}");
 }
+
+/// Sends one request and runs the replica until it is answered; returns
+/// how many commands the application has applied.
+fn one(r: &mut Replica<MemDisk, R>, app: &mut App, client: u64, request: u64) -> usize {
+    r.request(10, client, request, b"x").unwrap();
+    r.flush().unwrap();
+    pump(r, app);
+    app.applied.len()
+}
+
+#[test]
+fn the_least_recently_used_session_in_log_order_is_evicted_also_after_a_restart() {
+    let disk = MemDisk::new();
+    let mut cfg = config(SyncMode::Immediate, 4);
+    cfg.max_sessions = 3;
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk.clone(), cfg.clone()).unwrap();
+    become_leader(&mut r, &mut app);
+    // Clients 1, 2, 3 apply, then 1 a newer request: by their last applied
+    // command the order is 2, 3, 1.
+    for (client, request) in [(1, 11), (2, 21), (3, 31), (1, 12)] {
+        one(&mut r, &mut app, client, request);
+    }
+    assert_eq!(r.stats().sessions_evicted, 0);
+    // A fourth client evicts 2 (order 3, 1, 4).
+    let n = one(&mut r, &mut app, 4, 41);
+    assert_eq!(r.stats().sessions_evicted, 1);
+    // Retries of kept sessions are answered, not applied, and do not count
+    // as use.
+    assert_eq!(one(&mut r, &mut app, 3, 31), n, "3's retry is a duplicate");
+    assert_eq!(one(&mut r, &mut app, 1, 11), n, "1's retry is a duplicate");
+    // 2's session is gone: its retry applies again (the documented cost of
+    // an undersized table) and evicts the least recently used, 3 (order 1,
+    // 4, 2).
+    assert_eq!(one(&mut r, &mut app, 2, 21), n + 1);
+    assert_eq!(r.stats().sessions_evicted, 2);
+    assert_eq!(one(&mut r, &mut app, 3, 31), n + 2, "3 was evicted");
+    // Order now 4, 2, 3 (1 evicted by 3's return).
+    assert_eq!(r.stats().sessions_evicted, 3);
+    // Restart from the disk: the order comes back from the snapshot and the
+    // log after it.
+    let applied = app.applied.len();
+    drop(r);
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk, cfg).unwrap();
+    become_leader(&mut r, &mut app);
+    assert_eq!(app.applied.len(), applied, "the restart restores every applied command");
+    assert_eq!(one(&mut r, &mut app, 2, 21), applied, "2 is kept");
+    // A new client evicts 4, the least recently used.
+    assert_eq!(one(&mut r, &mut app, 5, 51), applied + 1);
+    assert_eq!(one(&mut r, &mut app, 3, 31), applied + 1, "3 is kept");
+    assert_eq!(one(&mut r, &mut app, 4, 41), applied + 2, "4 was evicted");
+}

@@ -47,6 +47,9 @@ const CLIENT: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::
 const GAP_NS: u64 = 5_000;
 /// Requests a sample runs untimed before it measures.
 const WARMUP: u64 = 5_000;
+/// The many-clients point's clients (a server's worth: each replica keeps
+/// a session per client).
+const MANY_CLIENTS: u32 = 1_000;
 
 /// Datagrams in flight: one flat buffer, so moving them allocates nothing
 /// in the timed turns.
@@ -111,11 +114,15 @@ struct Cluster {
     scratch: Vec<u8>,
     /// Request ids answered, by id (every id at most once).
     seen: Vec<bool>,
+    /// Client ids the requests take in turn (each its own session in the
+    /// replicas' session table).
+    clients: u32,
 }
 
 impl Cluster {
-    /// `members` servers (1: unreplicated) as `peakloss` runs them.
-    fn new(members: usize) -> Result<Cluster, String> {
+    /// `members` servers (1: unreplicated) as `peakloss` runs them, serving
+    /// `clients` clients in turn.
+    fn new(members: usize, clients: u32) -> Result<Cluster, String> {
         let addrs: Vec<SocketAddr> =
             (0..members).map(|i| SocketAddr::from(([127, 0, 0, 1], 7100 + i as u16))).collect();
         let secret = (members > 1).then(ordo_auth::Secret::generate);
@@ -139,6 +146,7 @@ impl Cluster {
             wrong: 0,
             scratch: Vec::new(),
             seen: vec![false],
+            clients: clients.max(1),
         };
         if members > 1 {
             cluster.elect()?;
@@ -232,7 +240,7 @@ impl Cluster {
                 flags: 0,
                 packet_id: 0,
                 packet_count: 1,
-                client_id: 42,
+                client_id: 42 + u64::from(id % self.clients),
                 request_id: id,
                 leader_hint: 0,
                 payload_len: payload.len() as u16,
@@ -259,13 +267,13 @@ impl Cluster {
             self.requests(leader, n);
             let now = self.now_ns;
             let t0 = Instant::now();
-            self.members[leader].turn(now);
+            leader_turn(&mut self.members[leader], now);
             let t1 = Instant::now();
             self.deliver(leader);
             let mut followers = 0;
             for f in (0..self.members.len()).filter(|&f| f != leader) {
                 let t0 = Instant::now();
-                self.members[f].turn(now);
+                follower_turn(&mut self.members[f], now);
                 followers += t0.elapsed().as_nanos() as u64;
                 self.deliver(f);
             }
@@ -300,6 +308,23 @@ impl Cluster {
     }
 }
 
+/// The leader's timed turn: a frame of its own, so a profile of this
+/// figure (`perf record --call-graph dwarf`) separates its work from the
+/// followers'.
+#[inline(never)]
+fn leader_turn(m: &mut Member, now_ns: u64) {
+    m.turn(now_ns);
+    // Not a tail call, and not folded into `follower_turn`.
+    std::hint::black_box(1u8);
+}
+
+/// A follower's timed turn (see [`leader_turn`]).
+#[inline(never)]
+fn follower_turn(m: &mut Member, now_ns: u64) {
+    m.turn(now_ns);
+    std::hint::black_box(2u8);
+}
+
 /// Time spent in turns, ns.
 #[derive(Clone, Copy, Debug, Default)]
 struct Spent {
@@ -316,10 +341,10 @@ pub struct Work {
     pub group_ns: f64,
 }
 
-/// One sample: a fresh cluster of `members`, `requests` timed requests in
-/// turns of `batch`; the work per request.
-pub fn sample(members: usize, batch: u64, requests: u64) -> Result<Work, String> {
-    let mut cluster = Cluster::new(members)?;
+/// One sample: a fresh cluster of `members`, `requests` timed requests of
+/// `clients` clients in turn, in turns of `batch`; the work per request.
+pub fn sample(members: usize, clients: u32, batch: u64, requests: u64) -> Result<Work, String> {
+    let mut cluster = Cluster::new(members, clients)?;
     cluster.run(WARMUP, batch, false)?;
     let spent = cluster.run(requests, batch, true)?;
     cluster.drain()?;
@@ -335,18 +360,22 @@ pub fn leader_cost(quick: bool, progress: &mut impl FnMut(&str)) -> Result<Vec<C
         "leadercost: the network thread's work per request, in memory on one thread (no system calls), {requests} requests per sample, {rounds} rounds interleaved"
     ));
     let mut out = Vec::new();
-    for batch in [1u64, 16, 64] {
+    // One client (the load generator's), and a server's worth of clients:
+    // the replicas keep a session per client (its applied window and
+    // answers), which the unreplicated server does not.
+    for (batch, clients) in [(1u64, 1u32), (16, 1), (64, 1), (16, MANY_CLIENTS)] {
         let side = |members: usize| {
             move || {
                 let probe = Probe::start();
-                let ns = sample(members, batch, requests)?;
+                let ns = sample(members, clients, batch, requests)?;
                 Ok((ns, probe.stop()))
             }
         };
         let rounds = interleave(rounds, Retry::default(), side(1), side(3))?;
+        let who = if clients == 1 { String::new() } else { format!(", {clients} clients in turn") };
         let leader = Comparison::of(
             &format!(
-                "network thread's work per request, {batch} request(s) per turn, 1 µs handler inline, replica traffic sealed: leader of 3 / unreplicated"
+                "network thread's work per request, {batch} request(s) per turn{who}, 1 µs handler inline, replica traffic sealed: leader of 3 / unreplicated"
             ),
             "ns/request",
             ("unreplicated", "leader of 3"),
@@ -355,7 +384,7 @@ pub fn leader_cost(quick: bool, progress: &mut impl FnMut(&str)) -> Result<Vec<C
         );
         let group = Comparison::of(
             &format!(
-                "the same, all three replicas' network threads together / unreplicated ({batch} request(s) per turn; what counts where the group shares the cores)"
+                "the same, all three replicas' network threads together / unreplicated ({batch} request(s) per turn{who}; what counts where the group shares the cores)"
             ),
             "ns/request",
             ("unreplicated", "3 replicas"),
@@ -379,7 +408,7 @@ mod tests {
         // The least of three samples each: a descheduled turn inflates one.
         let least = |members: usize| {
             (0..3)
-                .map(|_| sample(members, 16, 2_000).unwrap())
+                .map(|_| sample(members, 1, 16, 2_000).unwrap())
                 .fold((f64::MAX, f64::MAX), |m, w| (m.0.min(w.leader_ns), m.1.min(w.group_ns)))
         };
         let alone = least(1);
@@ -395,7 +424,7 @@ mod tests {
 
     #[test]
     fn a_lost_answer_is_an_error_not_a_figure() {
-        let mut cluster = Cluster::new(3).unwrap();
+        let mut cluster = Cluster::new(3, 1).unwrap();
         cluster.run(100, 4, false).unwrap();
         // A request the client counts as sent that no server ever saw.
         cluster.next_request += 1;
