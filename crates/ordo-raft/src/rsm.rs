@@ -260,9 +260,15 @@ impl Session {
         }
     }
 
-    /// Records `request`'s response (moved in: the caller's copy).
+    /// Records `request`'s response (moved in: the caller's copy) in its
+    /// slot if the slot has none yet. The first answer stays: a request
+    /// applied twice (its client's session evicted in between, then its
+    /// retry proposed again) keeps the answer of its first application —
+    /// the one a snapshot cut before the second answer holds
+    /// ([`PendingSnapshot::answer`]), so a replica restored from the
+    /// snapshot and one that was not agree.
     fn fill(&mut self, request: RequestId, response: Vec<u8>) {
-        if let Some(slot) = self.applied.get_mut(request) {
+        if let Some(slot @ None) = self.applied.get_mut(request) {
             *slot = Some(response);
         }
     }
@@ -321,6 +327,21 @@ impl Lru {
         }
         None
     }
+
+    /// Removes the least recently used sessions until at most `max` are
+    /// left; returns how many went.
+    fn evict(&mut self, sessions: &mut Map<ClientId, Session>, max: usize) -> u64 {
+        let mut evicted = 0;
+        while sessions.len() > max {
+            let Some(victim) = self.pop_oldest(sessions) else { break };
+            sessions.remove(&victim);
+            evicted += 1;
+        }
+        if self.items.len() > 2 * sessions.len() + Self::SLACK {
+            self.items.retain(|&item| Self::live(sessions, item));
+        }
+        evicted
+    }
 }
 
 /// A snapshot waiting for the application's part: the session table
@@ -355,7 +376,8 @@ impl PendingSnapshot {
     }
 
     /// `request` of `client` was answered: if its slot was waiting, the
-    /// answer goes in.
+    /// answer goes in (the first answer stays, as in the table:
+    /// `Session::fill`).
     fn answer(&mut self, client: ClientId, request: RequestId, response: &[u8]) {
         if let Some(at) = self.unanswered.remove(&(client, request)) {
             self.answers.push((at, response.to_vec()));
@@ -510,6 +532,11 @@ fn decode_snapshot(data: &[u8], index: Index) -> Result<DecodedSnapshot<'_>, Rep
         let sidx = word(at + 8);
         let count = half(at + 16);
         at += 20;
+        // A session's last command is in the snapshot (the eviction order
+        // relies on it).
+        if sidx > index {
+            return Err(bad("session index beyond the snapshot"));
+        }
         // Each applied id takes at least 12 bytes.
         if count > (data.len() - at) / 12 {
             return Err(bad("applied count exceeds the snapshot"));
@@ -926,11 +953,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             session.applied.pop_first();
         }
         self.lru.touch(e.index, client, &self.sessions);
-        while self.sessions.len() > self.cfg.max_sessions.max(1) {
-            let Some(victim) = self.lru.pop_oldest(&self.sessions) else { break };
-            self.sessions.remove(&victim);
-            self.stats.sessions_evicted += 1;
-        }
+        self.stats.sessions_evicted += self.lru.evict(&mut self.sessions, self.cfg.max_sessions.max(1));
         // The application's own copy (the entry's bytes stay shared with
         // the log).
         let payload = e.data[COMMAND_HEADER..].to_vec();
@@ -1030,12 +1053,16 @@ mod tests {
                 session.index = index;
                 model.insert(index, client);
                 lru.touch(index, client, &sessions);
-                while sessions.len() > max {
-                    let victim = lru.pop_oldest(&sessions);
-                    let expect = model.pop_first().map(|(_, c)| c);
-                    prop_assert_eq!(victim, expect);
-                    sessions.remove(&victim.unwrap());
+                let mut expect = Vec::new();
+                while sessions.len() - expect.len() > max {
+                    expect.push(model.pop_first().map(|(_, c)| c).unwrap());
                 }
+                let before: Vec<ClientId> = sessions.keys().copied().collect();
+                prop_assert_eq!(lru.evict(&mut sessions, max), expect.len() as u64);
+                let mut gone: Vec<ClientId> = before.into_iter().filter(|c| !sessions.contains_key(c)).collect();
+                gone.sort_unstable();
+                expect.sort_unstable();
+                prop_assert_eq!(gone, expect);
                 prop_assert!(lru.items.len() <= 2 * sessions.len() + Lru::SLACK);
                 prop_assert_eq!(lru.items.iter().filter(|&&it| Lru::live(&sessions, it)).count(), sessions.len());
             }
@@ -1080,20 +1107,70 @@ mod tests {
                 }
                 sessions.insert(client, Session { applied, index: 7 + client });
             }
-            let mut pending = PendingSnapshot::cut(9, &sessions);
+            let mut pending = PendingSnapshot::cut(1_000, &sessions);
+            // Every slot is answered again too (a request applied twice:
+            // its session evicted, its retry proposed anew): the first
+            // answer stays, in the snapshot as in the table.
+            let again: Vec<(ClientId, RequestId)> = sessions
+                .iter()
+                .flat_map(|(c, s)| s.applied.iter().map(move |(r, _)| (*c, *r)))
+                .collect();
             for (client, request, answer) in later.iter().rev() {
                 pending.answer(*client, *request, answer);
                 sessions.get_mut(client).unwrap().fill(*request, answer.clone());
+            }
+            for (client, request) in again {
+                pending.answer(client, request, b"second");
+                sessions.get_mut(&client).unwrap().fill(request, b"second".to_vec());
             }
             // An answer for a slot that was answered at the cut, or unknown,
             // changes nothing.
             pending.answer(999, 1, b"stray");
             let bytes = pending.complete(&app);
             prop_assert_eq!(&bytes, &encode_snapshot(&sessions, &app));
-            let (back, tail) = decode_snapshot(&bytes, 9).unwrap();
+            let (back, tail) = decode_snapshot(&bytes, 1_000).unwrap();
             prop_assert_eq!(tail, &app[..]);
             prop_assert_eq!(back.len(), sessions.len());
         }
+    }
+
+    /// One command that evicts many sessions (the table's bound lowered)
+    /// leaves the queue within its bound of the sessions left.
+    #[test]
+    fn the_lru_stays_bounded_when_one_command_evicts_many() {
+        let mut sessions: Map<ClientId, Session> = Map::default();
+        let mut lru = Lru::default();
+        let mut index = 0;
+        let mut apply =
+            |client: ClientId, max: usize, sessions: &mut Map<ClientId, Session>, lru: &mut Lru| {
+                index += 1;
+                sessions.entry(client).or_default().index = index;
+                lru.touch(index, client, sessions);
+                lru.evict(sessions, max)
+            };
+        for client in [1, 2, 3] {
+            assert_eq!(apply(client, 10, &mut sessions, &mut lru), 0);
+        }
+        for _ in 0..70 {
+            apply(4, 10, &mut sessions, &mut lru);
+        }
+        assert_eq!(apply(5, 2, &mut sessions, &mut lru), 3);
+        let mut left: Vec<_> = sessions.keys().copied().collect();
+        left.sort_unstable();
+        assert_eq!(left, [4, 5]);
+        assert!(lru.items.len() <= 2 * sessions.len() + Lru::SLACK, "{} items", lru.items.len());
+    }
+
+    #[test]
+    fn a_snapshot_whose_session_ran_past_it_is_refused() {
+        let mut sessions = Map::default();
+        sessions.insert(1, Session { applied: AppliedWindow::default(), index: 4 });
+        let bytes = encode_snapshot(&sessions, b"");
+        assert!(decode_snapshot(&bytes, 4).is_ok());
+        assert!(matches!(
+            decode_snapshot(&bytes, 3),
+            Err(ReplicaError::BadSnapshot { why: "session index beyond the snapshot", .. })
+        ));
     }
 
     #[test]
