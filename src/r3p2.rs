@@ -64,7 +64,10 @@ pub struct ServeArgs {
     /// thread (r3p2 §5.1).
     #[arg(long, default_value_t = 1)]
     workers: usize,
-    /// Snapshot and compact the log every this many entries (0: never).
+    /// Snapshot and compact the log every this many entries (0: never), and
+    /// only once the log since the last snapshot is as large as that
+    /// snapshot (sessions' answers included), so snapshots never cost more
+    /// to write than the log they replace.
     #[arg(long, default_value_t = 10_000)]
     snapshot_interval: u64,
     /// Idle duty cycles the network thread and workers spin before

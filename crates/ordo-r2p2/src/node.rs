@@ -109,7 +109,9 @@ pub struct NodeOptions {
     pub mode: HandlerMode,
     /// The application.
     pub service: ServiceKind,
-    /// Snapshot and compact after this many entries (0: never).
+    /// Snapshot and compact after this many entries (0: never), and once
+    /// the log since the last snapshot is as large as it
+    /// ([`crate::RaftOptions::snapshot_by_size`], on).
     pub snapshot_interval: u64,
     /// Idle strategy of the network thread and workers.
     pub idle: IdleStrategy,

@@ -64,6 +64,10 @@ pub struct RaftOptions {
     pub memory_only: bool,
     /// Snapshot and compact after this many applied entries (0: never).
     pub snapshot_interval: u64,
+    /// And only once the entries since the last snapshot hold as many
+    /// bytes as it did ([`ordo_raft::rsm::ReplicaConfig::snapshot_by_size`];
+    /// on by default).
+    pub snapshot_by_size: bool,
     /// Most client sessions kept for duplicate detection.
     pub max_sessions: usize,
     /// Applied request ids remembered per client (how far out of order an
@@ -97,6 +101,7 @@ impl RaftOptions {
             log: LogOptions::default(),
             memory_only: false,
             snapshot_interval: 10_000,
+            snapshot_by_size: true,
             max_sessions: 100_000,
             session_window: 1024,
             max_snapshot_bytes: 256 << 20,
@@ -192,6 +197,7 @@ impl<D: Disk> RaftReplication<D> {
             store: options.log,
             sync: if options.memory_only { SyncMode::Volatile } else { SyncMode::Immediate },
             snapshot_interval: options.snapshot_interval,
+            snapshot_by_size: options.snapshot_by_size,
             max_sessions: options.max_sessions,
             session_window: options.session_window,
             initial_membership: Membership::with_voters(1..=options.members as NodeId),

@@ -92,6 +92,17 @@ pub struct ReplicaConfig {
     pub sync: SyncMode,
     /// Take a snapshot after this many applied entries (0: never).
     pub snapshot_interval: u64,
+    /// Also wait, past `snapshot_interval`, until the entries handed out
+    /// since the last snapshot hold at least as many bytes as that snapshot
+    /// did ([`SNAPSHOT_ENTRY_BYTES`] each besides their data): writing a
+    /// snapshot then never costs more than the log it replaces (LogCabin's
+    /// rule, at a ratio of one). A snapshot holds every session's window of
+    /// answers: without this rule a table of many clients' answers was
+    /// encoded every `snapshot_interval` entries whatever its size (with
+    /// 1,000 clients of ~200 answers each, more than the leader's whole
+    /// replication work per request). The log kept in memory grows to about
+    /// the snapshot's size at most.
+    pub snapshot_by_size: bool,
     /// Most client sessions kept for duplicate detection.
     pub max_sessions: usize,
     /// Applied request ids (and responses) remembered per client: how far
@@ -426,6 +437,11 @@ pub struct Replica<D: Disk, R> {
     last_handed: Index,
     /// Index covered by the last snapshot.
     last_snapshot: Index,
+    /// Bytes of the last snapshot (taken, recovered or installed).
+    last_snapshot_bytes: u64,
+    /// Bytes of the entries handed out since the last snapshot's cut
+    /// ([`ReplicaConfig::snapshot_by_size`]).
+    log_bytes: u64,
     pending_snapshot: Option<PendingSnapshot>,
     /// A batch is written but not synced (deferred mode).
     sync_pending: Option<HeldBatch>,
@@ -443,6 +459,9 @@ const COMMAND_MAGIC: u8 = 0xC1;
 /// Magic, client id, request id.
 const COMMAND_HEADER: usize = 17;
 const SNAPSHOT_MAGIC: u8 = 0x5E;
+/// What an entry counts besides its data in [`ReplicaConfig::snapshot_by_size`]
+/// (its header in the log and on the wire).
+pub const SNAPSHOT_ENTRY_BYTES: u64 = 32;
 
 /// Encodes a client command as a log entry's data.
 pub fn encode_command(client: ClientId, request: RequestId, payload: &[u8]) -> Vec<u8> {
@@ -587,6 +606,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         let mut out = VecDeque::new();
         let mut sessions = Map::default();
         let mut last = 0;
+        let last_snapshot_bytes = recovered.snapshot.as_ref().map_or(0, |s| s.data.len() as u64);
         if let Some(snap) = &recovered.snapshot {
             let (s, app) = decode_snapshot(&snap.data, snap.meta.index)?;
             sessions = s;
@@ -609,6 +629,8 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             admin_waiting: Map::default(),
             last_handed: last,
             last_snapshot: last,
+            last_snapshot_bytes,
+            log_bytes: 0,
             pending_snapshot: None,
             sync_pending: None,
             was_leader: false,
@@ -750,6 +772,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             });
         };
         let data = p.complete(&app);
+        let data_len = data.len() as u64;
         if self.cfg.sync == SyncMode::Volatile {
             self.node.compact(index, data).map_err(|e| ReplicaError::Raft(e.to_string()))?;
         } else {
@@ -761,6 +784,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             self.store.compact(index)?;
         }
         self.last_snapshot = index;
+        self.last_snapshot_bytes = data_len;
         self.stats.snapshots_taken += 1;
         Ok(())
     }
@@ -869,6 +893,8 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             self.out.push_back(Output::Restore { index, data: app.to_vec() });
             self.last_handed = index;
             self.last_snapshot = index;
+            self.last_snapshot_bytes = snap.data.len() as u64;
+            self.log_bytes = 0;
             self.pending_snapshot = None;
             self.stats.snapshots_installed += 1;
         }
@@ -883,6 +909,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             return; // covered by a restored snapshot
         }
         self.last_handed = e.index;
+        self.log_bytes += e.data.len() as u64 + SNAPSHOT_ENTRY_BYTES;
         match e.kind {
             EntryKind::Normal => self.hand_out_command(e),
             EntryKind::Membership => {
@@ -907,7 +934,9 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         if self.cfg.snapshot_interval > 0
             && self.pending_snapshot.is_none()
             && self.last_handed >= self.last_snapshot + self.cfg.snapshot_interval
+            && (!self.cfg.snapshot_by_size || self.log_bytes >= self.last_snapshot_bytes)
         {
+            self.log_bytes = 0;
             self.pending_snapshot = Some(PendingSnapshot::cut(self.last_handed, &self.sessions));
             self.out.push_back(Output::TakeSnapshot { index: self.last_handed });
         }

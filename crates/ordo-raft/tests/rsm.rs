@@ -19,6 +19,7 @@ fn config(sync: SyncMode, snapshot_interval: u64) -> ReplicaConfig {
         store: LogOptions::default(),
         sync,
         snapshot_interval,
+        snapshot_by_size: false,
         max_sessions: 1000,
         session_window: 64,
         initial_membership: Membership::with_voters([1]),
@@ -345,4 +346,40 @@ fn the_least_recently_used_session_in_log_order_is_evicted_also_after_a_restart(
     assert_eq!(one(&mut r, &mut app, 5, 51), applied + 1);
     assert_eq!(one(&mut r, &mut app, 3, 31), applied + 1, "3 is kept");
     assert_eq!(one(&mut r, &mut app, 4, 41), applied + 2, "4 was evicted");
+}
+
+/// `snapshot_by_size`: past `snapshot_interval` entries, a snapshot waits
+/// until the log since the last one is as large as it was, so a table of
+/// many sessions' answers is not rewritten every few entries; off, it is
+/// taken every `snapshot_interval` entries.
+#[test]
+fn a_large_snapshot_waits_for_as_much_log_when_snapshots_go_by_size() {
+    let taken = |by_size: bool| {
+        let mut cfg = config(SyncMode::Immediate, 2);
+        cfg.snapshot_by_size = by_size;
+        let mut app = App::default();
+        let mut r: Replica<MemDisk, R> = Replica::open(MemDisk::new(), cfg).unwrap();
+        become_leader(&mut r, &mut app);
+        // 64 clients, one request each (the answers `pump` gives are ~5 bytes):
+        // a session table of ~64 × 40 bytes.
+        for client in 1..=64u64 {
+            r.request(10, client, 1, b"x").unwrap();
+            r.flush().unwrap();
+            pump(&mut r, &mut app);
+        }
+        let before = r.stats().snapshots_taken;
+        // Then 200 one-byte commands of one client: ~33 bytes of log each.
+        for request in 2..202u64 {
+            r.request(10, 1, request, b"y").unwrap();
+            r.flush().unwrap();
+            pump(&mut r, &mut app);
+        }
+        r.stats().snapshots_taken - before
+    };
+    let every_interval = taken(false);
+    let by_size = taken(true);
+    assert_eq!(every_interval, 100, "one snapshot every 2 entries");
+    // Each snapshot holds the 64 sessions (> 2,000 bytes): the 200 entries'
+    // ~6,600 bytes of log allow a few, not one per 2 entries.
+    assert!((1..=4).contains(&by_size), "{by_size} snapshots by size");
 }

@@ -304,7 +304,9 @@ pub struct KvConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<String>,
     /// `snapshot_entries`: a `disk` replica snapshots its table and drops
-    /// the log below it after this many applied entries (default 100000).
+    /// the log below it after this many applied entries (default 100000;
+    /// with `engine = "raft"`, also only once the log since the last
+    /// snapshot is as large as that snapshot).
     pub snapshot_entries: u64,
     /// `engine`: `"acuerdo"` (default: the group's members on the fabric,
     /// acuerdo §4.3), `"raft"` (R3P2: Raft behind R2P2's

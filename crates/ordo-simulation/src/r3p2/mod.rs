@@ -149,6 +149,11 @@ pub struct Params {
     /// announce_commit`; production's R3P2 default is off). Drawn last, so
     /// the other parameters of a seed are what they were before it existed.
     pub announce_commit: bool,
+    /// Replicas snapshot only once the log since the last snapshot is as
+    /// large as it (`RaftOptions::snapshot_by_size`, production's default);
+    /// else at every `snapshot_interval` entries, as before it existed.
+    /// Drawn after `announce_commit`, for the same reason.
+    pub snapshot_by_size: bool,
 }
 
 impl Params {
@@ -193,6 +198,7 @@ impl Params {
             calm_ns,
             end_ns: calm_ns + 200_000_000,
             announce_commit: r.chance(500_000),
+            snapshot_by_size: r.chance(500_000),
         }
     }
 
@@ -814,6 +820,7 @@ pub fn build(seed: u64, params: &Params) -> (Sim<R3Event>, Rc<RefCell<World>>) {
         opts.raft = raft;
         opts.log = LogOptions { segment_bytes: p.segment_bytes, durable: true, ..LogOptions::default() };
         opts.snapshot_interval = p.snapshot_interval;
+        opts.snapshot_by_size = p.snapshot_by_size;
         let hook = RaftReplication::open(disk, opts).expect("a replica opens on its own disk");
         w.borrow_mut().torn_bytes += hook.replica().store().stats().torn_bytes_recovered;
         let sock = ctx.bind(SERVER_PORT).expect("server port");
