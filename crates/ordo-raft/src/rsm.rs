@@ -318,14 +318,10 @@ impl Lru {
     }
 
     /// `client`'s session has just applied the command at `index` (its
-    /// `index` already set).
-    fn touch(&mut self, index: Index, client: ClientId, sessions: &Map<ClientId, Session>) {
+    /// `index` already set); [`Lru::evict`] follows.
+    fn touch(&mut self, index: Index, client: ClientId) {
         assert!(self.items.back().is_none_or(|&(last, _)| last < index), "lru: indexes grow");
         self.items.push_back((index, client));
-        if self.items.len() > 2 * sessions.len() + Self::SLACK {
-            self.items.retain(|&item| Self::live(sessions, item));
-            debug_assert_eq!(self.items.len(), sessions.len(), "lru: one live item per session");
-        }
     }
 
     /// The least recently used session, its item removed (the caller
@@ -340,7 +336,8 @@ impl Lru {
     }
 
     /// Removes the least recently used sessions until at most `max` are
-    /// left; returns how many went.
+    /// left, and the stale items once they outnumber the live ones; returns
+    /// how many sessions went.
     fn evict(&mut self, sessions: &mut Map<ClientId, Session>, max: usize) -> u64 {
         let mut evicted = 0;
         while sessions.len() > max {
@@ -350,6 +347,7 @@ impl Lru {
         }
         if self.items.len() > 2 * sessions.len() + Self::SLACK {
             self.items.retain(|&item| Self::live(sessions, item));
+            debug_assert_eq!(self.items.len(), sessions.len(), "lru: one live item per session");
         }
         evicted
     }
@@ -981,7 +979,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         while session.applied.len() > window {
             session.applied.pop_first();
         }
-        self.lru.touch(e.index, client, &self.sessions);
+        self.lru.touch(e.index, client);
         self.stats.sessions_evicted += self.lru.evict(&mut self.sessions, self.cfg.max_sessions.max(1));
         // The application's own copy (the entry's bytes stay shared with
         // the log).
@@ -1081,7 +1079,7 @@ mod tests {
                 }
                 session.index = index;
                 model.insert(index, client);
-                lru.touch(index, client, &sessions);
+                lru.touch(index, client);
                 let mut expect = Vec::new();
                 while sessions.len() - expect.len() > max {
                     expect.push(model.pop_first().map(|(_, c)| c).unwrap());
@@ -1174,7 +1172,7 @@ mod tests {
             |client: ClientId, max: usize, sessions: &mut Map<ClientId, Session>, lru: &mut Lru| {
                 index += 1;
                 sessions.entry(client).or_default().index = index;
-                lru.touch(index, client, sessions);
+                lru.touch(index, client);
                 lru.evict(sessions, max)
             };
         for client in [1, 2, 3] {

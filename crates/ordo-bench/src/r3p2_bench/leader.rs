@@ -23,6 +23,10 @@
 //!   turn — exactly the calls of the network loop (`server.rs`). Each
 //!   member's turns are timed on their own (moving datagrams is not). The unreplicated
 //!   server's turns take `batch` requests each.
+//! - The requests come from one client (the load generator's), or from
+//!   [`MANY_CLIENTS`] in turn: each replica keeps a session per client
+//!   (its window of applied ids and answers, snapshotted with the log),
+//!   which the unreplicated server does not.
 //! - Left out on both sides: the system calls (one `recvmmsg` and one
 //!   `sendmmsg` per turn, the same per client datagram on both sides; the
 //!   leader's extra replica datagrams share them).
