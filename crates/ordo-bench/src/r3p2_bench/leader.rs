@@ -24,7 +24,7 @@
 //!   member's turns are timed on their own (moving datagrams is not). The unreplicated
 //!   server's turns take `batch` requests each.
 //! - The requests come from one client (the load generator's), or from
-//!   [`MANY_CLIENTS`] in turn: each replica keeps a session per client
+//!   `MANY_CLIENTS` in turn: each replica keeps a session per client
 //!   (its window of applied ids and answers, snapshotted with the log),
 //!   which the unreplicated server does not.
 //! - Left out on both sides: the system calls (one `recvmmsg` and one
