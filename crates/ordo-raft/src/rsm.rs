@@ -211,6 +211,7 @@ impl AppliedWindow {
         }
     }
 
+    #[cfg(test)]
     fn get(&self, request: RequestId) -> Option<&Option<Vec<u8>>> {
         self.find(request).ok().map(|at| &self.0[at].1)
     }
@@ -233,6 +234,7 @@ impl AppliedWindow {
         }
     }
 
+    #[cfg(test)]
     fn first(&self) -> Option<RequestId> {
         self.0.front().map(|(id, _)| *id)
     }
@@ -262,12 +264,14 @@ enum Seen<'a> {
 
 impl Session {
     fn seen(&self, request: RequestId, window: usize) -> Seen<'_> {
-        if let Some(r) = self.applied.get(request) {
-            return Seen::Applied(r.as_ref());
-        }
-        match self.applied.first() {
-            Some(oldest) if self.applied.len() >= window && request < oldest => Seen::TooOld,
-            _ => Seen::New,
+        // One search: a new request (above every id held, the common
+        // case) reads only the newest slot, not the oldest too — with
+        // many clients each is a cache miss.
+        match self.applied.find(request) {
+            Ok(at) => Seen::Applied(self.applied.0[at].1.as_ref()),
+            // Below the oldest id of a full window.
+            Err(0) if self.applied.len() >= window => Seen::TooOld,
+            Err(_) => Seen::New,
         }
     }
 
