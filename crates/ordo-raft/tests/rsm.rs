@@ -363,16 +363,12 @@ fn a_large_snapshot_waits_for_as_much_log_when_snapshots_go_by_size() {
         // 64 clients, one request each (the answers `pump` gives are ~5 bytes):
         // a session table of ~64 × 40 bytes.
         for client in 1..=64u64 {
-            r.request(10, client, 1, b"x").unwrap();
-            r.flush().unwrap();
-            pump(&mut r, &mut app);
+            one(&mut r, &mut app, client, 1);
         }
         let before = r.stats().snapshots_taken;
         // Then 200 one-byte commands of one client: ~33 bytes of log each.
         for request in 2..202u64 {
-            r.request(10, 1, request, b"y").unwrap();
-            r.flush().unwrap();
-            pump(&mut r, &mut app);
+            one(&mut r, &mut app, 1, request);
         }
         r.stats().snapshots_taken - before
     };
