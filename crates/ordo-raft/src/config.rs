@@ -51,6 +51,12 @@ pub struct Config {
     /// (append, answer) instead of four; safety is the same either way,
     /// since a follower's commit index is only ever a hint of the leader's.
     pub announce_commit: bool,
+    /// Hand new entries to the caller in `Ready::entries` to persist.
+    /// `false` for a caller that keeps no log of its own (a log only in
+    /// memory, the node's): `Ready::entries` stays empty, which spares a
+    /// copy of every entry (a reference count per entry, and the vector),
+    /// and `Ready::appended` still names the point to `advance` to.
+    pub hand_out_entries: bool,
     /// Seed of the node's internal PRNG (election timeout jitter). Give
     /// every node a different seed.
     pub seed: u64,
@@ -72,6 +78,7 @@ impl Config {
             max_entry_bytes: 1 << 20,
             learner_catchup_gap: 0,
             announce_commit: true,
+            hand_out_entries: true,
             seed,
         }
     }

@@ -116,6 +116,12 @@ impl RaftLog {
         out
     }
 
+    /// What `take_unstable` does, without the copies (a caller that keeps
+    /// no log of its own).
+    pub(crate) fn mark_stable(&mut self) {
+        self.stable = self.last_index();
+    }
+
     pub(crate) fn has_unstable(&self) -> bool {
         self.stable < self.last_index()
     }

@@ -172,7 +172,13 @@ pub struct Ready {
     /// Entries to append durably. If `entries[0].index` is at or below the
     /// durable log's last index, the durable log must first be truncated from
     /// `entries[0].index` (a conflicting suffix is being replaced).
+    /// Empty where [`Config::hand_out_entries`] is off (the caller keeps no
+    /// log of its own); [`Ready::appended`] still names their end.
     pub entries: Vec<Entry>,
+    /// The (index, term) of the last entry this `Ready` hands out for
+    /// persistence: the last of `entries`, also where they are not handed
+    /// out (`Config::hand_out_entries` off).
+    pub appended: Option<(Index, Term)>,
     /// Messages to send once the above (and all earlier `Ready`s) are durable.
     pub messages: Vec<Message>,
     /// Committed entries to apply, in order, each exactly once. Includes Noop
@@ -187,8 +193,12 @@ impl Ready {
     /// The (index, term) to pass to [`Node::advance`] once this `Ready`'s
     /// snapshot and entries are durable, if it has any.
     pub fn persist_point(&self) -> Option<(Index, Term)> {
-        if let Some(last) = self.entries.last() {
-            return Some((last.index, last.term));
+        debug_assert!(
+            self.entries.last().is_none_or(|e| self.appended == Some((e.index, e.term))),
+            "appended names the last entry handed out"
+        );
+        if self.appended.is_some() {
+            return self.appended;
         }
         self.snapshot.as_ref().map(|s| (s.meta.index, s.meta.term))
     }
@@ -199,6 +209,7 @@ impl Ready {
             && self.hard_state.is_none()
             && self.snapshot.is_none()
             && self.entries.is_empty()
+            && self.appended.is_none()
             && self.messages.is_empty()
             && self.committed.is_empty()
     }
@@ -329,6 +340,8 @@ pub struct Node {
     /// not told by an append with entries get an empty one carrying it.
     commit_pending: bool,
     messages: Vec<Message>,
+    /// `maybe_commit`'s match indexes (kept, so that it allocates nothing).
+    match_scratch: Vec<Index>,
     last_hard_state: HardState,
     last_soft_state: SoftState,
     stats: NodeStats,
@@ -406,6 +419,7 @@ impl Node {
             append_pending: false,
             commit_pending: false,
             messages: Vec::new(),
+            match_scratch: Vec::new(),
             last_hard_state: durable_hard_state,
             last_soft_state: soft,
             stats: NodeStats::default(),
@@ -660,8 +674,11 @@ impl Node {
     }
 
     /// Appends a client command (leader only); returns its index. The entry
-    /// is committed once a quorum of voters has it durably.
-    pub fn propose(&mut self, data: Vec<u8>) -> Result<Index, ProposeError> {
+    /// is committed once a quorum of voters has it durably. `data` is a
+    /// `Vec<u8>`, or `Bytes` (e.g. a slice of a buffer several commands
+    /// share, which spares an allocation per command).
+    pub fn propose(&mut self, data: impl Into<Bytes>) -> Result<Index, ProposeError> {
+        let data = data.into();
         let len = data.len() as u64;
         self.check_can_propose(len)?;
         assert!(len <= self.config.max_entry_bytes, "propose: entry within max_entry_bytes");
@@ -718,7 +735,7 @@ impl Node {
         assert_ne!(next, self.membership, "a membership change changes the membership");
         let mut data = Vec::new();
         encode_membership(&next, &mut data);
-        let index = self.append_and_replicate(EntryKind::Membership, data);
+        let index = self.append_and_replicate(EntryKind::Membership, data.into());
         assert_eq!(self.membership_index, index, "a membership takes effect when appended");
         assert!(self.membership_change_pending(), "a new membership is not committed yet");
         Ok(index)
@@ -838,7 +855,15 @@ impl Node {
             "ready: the application holds everything up to the snapshot"
         );
         let persisted = self.log.persisted;
-        rd.entries = self.log.take_unstable();
+        if self.log.has_unstable() {
+            let last = self.log.last_index();
+            rd.appended = Some((last, self.log.last_term()));
+            if self.config.hand_out_entries {
+                rd.entries = self.log.take_unstable();
+            } else {
+                self.log.mark_stable();
+            }
+        }
         assert_eq!(self.log.stable, self.log.last_index(), "ready: every entry has been handed out");
         assert!(rd.entries.first().is_none_or(|e| e.index > persisted), "ready: durable entries again");
         assert!(
@@ -1151,12 +1176,12 @@ impl Node {
         Ok(())
     }
 
-    fn append_and_replicate(&mut self, kind: EntryKind, data: Vec<u8>) -> Index {
+    fn append_and_replicate(&mut self, kind: EntryKind, data: Bytes) -> Index {
         assert_eq!(self.role, Role::Leader, "only a leader appends proposals");
         let term = self.term;
         let index = self.log.last_index() + 1;
         let is_membership = kind == EntryKind::Membership;
-        self.log.push(Entry { term: self.term, index, kind, data: data.into() });
+        self.log.push(Entry { term: self.term, index, kind, data });
         if is_membership {
             self.recompute_membership();
             assert_eq!(self.membership_index, index, "the appended membership is in force");
@@ -1168,8 +1193,12 @@ impl Node {
             // one per proposal.
             self.append_pending = true;
         }
-        // A leader that is no longer a voter can commit without itself.
-        self.maybe_commit();
+        if is_membership {
+            // The new membership's quorum may already hold the log (a
+            // leader that is no longer a voter commits without itself). A
+            // normal entry moves no match index, so no commit.
+            self.maybe_commit();
+        }
         assert_eq!(self.term, term, "appending does not change the term");
         assert_eq!(self.log.last_index(), index, "a leader's log is append-only");
         assert_eq!(self.log.term(index), Some(term), "a proposal carries the leader's term");
@@ -1461,21 +1490,19 @@ impl Node {
             return false;
         }
         let me = self.config.id;
-        let mut matches: Vec<Index> = self
-            .membership
-            .voters
-            .iter()
-            .map(|&id| {
-                if id == me {
-                    self.log.persisted.min(self.log.last_index())
-                } else {
-                    self.progress.get(&id).map_or(0, |p| p.match_index)
-                }
-            })
-            .collect();
+        let mut matches = std::mem::take(&mut self.match_scratch);
+        matches.clear();
+        matches.extend(self.membership.voters.iter().map(|&id| {
+            if id == me {
+                self.log.persisted.min(self.log.last_index())
+            } else {
+                self.progress.get(&id).map_or(0, |p| p.match_index)
+            }
+        }));
         matches.sort_unstable_by(|a, b| b.cmp(a));
-        let quorum = self.membership.quorum();
-        let Some(&candidate) = matches.get(quorum - 1) else { return false };
+        let quorum_match = matches.get(self.membership.quorum() - 1).copied();
+        self.match_scratch = matches;
+        let Some(candidate) = quorum_match else { return false };
         if candidate <= self.commit || self.log.term(candidate) != Some(self.term) {
             return false;
         }

@@ -240,6 +240,12 @@ impl Cluster {
             peer.store.entries.clear();
             peer.app = decode_app(&snap.data);
         }
+        let last = rd.entries.last().map(|e| (e.index, e.term));
+        if peer.node.config().hand_out_entries {
+            assert_eq!(rd.appended, last, "appended names the last entry handed out");
+        } else {
+            assert!(rd.entries.is_empty(), "no entries for a caller that keeps no log");
+        }
         if let Some(first) = rd.entries.first() {
             peer.store.entries.retain(|e| e.index < first.index);
             if let Some(last) = peer.store.entries.last() {
@@ -387,6 +393,29 @@ fn replicates_and_commits_in_order() {
     // Batching: far fewer AppendEntries than entries x followers.
     let follower = (1..=5).find(|&i| i != leader).unwrap();
     assert_eq!(c.peers[&follower].store.entries.len() as u64, c.node(leader).last_index());
+}
+
+/// A caller that keeps no log of its own (`hand_out_entries` off) gets no
+/// entries in its `Ready`s but the same persistence points, so the group
+/// commits and applies as one whose members store every entry.
+#[test]
+fn nodes_that_hand_out_no_entries_commit_by_their_persist_points() {
+    for hand_out in [true, false] {
+        let mut c = Cluster::with(3, |id| Config { hand_out_entries: hand_out, ..config(id) });
+        let leader = c.elect();
+        let want = payloads(0..40);
+        for p in &want {
+            c.node_mut(leader).propose(p.clone()).unwrap();
+        }
+        c.pump();
+        c.tick(3);
+        for id in 1..=3 {
+            assert_eq!(c.app_data(id), want, "hand_out_entries {hand_out}: node {id}");
+            assert_eq!(c.node(id).commit_index(), c.node(leader).last_index());
+            let stored = c.peers[&id].store.entries.len() as u64;
+            assert_eq!(stored, if hand_out { c.node(leader).last_index() } else { 0 });
+        }
+    }
 }
 
 /// Regression (found by `ordo bench r3p2`): under a steady stream of
