@@ -157,9 +157,7 @@ impl ReplayWindow {
             if counter - self.top >= WINDOW {
                 self.bits = [0; WORDS];
             } else {
-                for c in self.top + 1..=counter {
-                    self.set(c, false);
-                }
+                self.clear(self.top + 1, counter);
             }
             self.top = counter;
         }
@@ -174,6 +172,22 @@ impl ReplayWindow {
     fn bit(&self, c: u64) -> bool {
         let i = (c % WINDOW) as usize;
         self.bits[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Clears the bits of counters `from..=to` (fewer than [`WINDOW`]), a
+    /// word at a time: a sender quiet for a while has skipped many ticks.
+    fn clear(&mut self, from: u64, to: u64) {
+        debug_assert!(from <= to && to - from < WINDOW);
+        let mut c = from;
+        while c <= to {
+            let i = (c % WINDOW) as usize;
+            let (word, bit) = (i / 64, i % 64);
+            // WINDOW is a multiple of 64: a word never wraps around.
+            let n = (64 - bit).min((to - c + 1) as usize);
+            let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << bit };
+            self.bits[word] &= !mask;
+            c += n as u64;
+        }
     }
 
     fn set(&mut self, c: u64, on: bool) {

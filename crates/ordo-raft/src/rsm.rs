@@ -208,7 +208,18 @@ impl AppliedWindow {
             Some(&(last, _)) if last < request => Err(self.0.len()),
             Some(&(last, _)) if last == request => Ok(self.0.len() - 1),
             None => Err(0),
-            _ => self.0.binary_search_by_key(&request, |(id, _)| *id),
+            Some(&(last, _)) => {
+                // A client's ids are mostly consecutive: the slot as far
+                // below the newest as the id is (the answers of a batch
+                // fill the slots just below it), else a search.
+                let below = last - request;
+                if let Some(at) = (self.0.len() as u64 - 1).checked_sub(below)
+                    && self.0[at as usize].0 == request
+                {
+                    return Ok(at as usize);
+                }
+                self.0.binary_search_by_key(&request, |(id, _)| *id)
+            }
         }
     }
 

@@ -961,10 +961,9 @@ fn malformed_and_misaddressed_messages_are_rejected_without_effect() {
         leader_commit: last + 2,
     };
     assert!(matches!(c.node_mut(follower).step(bad.clone()), Err(StepError::Invalid(_))));
-    // The same message does not survive the codec either.
-    let mut bytes = Vec::new();
-    encode(&bad, &mut bytes);
-    assert!(decode(&bytes, &DecodeLimits::default()).is_err());
+    // The wire cannot even say it (an append's indexes are implicit): the
+    // encoder refuses to write it.
+    assert!(std::panic::catch_unwind(|| encode(&bad, &mut Vec::new())).is_err());
     // Entry term above the message term; membership data garbage.
     for entry in [
         Entry { term: term + 1, index: last + 1, kind: EntryKind::Normal, data: vec![].into() },

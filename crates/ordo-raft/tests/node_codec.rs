@@ -140,46 +140,94 @@ fn huge_declared_counts_fail_before_allocating() {
     let at = b.len() - 8;
     b[at..].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(matches!(decode(&b, &unlimited), Err(DecodeError::Truncated { .. })));
-    // An entry claiming 4 GiB of data.
+    // An entry claiming 2^63 bytes of data: its length is the last varint.
     let mut b = bytes_of(&append(
         4,
         2,
         vec![Entry { term: 3, index: 5, kind: EntryKind::Noop, data: vec![].into() }],
     ));
-    let at = b.len() - 4;
-    b[at..].copy_from_slice(&u32::MAX.to_le_bytes());
+    b.pop();
+    b.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01]);
     assert!(matches!(decode(&b, &unlimited), Err(DecodeError::Truncated { .. })));
 }
 
+/// Varints are read in their shortest form only (so that every message
+/// decoded encodes back to its bytes) and never beyond 64 bits.
+#[test]
+fn rejects_malformed_varints() {
+    let noop = |data_len: Vec<u8>| {
+        let mut b = bytes_of(&append(
+            4,
+            2,
+            vec![Entry { term: 3, index: 5, kind: EntryKind::Noop, data: vec![].into() }],
+        ));
+        b.pop(); // the length, 0
+        b.extend_from_slice(&data_len);
+        b
+    };
+    let unlimited = DecodeLimits { max_entry_bytes: u64::MAX, ..limits() };
+    assert!(decode(&noop(vec![0]), &unlimited).is_ok(), "the shortest zero");
+    assert_eq!(
+        decode(&noop(vec![0x80, 0x00]), &unlimited),
+        Err(DecodeError::BadVarint),
+        "a zero in two bytes"
+    );
+    assert_eq!(decode(&noop(vec![0x81, 0x00]), &unlimited), Err(DecodeError::BadVarint), "a trailing zero");
+    let mut beyond = vec![0xFF; 9];
+    beyond.push(0x02);
+    assert_eq!(decode(&noop(beyond), &unlimited), Err(DecodeError::BadVarint), "65 bits");
+    assert_eq!(decode(&noop(vec![0xFF; 11]), &unlimited), Err(DecodeError::BadVarint), "eleven bytes");
+    // The term's step is a varint too: one overflowing the term is refused.
+    let mut b = bytes_of(&append(4, 2, vec![entry(3, 5)]));
+    let step_at = b.len() - 3;
+    assert_eq!(b[step_at], 1, "the step from prev_term 2 to term 3");
+    let mut huge = vec![0xFF; 9];
+    huge.push(0x01);
+    b.splice(step_at..step_at + 1, huge);
+    assert!(matches!(decode(&b, &limits()), Err(DecodeError::EntryTermOutOfOrder { .. })));
+}
+
+/// Version 2 leaves out each entry's index and term (contiguous, steps
+/// from `prev_term`): an entry of a small command costs 3 bytes besides
+/// its data.
+#[test]
+fn an_entry_costs_three_bytes_besides_its_data() {
+    let empty = bytes_of(&append(4, 2, vec![])).len();
+    let entries: Vec<Entry> =
+        (5..5 + 16).map(|i| Entry { data: vec![0; 25].into(), ..entry(3, i) }).collect();
+    assert_eq!(bytes_of(&append(4, 2, entries)).len(), empty + 16 * (3 + 25));
+}
+
+/// Gaps and terms going down cannot be written in version 2 (indexes are
+/// implicit, terms go up in steps): such a message is refused in process
+/// by `validate`, and the encoder refuses to write it. What the wire can
+/// still say wrongly — a term above the message's, an index past `u64` —
+/// the decoder refuses.
 #[test]
 fn rejects_non_contiguous_entries_and_term_disorder() {
     let gap = append(4, 2, vec![entry(3, 5), entry(3, 7)]);
-    assert_eq!(
-        decode(&bytes_of(&gap), &limits()),
-        Err(DecodeError::NonContiguousEntries { expected: 6, found: 7 })
-    );
+    assert_eq!(gap.validate(&limits()), Err(DecodeError::NonContiguousEntries { expected: 6, found: 7 }));
     let wrong_start = append(4, 2, vec![entry(3, 4)]);
-    assert!(matches!(
-        decode(&bytes_of(&wrong_start), &limits()),
-        Err(DecodeError::NonContiguousEntries { .. })
-    ));
+    assert!(matches!(wrong_start.validate(&limits()), Err(DecodeError::NonContiguousEntries { .. })));
     let decreasing = append(4, 2, vec![entry(4, 5), entry(3, 6)]);
-    assert!(matches!(
-        decode(&bytes_of(&decreasing), &limits()),
-        Err(DecodeError::EntryTermOutOfOrder { .. })
-    ));
+    assert!(matches!(decreasing.validate(&limits()), Err(DecodeError::EntryTermOutOfOrder { .. })));
+    let below_prev = append(4, 3, vec![entry(2, 5)]);
+    assert!(matches!(below_prev.validate(&limits()), Err(DecodeError::EntryTermOutOfOrder { .. })));
+    for unwritable in [gap, wrong_start, decreasing, below_prev] {
+        let encoded = std::panic::catch_unwind(|| bytes_of(&unwritable));
+        assert!(encoded.is_err(), "encoded {unwritable:?}");
+    }
     let above_message = append(4, 2, vec![entry(6, 5)]);
     assert!(matches!(
         decode(&bytes_of(&above_message), &limits()),
         Err(DecodeError::EntryTermOutOfOrder { .. })
     ));
-    let below_prev = append(4, 3, vec![entry(2, 5)]);
-    assert!(matches!(
-        decode(&bytes_of(&below_prev), &limits()),
-        Err(DecodeError::EntryTermOutOfOrder { .. })
-    ));
-    let overflow = append(u64::MAX, 2, vec![entry(3, 0)]);
-    assert_eq!(decode(&bytes_of(&overflow), &limits()), Err(DecodeError::IndexOverflow));
+    // prev_index u64::MAX with one entry: no index left for it.
+    let mut overflow = bytes_of(&append(u64::MAX, 2, vec![]));
+    let count_at = overflow.len() - 4;
+    overflow[count_at..].copy_from_slice(&1u32.to_le_bytes());
+    overflow.extend_from_slice(&[0, 1, 1, 7]); // normal, step 1, one byte
+    assert_eq!(decode(&overflow, &limits()), Err(DecodeError::IndexOverflow));
 }
 
 #[test]
@@ -248,7 +296,7 @@ fn rejects_bad_bools_and_entry_kinds() {
         2,
         vec![Entry { term: 3, index: 5, kind: EntryKind::Noop, data: vec![].into() }],
     ));
-    let kind_at = b.len() - 4 - 1;
+    let kind_at = b.len() - 3; // kind, step, length (0)
     b[kind_at] = 9;
     assert_eq!(decode(&b, &limits()), Err(DecodeError::UnknownEntryKind(9)));
 }
