@@ -179,7 +179,8 @@ pub struct RaftReplication<D: Disk> {
     /// only when a restore dropped the replica's pending snapshot while the
     /// handler was still serializing it: that answer is stale.
     snapshotting: VecDeque<Index>,
-    scratch: Vec<u8>,
+    /// Bytes of the last peer message encoded (the next one's first guess).
+    encoded_len: usize,
     status: Arc<RaftStatus>,
 }
 
@@ -211,7 +212,7 @@ impl<D: Disk> RaftReplication<D> {
             next_tick_ns: None,
             applying: VecDeque::new(),
             snapshotting: VecDeque::new(),
-            scratch: Vec::new(),
+            encoded_len: 0,
             status: Arc::new(RaftStatus::default()),
         };
         hook.publish_status();
@@ -241,9 +242,12 @@ impl<D: Disk> RaftReplication<D> {
             match o {
                 Output::Send(msg) => {
                     let Some(peer) = (msg.to() as usize).checked_sub(1) else { continue };
-                    self.scratch.clear();
-                    encode(&msg, &mut self.scratch);
-                    out.send_to_peer(peer, self.scratch.clone());
+                    // Encoded in place (a copy of a scratch buffer before),
+                    // sized by the last message.
+                    let mut bytes = Vec::with_capacity(self.encoded_len);
+                    encode(&msg, &mut bytes);
+                    self.encoded_len = bytes.len();
+                    out.send_to_peer(peer, bytes);
                 }
                 Output::Apply(a) => {
                     let respond = a.reply_to.is_some();

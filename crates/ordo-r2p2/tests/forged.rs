@@ -171,7 +171,8 @@ fn forged_and_replayed_raft_datagrams_change_nothing() {
             index: 2,
             kind: EntryKind::Normal,
             data: b"FORGED".to_vec().into(),
-        }],
+        }]
+        .into(),
         leader_commit: 2,
     };
     let wrong = Secret::from_bytes(b"the attacker's best guess").unwrap();

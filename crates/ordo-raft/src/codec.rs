@@ -305,7 +305,15 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Message, DecodeErro
                 entry.data = all.slice(at..at + range.len());
                 at += range.len();
             }
-            Message::AppendEntries { term, from, to, prev_index, prev_term, entries, leader_commit }
+            Message::AppendEntries {
+                term,
+                from,
+                to,
+                prev_index,
+                prev_term,
+                entries: entries.into(),
+                leader_commit,
+            }
         }
         KIND_APPEND_REPLY => Message::AppendReply {
             term,

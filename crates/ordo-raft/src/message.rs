@@ -14,7 +14,7 @@
 //! only ever sees structurally valid messages.
 
 use crate::codec::{DecodeError, DecodeLimits, decode_membership, validate_membership};
-use crate::types::{Entry, EntryKind, Index, NodeId, Snapshot, Term};
+use crate::types::{Entries, Entry, EntryKind, Index, NodeId, Snapshot, Term};
 
 /// A Raft message (Raft paper Fig. 2, plus pre-vote, snapshots and
 /// leadership transfer from the Raft thesis).
@@ -48,7 +48,7 @@ pub enum Message {
         to: NodeId,
         prev_index: Index,
         prev_term: Term,
-        entries: Vec<Entry>,
+        entries: Entries,
         leader_commit: Index,
     },
     /// Answer to [`Message::AppendEntries`]. On success `index` is the last

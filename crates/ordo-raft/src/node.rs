@@ -135,7 +135,7 @@ use crate::message::Message;
 use crate::progress::{Progress, ReplicationState};
 use crate::rng::SplitMix64;
 use crate::types::{
-    Entry, EntryKind, HardState, Index, Membership, NodeId, Recovered, Snapshot, SnapshotMeta, Term,
+    Entries, Entry, EntryKind, HardState, Index, Membership, NodeId, Recovered, Snapshot, SnapshotMeta, Term,
 };
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -340,6 +340,10 @@ pub struct Node {
     /// not told by an append with entries get an empty one carrying it.
     commit_pending: bool,
     messages: Vec<Message>,
+    /// Leader, during `offer_proposals` only: the entries last sliced for
+    /// an append, by their first index.
+    shared_slice: Option<(Index, Entries)>,
+    sharing_slices: bool,
     /// `maybe_commit`'s match indexes (kept, so that it allocates nothing).
     match_scratch: Vec<Index>,
     last_hard_state: HardState,
@@ -419,6 +423,8 @@ impl Node {
             append_pending: false,
             commit_pending: false,
             messages: Vec::new(),
+            shared_slice: None,
+            sharing_slices: false,
             match_scratch: Vec::new(),
             last_hard_state: durable_hard_state,
             last_soft_state: soft,
@@ -644,7 +650,7 @@ impl Node {
                 if !self.accept_leader(from) {
                     return Ok(());
                 }
-                self.on_append_entries(from, prev_index, prev_term, entries, leader_commit);
+                self.on_append_entries(from, prev_index, prev_term, entries.into_vec(), leader_commit);
             }
             Message::InstallSnapshot { from, snapshot, .. } => {
                 if !self.accept_leader(from) {
@@ -1237,6 +1243,9 @@ impl Node {
     /// many as one per proposal went before), within its in-flight window.
     fn offer_proposals(&mut self) {
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
+        // Followers at the same next index get the same entries: sliced
+        // once (the log does not change in this pass).
+        self.sharing_slices = true;
         for id in peers {
             while let Some(pr) = self.progress.get(&id) {
                 let before = pr.next_index;
@@ -1254,6 +1263,8 @@ impl Node {
                 }
             }
         }
+        self.sharing_slices = false;
+        self.shared_slice = None;
     }
 
     fn broadcast_heartbeat(&mut self) {
@@ -1283,7 +1294,7 @@ impl Node {
                 to: id,
                 prev_index,
                 prev_term,
-                entries: Vec::new(),
+                entries: Entries::default(),
                 leader_commit: self.commit,
             });
         }
@@ -1311,12 +1322,24 @@ impl Node {
             return;
         };
         assert!(prev_term <= self.term, "send_append: prev_term from our log");
-        let entries = self.log.slice(
-            pr.next_index,
-            self.log.last_index(),
-            self.config.max_entries_per_append,
-            self.config.max_bytes_per_append,
-        );
+        let entries = match &self.shared_slice {
+            Some((from, entries)) if *from == pr.next_index => entries.clone(),
+            _ => {
+                let entries: Entries = self
+                    .log
+                    .slice(
+                        pr.next_index,
+                        self.log.last_index(),
+                        self.config.max_entries_per_append,
+                        self.config.max_bytes_per_append,
+                    )
+                    .into();
+                if self.sharing_slices {
+                    self.shared_slice = Some((pr.next_index, entries.clone()));
+                }
+                entries
+            }
+        };
         assert_eq!(
             entries.is_empty(),
             prev_index == self.log.last_index(),

@@ -45,6 +45,36 @@ pub struct Entry {
     pub data: Bytes,
 }
 
+/// The entries of an AppendEntries, shared: a leader whose followers need
+/// the same entries (the steady state) slices its log once for all of
+/// them, and every append holds a reference (a vector of reference-counted
+/// entries per follower before). Reads as a slice; built from a `Vec`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Entries(std::sync::Arc<Vec<Entry>>);
+
+impl Entries {
+    /// The entries as a vector of their own: moved out where this is the
+    /// last reference (a decoded append), else cloned (each a reference
+    /// count).
+    pub fn into_vec(self) -> Vec<Entry> {
+        std::sync::Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+    }
+}
+
+impl std::ops::Deref for Entries {
+    type Target = [Entry];
+
+    fn deref(&self) -> &[Entry] {
+        &self.0
+    }
+}
+
+impl From<Vec<Entry>> for Entries {
+    fn from(entries: Vec<Entry>) -> Entries {
+        Entries(std::sync::Arc::new(entries))
+    }
+}
+
 /// The state that must be durable before the node answers a vote or an
 /// append that depends on it (Raft Fig. 2, "persistent state").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

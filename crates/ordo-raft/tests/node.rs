@@ -395,6 +395,29 @@ fn replicates_and_commits_in_order() {
     assert_eq!(c.peers[&follower].store.entries.len() as u64, c.node(leader).last_index());
 }
 
+/// Followers at the same next index get one slice of the leader's log
+/// between them, not a copy each.
+#[test]
+fn followers_at_the_same_index_share_the_entries_of_their_appends() {
+    let mut c = Cluster::new(5);
+    let leader = c.elect();
+    c.pump();
+    for p in payloads(0..3) {
+        c.node_mut(leader).propose(p).unwrap();
+    }
+    let rd = c.node_mut(leader).ready();
+    let appends: Vec<&[Entry]> = rd
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::AppendEntries { entries, .. } if !entries.is_empty() => Some(&entries[..]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(appends.len(), 4, "one append per follower");
+    assert!(appends.iter().all(|e| e.len() == 3 && e.as_ptr() == appends[0].as_ptr()), "one slice");
+}
+
 /// A caller that keeps no log of its own (`hand_out_entries` off) gets no
 /// entries in its `Ready`s but the same persistence points, so the group
 /// commits and applies as one whose members store every entry.
@@ -957,7 +980,7 @@ fn malformed_and_misaddressed_messages_are_rejected_without_effect() {
         to: follower,
         prev_index: last,
         prev_term: term,
-        entries: vec![Entry { term, index: last + 2, kind: EntryKind::Normal, data: vec![].into() }],
+        entries: vec![Entry { term, index: last + 2, kind: EntryKind::Normal, data: vec![].into() }].into(),
         leader_commit: last + 2,
     };
     assert!(matches!(c.node_mut(follower).step(bad.clone()), Err(StepError::Invalid(_))));
@@ -975,7 +998,7 @@ fn malformed_and_misaddressed_messages_are_rejected_without_effect() {
             to: follower,
             prev_index: last,
             prev_term: term,
-            entries: vec![entry],
+            entries: vec![entry].into(),
             leader_commit: 0,
         };
         assert!(matches!(c.node_mut(follower).step(bad), Err(StepError::Invalid(_))));
@@ -1268,7 +1291,7 @@ fn follower_commits_only_entries_verified_against_this_leader() {
         to: 2,
         prev_index: 0,
         prev_term: 0,
-        entries: vec![],
+        entries: vec![].into(),
         leader_commit: 10,
     };
     node.step(heartbeat).unwrap();
@@ -1281,7 +1304,7 @@ fn follower_commits_only_entries_verified_against_this_leader() {
         to: 2,
         prev_index: 3,
         prev_term: 1,
-        entries: vec![],
+        entries: vec![].into(),
         leader_commit: 10,
     })
     .unwrap();
@@ -1299,7 +1322,7 @@ fn follower_commits_only_entries_verified_against_this_leader() {
         to: 2,
         prev_index: 3,
         prev_term: 1,
-        entries: vec![Entry { term: 2, index: 4, kind: EntryKind::Normal, data: vec![].into() }],
+        entries: vec![Entry { term: 2, index: 4, kind: EntryKind::Normal, data: vec![].into() }].into(),
         leader_commit: 3,
     })
     .unwrap();

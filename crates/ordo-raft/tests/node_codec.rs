@@ -22,7 +22,15 @@ fn entry(term: u64, index: u64) -> Entry {
 }
 
 fn append(prev_index: u64, prev_term: u64, entries: Vec<Entry>) -> Message {
-    Message::AppendEntries { term: 5, from: 1, to: 2, prev_index, prev_term, entries, leader_commit: 3 }
+    Message::AppendEntries {
+        term: 5,
+        from: 1,
+        to: 2,
+        prev_index,
+        prev_term,
+        entries: entries.into(),
+        leader_commit: 3,
+    }
 }
 
 fn snapshot(len: usize) -> Message {
@@ -404,7 +412,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
                     to,
                     prev_index,
                     prev_term,
-                    entries,
+                    entries: entries.into(),
                     leader_commit: c,
                 }
             }
