@@ -764,14 +764,18 @@ impl<D: Disk, R: Clone> Replica<D, R> {
                 }
             }
         }
-        if let Some(w) = self.waiting.get_mut(&(client, request)) {
-            *w = reply_to; // a retry of a proposal in flight: answer the latest address
-            return Ok(());
-        }
+        // One lookup for both the retry check and the insert.
+        let waiting = match self.waiting.entry((client, request)) {
+            std::collections::hash_map::Entry::Occupied(mut w) => {
+                w.insert(reply_to); // a retry of a proposal in flight: answer the latest address
+                return Ok(());
+            }
+            std::collections::hash_map::Entry::Vacant(w) => w,
+        };
         match self.node.propose(encode_command_into(&mut self.commands, client, request, payload)) {
             Ok(_) => {
                 self.stats.proposed += 1;
-                self.waiting.insert((client, request), reply_to);
+                waiting.insert(reply_to);
             }
             Err(ProposeError::NotLeader { leader }) => {
                 self.stats.redirects += 1;
@@ -1004,31 +1008,31 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         };
         let waiting = self.waiting.remove(&(client, request));
         let window = self.cfg.session_window.max(1);
-        if let Some(s) = self.sessions.get(&client) {
-            match s.seen(request, window) {
-                Seen::New => {}
-                Seen::TooOld => {
-                    self.stats.too_old += 1;
-                    return;
-                }
-                Seen::Applied(resp) => {
-                    self.stats.duplicates += 1;
-                    if let Some(to) = waiting {
-                        match resp {
-                            Some(resp) => {
-                                let response = resp.clone();
-                                self.out.push_back(Output::Reply { to, client, request, response });
-                            }
-                            None => {
-                                self.reply_after_apply.insert((client, request), to);
-                            }
+        // One lookup: a client without a session gets an empty one, for
+        // which every request is new.
+        let session = self.sessions.entry(client).or_default();
+        match session.seen(request, window) {
+            Seen::New => {}
+            Seen::TooOld => {
+                self.stats.too_old += 1;
+                return;
+            }
+            Seen::Applied(resp) => {
+                self.stats.duplicates += 1;
+                if let Some(to) = waiting {
+                    match resp {
+                        Some(resp) => {
+                            let response = resp.clone();
+                            self.out.push_back(Output::Reply { to, client, request, response });
+                        }
+                        None => {
+                            self.reply_after_apply.insert((client, request), to);
                         }
                     }
-                    return;
                 }
+                return;
             }
         }
-        let session = self.sessions.entry(client).or_default();
         assert!(session.index < e.index, "sessions are used in log order");
         session.index = e.index;
         let fresh = session.applied.insert(request, None);
