@@ -344,6 +344,17 @@ impl Cluster {
         index
     }
 
+    /// Proposes every payload at `leader`, then runs until the group has
+    /// applied them (a pump, and ticks for the commit index to reach every
+    /// follower).
+    fn replicate_all(&mut self, leader: NodeId, payloads: &[Vec<u8>]) {
+        for p in payloads {
+            self.node_mut(leader).propose(p.clone()).unwrap();
+        }
+        self.pump();
+        self.tick(3);
+    }
+
     fn app_data(&self, id: NodeId) -> Vec<Vec<u8>> {
         self.peers[&id].app.iter().map(|(_, d)| d.clone()).collect()
     }
@@ -381,11 +392,7 @@ fn replicates_and_commits_in_order() {
     let mut c = Cluster::new(5);
     let leader = c.elect();
     let want = payloads(0..50);
-    for p in &want {
-        c.node_mut(leader).propose(p.clone()).unwrap();
-    }
-    c.pump();
-    c.tick(3);
+    c.replicate_all(leader, &want);
     for id in 1..=5 {
         assert_eq!(c.app_data(id), want, "node {id}");
         assert_eq!(c.node(id).commit_index(), c.node(leader).last_index());
@@ -427,11 +434,7 @@ fn nodes_that_hand_out_no_entries_commit_by_their_persist_points() {
         let mut c = Cluster::with(3, |id| Config { hand_out_entries: hand_out, ..config(id) });
         let leader = c.elect();
         let want = payloads(0..40);
-        for p in &want {
-            c.node_mut(leader).propose(p.clone()).unwrap();
-        }
-        c.pump();
-        c.tick(3);
+        c.replicate_all(leader, &want);
         for id in 1..=3 {
             assert_eq!(c.app_data(id), want, "hand_out_entries {hand_out}: node {id}");
             assert_eq!(c.node(id).commit_index(), c.node(leader).last_index());
