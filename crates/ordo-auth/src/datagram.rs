@@ -161,7 +161,7 @@ impl ReplayWindow {
             }
             self.top = counter;
         }
-        self.set(counter, true);
+        self.set(counter);
     }
 
     /// The highest counter accepted (0: none).
@@ -190,13 +190,9 @@ impl ReplayWindow {
         }
     }
 
-    fn set(&mut self, c: u64, on: bool) {
+    fn set(&mut self, c: u64) {
         let i = (c % WINDOW) as usize;
-        if on {
-            self.bits[i / 64] |= 1 << (i % 64);
-        } else {
-            self.bits[i / 64] &= !(1 << (i % 64));
-        }
+        self.bits[i / 64] |= 1 << (i % 64);
     }
 }
 

@@ -340,10 +340,6 @@ pub struct Node {
     /// not told by an append with entries get an empty one carrying it.
     commit_pending: bool,
     messages: Vec<Message>,
-    /// Leader, during `offer_proposals` only: the entries last sliced for
-    /// an append, by their first index.
-    shared_slice: Option<(Index, Entries)>,
-    sharing_slices: bool,
     /// `maybe_commit`'s match indexes (kept, so that it allocates nothing).
     match_scratch: Vec<Index>,
     last_hard_state: HardState,
@@ -423,8 +419,6 @@ impl Node {
             append_pending: false,
             commit_pending: false,
             messages: Vec::new(),
-            shared_slice: None,
-            sharing_slices: false,
             match_scratch: Vec::new(),
             last_hard_state: durable_hard_state,
             last_soft_state: soft,
@@ -1245,7 +1239,7 @@ impl Node {
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         // Followers at the same next index get the same entries: sliced
         // once (the log does not change in this pass).
-        self.sharing_slices = true;
+        let mut shared = None;
         for id in peers {
             while let Some(pr) = self.progress.get(&id) {
                 let before = pr.next_index;
@@ -1255,7 +1249,7 @@ impl Node {
                 if !more {
                     break;
                 }
-                self.send_append(id, false);
+                self.send_append_sharing(id, false, &mut shared);
                 // No progress: the entries it needs are compacted (a
                 // snapshot went instead).
                 if self.progress.get(&id).is_none_or(|p| p.next_index <= before) {
@@ -1263,8 +1257,6 @@ impl Node {
                 }
             }
         }
-        self.sharing_slices = false;
-        self.shared_slice = None;
     }
 
     fn broadcast_heartbeat(&mut self) {
@@ -1305,6 +1297,12 @@ impl Node {
     /// follower has not been told the current commit index) if its flow
     /// control allows. A probe is sent even when empty.
     fn send_append(&mut self, to: NodeId, allow_empty: bool) {
+        self.send_append_sharing(to, allow_empty, &mut None);
+    }
+
+    /// `send_append`, reusing `shared` — the entries last sliced in this
+    /// pass, by their first index — where this follower needs the same.
+    fn send_append_sharing(&mut self, to: NodeId, allow_empty: bool, shared: &mut Option<(Index, Entries)>) {
         let Some(pr) = self.progress.get_mut(&to) else { return };
         if !pr.can_send(self.config.max_inflight_appends) {
             return;
@@ -1322,7 +1320,7 @@ impl Node {
             return;
         };
         assert!(prev_term <= self.term, "send_append: prev_term from our log");
-        let entries = match &self.shared_slice {
+        let entries = match shared {
             Some((from, entries)) if *from == pr.next_index => entries.clone(),
             _ => {
                 let entries: Entries = self
@@ -1334,9 +1332,7 @@ impl Node {
                         self.config.max_bytes_per_append,
                     )
                     .into();
-                if self.sharing_slices {
-                    self.shared_slice = Some((pr.next_index, entries.clone()));
-                }
+                *shared = Some((pr.next_index, entries.clone()));
                 entries
             }
         };

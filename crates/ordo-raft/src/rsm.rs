@@ -497,8 +497,9 @@ const COMMAND_CHUNK: usize = 4096;
 /// commands of a leader's batch share one allocation (and one reference
 /// count) instead of one each, and a clone of a slice (for the followers'
 /// appends, the application) only counts a reference. A command larger
-/// than a quarter chunk gets a buffer of its own, so a retained entry pins
-/// at most four times its own size besides its neighbours' small ones.
+/// than a quarter chunk gets a buffer of its own. A chunk lives until the
+/// last of its commands' entries is compacted away: the log's memory is
+/// its commands' bytes rounded up to whole chunks of 4 KiB.
 pub fn encode_command_into(
     chunk: &mut BytesMut,
     client: ClientId,

@@ -48,16 +48,21 @@ pub struct Entry {
 /// The entries of an AppendEntries, shared: a leader whose followers need
 /// the same entries (the steady state) slices its log once for all of
 /// them, and every append holds a reference (a vector of reference-counted
-/// entries per follower before). Reads as a slice; built from a `Vec`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Entries(std::sync::Arc<Vec<Entry>>);
+/// entries per follower before). Reads as a slice; built from a `Vec`. An
+/// empty one (a heartbeat, an append carrying only the commit index)
+/// allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct Entries(Option<std::sync::Arc<Vec<Entry>>>);
 
 impl Entries {
     /// The entries as a vector of their own: moved out where this is the
     /// last reference (a decoded append), else cloned (each a reference
     /// count).
     pub fn into_vec(self) -> Vec<Entry> {
-        std::sync::Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+        match self.0 {
+            None => Vec::new(),
+            Some(shared) => std::sync::Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone()),
+        }
     }
 }
 
@@ -65,13 +70,28 @@ impl std::ops::Deref for Entries {
     type Target = [Entry];
 
     fn deref(&self) -> &[Entry] {
-        &self.0
+        self.0.as_deref().map_or(&[], |v| v)
     }
 }
 
 impl From<Vec<Entry>> for Entries {
     fn from(entries: Vec<Entry>) -> Entries {
-        Entries(std::sync::Arc::new(entries))
+        Entries((!entries.is_empty()).then(|| std::sync::Arc::new(entries)))
+    }
+}
+
+/// Equal as slices: shared or not, the same entries.
+impl PartialEq for Entries {
+    fn eq(&self, other: &Entries) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Entries {}
+
+impl std::hash::Hash for Entries {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
     }
 }
 

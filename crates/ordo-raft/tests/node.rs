@@ -355,6 +355,15 @@ impl Cluster {
         self.tick(3);
     }
 
+    /// Every member applied exactly `want` and knows the leader's last
+    /// index as committed.
+    fn assert_applied_everywhere(&self, leader: NodeId, want: &[Vec<u8>], context: &str) {
+        for &id in self.peers.keys() {
+            assert_eq!(self.app_data(id), want, "{context}: node {id}");
+            assert_eq!(self.node(id).commit_index(), self.node(leader).last_index(), "{context}: node {id}");
+        }
+    }
+
     fn app_data(&self, id: NodeId) -> Vec<Vec<u8>> {
         self.peers[&id].app.iter().map(|(_, d)| d.clone()).collect()
     }
@@ -393,10 +402,7 @@ fn replicates_and_commits_in_order() {
     let leader = c.elect();
     let want = payloads(0..50);
     c.replicate_all(leader, &want);
-    for id in 1..=5 {
-        assert_eq!(c.app_data(id), want, "node {id}");
-        assert_eq!(c.node(id).commit_index(), c.node(leader).last_index());
-    }
+    c.assert_applied_everywhere(leader, &want, "five members");
     // Batching: far fewer AppendEntries than entries x followers.
     let follower = (1..=5).find(|&i| i != leader).unwrap();
     assert_eq!(c.peers[&follower].store.entries.len() as u64, c.node(leader).last_index());
@@ -435,9 +441,8 @@ fn nodes_that_hand_out_no_entries_commit_by_their_persist_points() {
         let leader = c.elect();
         let want = payloads(0..40);
         c.replicate_all(leader, &want);
+        c.assert_applied_everywhere(leader, &want, &format!("hand_out_entries {hand_out}"));
         for id in 1..=3 {
-            assert_eq!(c.app_data(id), want, "hand_out_entries {hand_out}: node {id}");
-            assert_eq!(c.node(id).commit_index(), c.node(leader).last_index());
             let stored = c.peers[&id].store.entries.len() as u64;
             assert_eq!(stored, if hand_out { c.node(leader).last_index() } else { 0 });
         }
