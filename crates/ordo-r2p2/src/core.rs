@@ -21,9 +21,10 @@
 //!   hook, committed requests (and the hook's snapshots and restores) reach
 //!   the executor's *ordered lane* in commit order; a job the lane refuses
 //!   waits in a backlog, and nothing behind it overtakes it.
-//! - A handler's answer to a replicated request is shown to the hook
-//!   ([`Replication::on_response`]) before it is sent or, on a follower,
-//!   dropped and counted; the hook sees answers in the order it applied.
+//! - A handler's answer to a replicated request is sent or, on a follower,
+//!   dropped and counted, and then handed to the hook
+//!   ([`Replication::on_response`], which keeps the bytes without a copy);
+//!   the hook sees answers in the order it applied.
 //! - RAFT messages are accepted only from an address in `peers` and, with
 //!   a cluster secret, only with a valid MAC from another replica's id;
 //!   admin commands only with the admin secret's MAC; requests with the
@@ -515,40 +516,46 @@ impl<R: Replication> ServerCore<R> {
                 }
                 continue;
             }
+            if item.send {
+                let hint = item.leader_hint.or(leader);
+                let sealed = if self.auth.seals_answers() { FLAG_AUTH } else { 0 };
+                let header = Header {
+                    message_type: item.message_type,
+                    policy: item.policy,
+                    flags: sealed | if hint.is_some() { FLAG_LEADER_HINT } else { 0 },
+                    packet_id: 0,
+                    packet_count: 1,
+                    client_id: item.client_id,
+                    request_id: item.request_id,
+                    leader_hint: hint.unwrap_or(0),
+                    payload_len: 0,
+                };
+                let counter = match item.message_type {
+                    MessageType::Response => &counters.responses_sent,
+                    MessageType::Redirect => &counters.redirects_sent,
+                    _ => &counters.errors_sent,
+                };
+                // Counted before the send so that an answer is never observed
+                // by its client before it is counted (tests and monitors rely
+                // on it).
+                Counters::bump(counter);
+                self.send_message(&header, &item.payload, item.to, Seal::Answer(item.client_id), net);
+            }
+            // The hook sees the answer once it is sent, and takes its bytes
+            // (a reply cache keeps them without a copy).
             if item.observe
                 && let Some(hook) = self.hook.as_mut()
             {
                 let client =
                     ClientRef { addr: item.to, client_id: item.client_id, request_id: item.request_id };
-                hook.on_response(client, &item.payload, item.send, &mut self.hook_out);
+                hook.on_response(client, item.payload, item.send, &mut self.hook_out);
                 hook_called = true;
             }
+            // Counted after the hook saw it: whoever reads the count finds
+            // the answer in the hook's cache.
             if !item.send {
                 Counters::bump(&counters.drop_follower_responses);
-                continue;
             }
-            let hint = item.leader_hint.or(leader);
-            let sealed = if self.auth.seals_answers() { FLAG_AUTH } else { 0 };
-            let header = Header {
-                message_type: item.message_type,
-                policy: item.policy,
-                flags: sealed | if hint.is_some() { FLAG_LEADER_HINT } else { 0 },
-                packet_id: 0,
-                packet_count: 1,
-                client_id: item.client_id,
-                request_id: item.request_id,
-                leader_hint: hint.unwrap_or(0),
-                payload_len: 0,
-            };
-            let counter = match item.message_type {
-                MessageType::Response => &counters.responses_sent,
-                MessageType::Redirect => &counters.redirects_sent,
-                _ => &counters.errors_sent,
-            };
-            // Counted before the send so that an answer is never observed by
-            // its client before it is counted (tests and monitors rely on it).
-            Counters::bump(counter);
-            self.send_message(&header, &item.payload, item.to, Seal::Answer(item.client_id), net);
         }
         debug_assert!(self.outgoing.is_empty(), "nothing queues answers while they are sent");
         self.outgoing = outgoing;

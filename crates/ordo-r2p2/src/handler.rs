@@ -59,8 +59,8 @@ pub struct Outgoing {
     pub(crate) payload: Vec<u8>,
     /// False: a follower's answer, shown to the hook and then dropped.
     pub(crate) send: bool,
-    /// A handler's answer to a REPLICATED_ROUTE request: shown to the hook
-    /// ([`Replication::on_response`]) before it is sent or dropped.
+    /// A handler's answer to a REPLICATED_ROUTE request: handed to the hook
+    /// ([`Replication::on_response`]) once it is sent or dropped.
     pub(crate) observe: bool,
     /// A handler's snapshot for the hook ([`Replication::on_snapshot`]);
     /// nothing is sent.
@@ -184,9 +184,9 @@ impl Responder<'_> {
     /// Sends the answer to `handle`'s request. On a worker this pushes onto
     /// the worker's SPSC response queue (waiting, yielding, while it is
     /// full); on the network thread it queues the datagrams directly.
-    /// Answers to REPLICATED_ROUTE requests are first shown to the hook
-    /// ([`Replication::on_response`](crate::Replication::on_response)); a follower's (`respond: false`) is
-    /// then dropped and counted.
+    /// Answers to REPLICATED_ROUTE requests are sent (a follower's,
+    /// `respond: false`, dropped and counted) and then handed to the hook
+    /// ([`Replication::on_response`](crate::Replication::on_response)).
     pub fn send_response(&mut self, handle: ResponseHandle, response: Vec<u8>) {
         self.push(Outgoing::response(&handle, response));
     }

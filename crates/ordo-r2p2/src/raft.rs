@@ -347,10 +347,16 @@ impl<D: Disk + Send + 'static> Replication for RaftReplication<D> {
         self.drain(out);
     }
 
-    fn on_response(&mut self, client: ClientRef, response: &[u8], _sent: bool, out: &mut ReplicationOutput) {
+    fn on_response(
+        &mut self,
+        client: ClientRef,
+        response: Vec<u8>,
+        _sent: bool,
+        out: &mut ReplicationOutput,
+    ) {
         let Some((index, client_id, request)) = self.applying.pop_front() else { return };
         debug_assert_eq!((client_id, request as u32), (client.client_id, client.request_id));
-        self.replica.applied(index, client_id, request, response.to_vec());
+        self.replica.applied(index, client_id, request, response);
         self.drain(out);
     }
 

@@ -20,7 +20,7 @@
 //! - `Apply { respond: true }` on the leader sends the handler's answer to
 //!   the client; `respond: false` (followers, r3p2 §3.3) runs the handler and
 //!   drops its answer (counted in `drop_follower_responses`). Either way the
-//!   answer is first shown to [`Replication::on_response`] (a reply cache).
+//!   answer is then handed to [`Replication::on_response`] (a reply cache).
 //! - Duplicate suppression is the hook's job: a client retries with the same
 //!   `(client_id, request_id)`, possibly at another replica, and the hook
 //!   should apply each pair once (e.g. a per-client table kept in the log).
@@ -171,13 +171,13 @@ pub trait Replication: Send + 'static {
     fn tick(&mut self, now_ns: u64, out: &mut ReplicationOutput);
 
     /// The handler answered a committed request (`Apply`): `response` is its
-    /// answer, `sent` says whether it goes to the client (leader) or is
-    /// dropped (follower). Called on the network thread, in the order the
+    /// answer, handed over once it was sent (`sent`: to the client, on the
+    /// leader) or dropped (a follower's). Called on the network thread, in the order the
     /// answers reach it — with one handler thread for replicated requests
     /// that is commit order, unless a handler answers later through a
     /// `RemoteResponder`. Lets a hook keep a per-client reply cache on every
     /// replica, to answer retried duplicates with `respond` (exactly-once).
-    fn on_response(&mut self, client: ClientRef, response: &[u8], sent: bool, out: &mut ReplicationOutput) {
+    fn on_response(&mut self, client: ClientRef, response: Vec<u8>, sent: bool, out: &mut ReplicationOutput) {
         let _ = (client, response, sent, out);
     }
 
@@ -220,7 +220,7 @@ impl<R: Replication + ?Sized> Replication for Box<R> {
     fn tick(&mut self, now_ns: u64, out: &mut ReplicationOutput) {
         (**self).tick(now_ns, out)
     }
-    fn on_response(&mut self, client: ClientRef, response: &[u8], sent: bool, out: &mut ReplicationOutput) {
+    fn on_response(&mut self, client: ClientRef, response: Vec<u8>, sent: bool, out: &mut ReplicationOutput) {
         (**self).on_response(client, response, sent, out)
     }
     fn on_snapshot(&mut self, state: Option<Vec<u8>>, out: &mut ReplicationOutput) {

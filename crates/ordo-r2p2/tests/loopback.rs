@@ -421,11 +421,17 @@ impl Replication for ToyHook {
 
     fn tick(&mut self, _now_ns: u64, _out: &mut ReplicationOutput) {}
 
-    fn on_response(&mut self, client: ClientRef, response: &[u8], sent: bool, _out: &mut ReplicationOutput) {
+    fn on_response(
+        &mut self,
+        client: ClientRef,
+        response: Vec<u8>,
+        sent: bool,
+        _out: &mut ReplicationOutput,
+    ) {
         assert_eq!(sent, self.me == self.leader);
         self.observed.fetch_add(1, Ordering::SeqCst);
         if sent {
-            self.replies.insert((client.client_id, client.request_id), Some(response.to_vec()));
+            self.replies.insert((client.client_id, client.request_id), Some(response));
         }
     }
 

@@ -312,7 +312,7 @@ mod late_snapshot {
                     }
                     ReplicationAction::Apply { client, payload, respond } => {
                         let reply = self.kv[i].apply(&payload).encode();
-                        self.hooks[i].on_response(client, &reply, respond, out);
+                        self.hooks[i].on_response(client, reply, respond, out);
                         queue.extend(out.actions.drain(..));
                     }
                     ReplicationAction::Snapshot => {

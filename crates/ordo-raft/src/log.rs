@@ -74,19 +74,27 @@ impl RaftLog {
     pub(crate) fn slice(&self, lo: Index, hi: Index, max_entries: usize, max_bytes: u64) -> Vec<Entry> {
         let lo = lo.max(self.first_index());
         let hi = hi.min(self.last_index());
-        let mut out = Vec::new();
-        let mut bytes = 0u64;
-        let mut index = lo;
-        while index <= hi && out.len() < max_entries {
-            let Some(entry) = self.entry(index) else { break };
-            bytes = bytes.saturating_add(entry.data.len() as u64);
-            if !out.is_empty() && bytes > max_bytes {
-                break;
-            }
-            out.push(entry.clone());
-            index += 1;
+        if lo > hi || max_entries == 0 {
+            return Vec::new();
         }
-        out
+        // The range in `entries` (contiguous from the snapshot's index), cut
+        // to `max_entries`: one allocation of the right size, no per-entry
+        // index lookups.
+        let first = (lo - self.first_index()) as usize;
+        let count = ((hi - lo + 1) as usize).min(max_entries);
+        let range = &self.entries[first..first + count];
+        let mut taken = range.len();
+        if max_bytes != u64::MAX {
+            let mut bytes = 0u64;
+            for (k, entry) in range.iter().enumerate() {
+                bytes = bytes.saturating_add(entry.data.len() as u64);
+                if k > 0 && bytes > max_bytes {
+                    taken = k;
+                    break;
+                }
+            }
+        }
+        range[..taken].to_vec()
     }
 
     /// Appends `entry`, which must be the next index.
