@@ -42,4 +42,7 @@ log "r3p2 peak loss"
 # peak (the default 3 steps leave ~8 %, about the effect sought).
 timeout 225 "$ORDO" bench r3p2 --quick --figures peakloss --refine 5 ${PEAKLOSS_ARGS:-} --out "$OUT/peakloss" > "$OUT/pl.log" 2>&1; rc $?
 grep -E "^  peak \(" "$OUT/pl.log" | awk '!seen[$0]++' | cut -c1-400
+# The bisection's points: the busiest server's CPU and its kernel share
+# there (the leader's system calls against ordo's own work at the peak).
+grep -E "\[refine\]" "$OUT/pl.log" | sed -E 's/ +/ /g' | cut -c1-300
 log done

@@ -536,6 +536,7 @@ pub(super) fn row_of(
         refined,
         server_cpu_percent: 0.0,
         busiest_server_cpu_percent: 0.0,
+        busiest_server_system_percent: 0.0,
         client_cpu_percent: 0.0,
         udp_rcvbuf_drops: 0,
         loadavg_1m: loadavg_1m(),

@@ -283,6 +283,11 @@ pub struct Row {
     /// near 100 % says that thread is the bound; busy-polling servers
     /// read ~100 % at any load.
     pub busiest_server_cpu_percent: f64,
+    /// The part of the busiest server's CPU spent in the kernel (its
+    /// system time), % of one CPU: where the leader is the bound, this
+    /// splits its work between the system calls (UDP sends and receives)
+    /// and ordo's own (user time).
+    pub busiest_server_system_percent: f64,
     /// CPU used by this process (the load generator) during the point, %
     /// of one CPU.
     pub client_cpu_percent: f64,
@@ -467,15 +472,21 @@ fn udp_rcvbuf_errors() -> u64 {
 
 /// utime + stime of a process, seconds (0 when unreadable).
 fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    let (user, system) = cpu_split(pid);
+    user + system
+}
+
+/// utime and stime of a process, seconds (0 when unreadable).
+fn cpu_split(pid: u32) -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return (0.0, 0.0) };
     // Fields after the command (which may contain spaces) end with ')'.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return 0.0 };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return (0.0, 0.0) };
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after ')'.
-    (ticks(11) + ticks(12)) as f64 / hz
+    (ticks(11) as f64 / hz, ticks(12) as f64 / hz)
 }
 
 fn loadavg_1m() -> f64 {
@@ -557,7 +568,7 @@ impl<'a> Live<'a> {
     fn measure(&mut self, figure: &str, offered: f64, refined: bool, progress: &mut impl FnMut(&str)) {
         self.seed += 101;
         let pids: Vec<u32> = self.cluster.children.iter().map(|(c, _)| c.id()).collect();
-        let server_cpu = || pids.iter().map(|p| cpu_seconds(*p)).collect::<Vec<f64>>();
+        let server_cpu = || pids.iter().map(|p| cpu_split(*p)).collect::<Vec<(f64, f64)>>();
         let (server0, client0, wall0) = (server_cpu(), cpu_seconds(std::process::id()), Instant::now());
         let drops0 = udp_rcvbuf_errors();
         // The busy figure's light-load point is what replication's p99
@@ -571,13 +582,20 @@ impl<'a> Live<'a> {
         let (tally, secs) = point(&mut self.clients, self.policy, offered, &sweep, self.seed);
         let wall = wall0.elapsed().as_secs_f64();
         let mut row = row_of(figure, self.config, offered, &tally, secs, refined);
-        let used: Vec<f64> = server_cpu().iter().zip(&server0).map(|(b, a)| (b - a) / wall * 100.0).collect();
+        // (user + system, system) per server, % of one CPU.
+        let split: Vec<(f64, f64)> = server_cpu()
+            .iter()
+            .zip(&server0)
+            .map(|(b, a)| ((b.0 + b.1 - a.0 - a.1) / wall * 100.0, (b.1 - a.1) / wall * 100.0))
+            .collect();
+        let used: Vec<f64> = split.iter().map(|s| s.0).collect();
         row.server_cpu_percent = used.iter().sum();
-        row.busiest_server_cpu_percent = used.iter().copied().fold(0.0, f64::max);
+        let busiest = split.iter().copied().fold((0.0, 0.0), |m, s| if s.0 > m.0 { s } else { m });
+        (row.busiest_server_cpu_percent, row.busiest_server_system_percent) = busiest;
         row.client_cpu_percent = (cpu_seconds(std::process::id()) - client0) / wall * 100.0;
         row.udp_rcvbuf_drops = udp_rcvbuf_errors().saturating_sub(drops0);
         progress(&format!(
-            "  {:<22} {:>3} µs offered {:>8.0} achieved {:>8.0} /s  p50 {:>8.1} p99 {:>9.1} µs  errors {:>5}  cpu srv {:.0} % ({} %) cli {:.0} %  udp drops {}  load {:.1}{}{}",
+            "  {:<22} {:>3} µs offered {:>8.0} achieved {:>8.0} /s  p50 {:>8.1} p99 {:>9.1} µs  errors {:>5}  cpu srv {:.0} % ({} %, busiest's kernel {:.0} %) cli {:.0} %  udp drops {}  load {:.1}{}{}",
             row.series,
             row.handler_us,
             offered,
@@ -587,6 +605,7 @@ impl<'a> Live<'a> {
             row.errors,
             row.server_cpu_percent,
             used.iter().map(|u| format!("{u:.0}")).collect::<Vec<_>>().join("/"),
+            row.busiest_server_system_percent,
             row.client_cpu_percent,
             row.udp_rcvbuf_drops,
             row.loadavg_1m,

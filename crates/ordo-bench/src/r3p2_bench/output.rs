@@ -27,11 +27,11 @@ pub(super) fn opt(v: Option<f64>, decimals: usize) -> String {
 
 pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
     let mut csv = String::from(
-        "figure,series,policy,members,handler_us,mode,fsync,offered_rps,arrival_rps,sent_rps,achieved_rps,requests,errors,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,keeps_up,refined,server_cpu_percent,busiest_server_cpu_percent,client_cpu_percent,udp_rcvbuf_drops,loadavg_1m\n",
+        "figure,series,policy,members,handler_us,mode,fsync,offered_rps,arrival_rps,sent_rps,achieved_rps,requests,errors,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,keeps_up,refined,server_cpu_percent,busiest_server_cpu_percent,busiest_server_system_percent,client_cpu_percent,udp_rcvbuf_drops,loadavg_1m\n",
     );
     for r in &report.rows {
         csv += &format!(
-            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{},{:.2}\n",
+            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{:.2}\n",
             r.figure,
             r.series,
             r.policy,
@@ -53,6 +53,7 @@ pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
             r.refined,
             r.server_cpu_percent,
             r.busiest_server_cpu_percent,
+            r.busiest_server_system_percent,
             r.client_cpu_percent,
             r.udp_rcvbuf_drops,
             r.loadavg_1m
