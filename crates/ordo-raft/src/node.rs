@@ -95,6 +95,9 @@
 //!   AppendEntries carrying the leader's commit index. A follower
 //!   commits `min(leader_commit, highest index it has verified to match
 //!   this leader in this term)`.
+//! - Entries are shared, not copied: followers at the same next index get
+//!   one slice of the log ([`Entries`]), and when exactly that slice
+//!   commits the leader hands it out again as `Ready::committed`.
 //! - Snapshots: [`Node::compact`] drops the applied prefix; a follower
 //!   needing compacted entries gets an InstallSnapshot.
 //! - Membership: one server at a time (thesis §4.1): AddLearner,
@@ -186,7 +189,9 @@ pub struct Ready {
     /// They are always already durable locally (reported via `advance`), so
     /// they may be applied before or while this `Ready` is persisted. Not
     /// bounded in number: after a long outage it may hold the whole backlog.
-    pub committed: Vec<Entry>,
+    /// On a leader in the steady state these are the entries of an earlier
+    /// append to the followers, shared, not cloned again.
+    pub committed: Entries,
 }
 
 impl Ready {
@@ -288,7 +293,8 @@ pub enum CompactError {
     NotApplied { index: Index, applied: Index },
 }
 
-/// Counters of messages the node dropped or ignored.
+/// Counters of messages the node dropped or ignored, and of committed
+/// batches handed out without a copy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeStats {
     pub wrong_recipient: u64,
@@ -298,6 +304,9 @@ pub struct NodeStats {
     /// Well-formed but meaningless in the current state (e.g. an AppendReply
     /// at a follower, a success for an index beyond our log).
     pub unexpected: u64,
+    /// `Ready::committed` handed out as the entries of the leader's newest
+    /// shared append (no clone of each entry from the log).
+    pub committed_shared: u64,
 }
 
 /// A Raft node (see the module docs).
@@ -340,6 +349,13 @@ pub struct Node {
     /// not told by an append with entries get an empty one carrying it.
     commit_pending: bool,
     messages: Vec<Message>,
+    /// Leader: the entries of the newest append slice shared by followers
+    /// (empty if none). When exactly they commit (the steady state: a
+    /// batch's appends are answered together), `ready` hands them out as
+    /// `Ready::committed` instead of cloning each entry from the log again.
+    /// Dropped once the applied index reaches them; at most one append's
+    /// worth of entries is held.
+    recent_append: Entries,
     /// `maybe_commit`'s match indexes (kept, so that it allocates nothing).
     match_scratch: Vec<Index>,
     last_hard_state: HardState,
@@ -419,6 +435,7 @@ impl Node {
             append_pending: false,
             commit_pending: false,
             messages: Vec::new(),
+            recent_append: Entries::default(),
             match_scratch: Vec::new(),
             last_hard_state: durable_hard_state,
             last_soft_state: soft,
@@ -824,6 +841,9 @@ impl Node {
         assert!(self.applied <= self.commit, "ready: applied beyond commit");
         let (proposals, commit) =
             (std::mem::take(&mut self.append_pending), std::mem::take(&mut self.commit_pending));
+        // The newest shared append before this call's: what may commit now
+        // (this call's proposals replace it with their own).
+        let recent = std::mem::take(&mut self.recent_append);
         if self.role == Role::Leader {
             if proposals {
                 self.offer_proposals();
@@ -873,7 +893,7 @@ impl Node {
         rd.messages = std::mem::take(&mut self.messages);
         let applicable = self.commit.min(self.log.persisted);
         if applicable > self.applied {
-            rd.committed = self.log.slice(self.applied + 1, applicable, usize::MAX, u64::MAX);
+            rd.committed = self.committed_entries(applicable, recent);
             assert_eq!(
                 rd.committed.first().map(|e| e.index),
                 Some(self.applied + 1),
@@ -885,9 +905,42 @@ impl Node {
                 "ready: committed entries are handed out without a gap"
             );
             self.applied = applicable;
+        } else {
+            self.keep_recent(recent);
         }
         assert!(self.applied <= self.commit, "ready: applied beyond commit");
         rd
+    }
+
+    /// The entries after the applied index through `applicable`: the
+    /// shared append `recent`'s when it holds exactly those (an entry with
+    /// the log's index and term is the log's entry, and so is everything
+    /// before it back to the append's first index), else cloned from the
+    /// log. `recent` is dropped once the applied index reaches it, else
+    /// kept for a later call (unless a newer append took its place).
+    fn committed_entries(&mut self, applicable: Index, recent: Entries) -> Entries {
+        let lo = self.applied + 1;
+        match (recent.first(), recent.last()) {
+            (Some(first), Some(last)) if last.index <= applicable => {
+                if first.index == lo
+                    && last.index == applicable
+                    && self.log.term(last.index) == Some(last.term)
+                {
+                    self.stats.committed_shared += 1;
+                    return recent;
+                }
+            }
+            _ => self.keep_recent(recent),
+        }
+        self.log.slice(lo, applicable, usize::MAX, u64::MAX).into()
+    }
+
+    /// Keeps `recent` as the newest shared append unless a newer one (this
+    /// `ready`'s) took its place.
+    fn keep_recent(&mut self, recent: Entries) {
+        if self.recent_append.is_empty() {
+            self.recent_append = recent;
+        }
     }
 
     // ----- elections -----------------------------------------------------
@@ -915,8 +968,10 @@ impl Node {
     fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
         assert!(term >= self.term, "become_follower: the term never goes back");
         assert_ne!(leader, Some(self.config.id), "become_follower: we are not the leader");
-        // A follower offers no entries and announces no commit index.
+        // A follower offers no entries and announces no commit index (and
+        // keeps no append of its leadership for `Ready::committed`).
         (self.append_pending, self.commit_pending) = (false, false);
+        self.recent_append = Entries::default();
         if term > self.term {
             self.term = term;
             self.vote = None;
@@ -1333,6 +1388,9 @@ impl Node {
                     )
                     .into();
                 *shared = Some((pr.next_index, entries.clone()));
+                if !entries.is_empty() {
+                    self.recent_append = entries.clone();
+                }
                 entries
             }
         };

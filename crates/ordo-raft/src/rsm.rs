@@ -997,13 +997,13 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             self.pending_snapshot = None;
             self.stats.snapshots_installed += 1;
         }
-        for e in ready.committed {
+        for e in ready.committed.iter() {
             self.hand_out(e);
         }
         Ok(())
     }
 
-    fn hand_out(&mut self, e: Entry) {
+    fn hand_out(&mut self, e: &Entry) {
         if e.index <= self.last_handed {
             return; // covered by a restored snapshot
         }
@@ -1041,7 +1041,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         }
     }
 
-    fn hand_out_command(&mut self, e: Entry) {
+    fn hand_out_command(&mut self, e: &Entry) {
         let Some((client, request, _)) = decode_command(&e.data) else {
             self.stats.malformed_commands += 1;
             return;

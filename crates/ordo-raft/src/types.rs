@@ -74,6 +74,15 @@ impl std::ops::Deref for Entries {
     }
 }
 
+impl<'a> IntoIterator for &'a Entries {
+    type Item = &'a Entry;
+    type IntoIter = std::slice::Iter<'a, Entry>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 impl From<Vec<Entry>> for Entries {
     fn from(entries: Vec<Entry>) -> Entries {
         Entries((!entries.is_empty()).then(|| std::sync::Arc::new(entries)))

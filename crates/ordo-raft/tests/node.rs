@@ -6,7 +6,8 @@
 
 use ordo_raft::{
     Config, DecodeLimits, Entry, EntryKind, HardState, Index, Membership, MembershipChange, Message, Node,
-    NodeId, ProposeError, Recovered, Role, Snapshot, StepError, Term, decode, decode_membership, encode,
+    NodeId, ProposeError, Ready, Recovered, Role, Snapshot, StepError, Term, decode, decode_membership,
+    encode,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -429,6 +430,83 @@ fn followers_at_the_same_index_share_the_entries_of_their_appends() {
         .collect();
     assert_eq!(appends.len(), 4, "one append per follower");
     assert!(appends.iter().all(|e| e.len() == 3 && e.as_ptr() == appends[0].as_ptr()), "one slice");
+}
+
+/// A leader whose followers answer a batch's append hands out that
+/// append's entries as `Ready::committed`: the same vector, not a second
+/// clone of each entry from the log. Two appends answered together commit
+/// as one range that neither holds: that one comes from the log.
+#[test]
+fn a_leader_hands_out_its_followers_append_as_committed() {
+    let mut c = Cluster::new(3);
+    let leader = c.elect();
+    c.pump();
+    // The leader's side of a turn by hand: its `Ready`, made durable at
+    // once, its messages queued.
+    let leader_turn = |c: &mut Cluster| -> Ready {
+        let rd = c.node_mut(leader).ready();
+        if let Some((index, term)) = rd.persist_point() {
+            c.node_mut(leader).advance(index, term);
+        }
+        c.queue.extend(rd.messages.iter().cloned());
+        rd
+    };
+    let append_of = |rd: &Ready| -> *const Entry {
+        let sent = rd.messages.iter().filter_map(|m| match m {
+            Message::AppendEntries { entries, .. } if !entries.is_empty() => Some(entries.as_ptr()),
+            _ => None,
+        });
+        let sent: Vec<*const Entry> = sent.collect();
+        assert_eq!(sent.len(), 2, "one append per follower");
+        assert_eq!(sent[0], sent[1], "one slice for both");
+        sent[0]
+    };
+    let shared = |c: &Cluster| c.node(leader).stats().committed_shared;
+    let before = shared(&c);
+    let want = payloads(0..4);
+    for p in &want {
+        c.node_mut(leader).propose(p.clone()).unwrap();
+    }
+    let sent = append_of(&leader_turn(&mut c));
+    // The appends reach the followers, their answers the leader.
+    c.step_round();
+    c.step_round();
+    let rd = leader_turn(&mut c);
+    assert_eq!(rd.committed.as_ptr(), sent, "the append's own entries");
+    let data: Vec<&[u8]> = rd.committed.iter().map(|e| &e.data[..]).collect();
+    assert_eq!(data, want.iter().map(|p| &p[..]).collect::<Vec<_>>());
+    assert_eq!(shared(&c), before + 1);
+    // Two appends in flight, answered before the leader's next turn.
+    let more = payloads(4..8);
+    for batch in more.chunks(2) {
+        for p in batch {
+            c.node_mut(leader).propose(p.clone()).unwrap();
+        }
+        append_of(&leader_turn(&mut c));
+    }
+    c.step_round();
+    c.step_round();
+    let rd = leader_turn(&mut c);
+    let data: Vec<&[u8]> = rd.committed.iter().map(|e| &e.data[..]).collect();
+    assert_eq!(data, more.iter().map(|p| &p[..]).collect::<Vec<_>>(), "both batches, from the log");
+    assert_eq!(shared(&c), before + 1, "neither append holds the range");
+    // Pipelined (the steady state under load): a turn's proposals go out
+    // while the previous turn's append commits.
+    let mut previous = None;
+    for turn in 0..4u32 {
+        for p in payloads(100 + 3 * turn..103 + 3 * turn) {
+            c.node_mut(leader).propose(p).unwrap();
+        }
+        let rd = leader_turn(&mut c);
+        if let Some(sent) = previous {
+            assert_eq!(rd.committed.as_ptr(), sent, "turn {turn} commits the previous turn's append");
+            assert_eq!(rd.committed.len(), 3);
+        }
+        previous = Some(append_of(&rd));
+        c.step_round();
+        c.step_round();
+    }
+    assert_eq!(shared(&c), before + 4);
 }
 
 /// A caller that keeps no log of its own (`hand_out_entries` off) gets no
