@@ -116,6 +116,35 @@ fn retried_requests_apply_once_and_get_the_first_answer() {
     assert_eq!(r.stats().duplicates, 2);
 }
 
+/// A client past its window: each new command's copy for the application
+/// may reuse the buffer of the answer that leaves the window. Whatever the
+/// sizes (commands longer and shorter than the answers, an empty one), the
+/// application gets each command's bytes, in order, and each retry inside
+/// the window still gets its own first answer.
+#[test]
+fn commands_past_a_full_window_reach_the_application_intact() {
+    let mut app = App::default();
+    let cfg = ReplicaConfig { session_window: 3, ..config(SyncMode::Immediate, 0) };
+    let mut r: Replica<MemDisk, R> = Replica::open(MemDisk::new(), cfg).unwrap();
+    become_leader(&mut r, &mut app);
+    let commands: Vec<Vec<u8>> = (0..40u8).map(|i| vec![b'a' + i % 26; (i as usize * 7) % 13]).collect();
+    for (i, command) in commands.iter().enumerate() {
+        r.request(10, 5, i as u64 + 1, command).unwrap();
+        r.flush().unwrap();
+        pump(&mut r, &mut app);
+    }
+    assert_eq!(app.applied, commands);
+    // The window holds the last three: their retries are answered from it.
+    let applied = app.applied.len();
+    for request in 38..=40u64 {
+        r.request(11, 5, request, b"again").unwrap();
+        r.flush().unwrap();
+        let out = pump(&mut r, &mut app);
+        assert_eq!(replies(&out), vec![(11, request, format!("ok {request}").into_bytes())]);
+    }
+    assert_eq!(app.applied.len(), applied, "no retry applied again");
+}
+
 #[test]
 fn deferred_sync_holds_everything_until_synced_and_a_crash_before_it_loses_only_unacknowledged() {
     let disk = MemDisk::new();
