@@ -558,9 +558,11 @@ pub fn encode_command_into(
         *chunk = BytesMut::with_capacity(COMMAND_CHUNK);
     }
     debug_assert!(chunk.is_empty(), "every command is split off the chunk");
-    chunk.extend_from_slice(&[COMMAND_MAGIC]);
-    chunk.extend_from_slice(&client.to_le_bytes());
-    chunk.extend_from_slice(&request.to_le_bytes());
+    // The header in one write (three small ones before).
+    let mut header = [COMMAND_MAGIC; COMMAND_HEADER];
+    header[1..9].copy_from_slice(&client.to_le_bytes());
+    header[9..].copy_from_slice(&request.to_le_bytes());
+    chunk.extend_from_slice(&header);
     chunk.extend_from_slice(payload);
     let command = chunk.split().freeze();
     debug_assert_eq!(command.len(), len);
