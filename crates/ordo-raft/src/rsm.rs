@@ -331,9 +331,9 @@ impl Session {
 
 /// The sessions in least-recently-used order *in log order*: each applied
 /// command appends `(index, client)`, or moves the newest item up to its
-/// index when that item is the same client's; an item is live while its session's
-/// last applied index is still `index`, stale once the client applied a
-/// later command or was evicted. Indexes grow, so the first live item is
+/// index when that item is the same client's; an item is live while its
+/// session's last applied index is still `index`, stale once the client
+/// applied a later command or was evicted. Indexes grow, so the first live item is
 /// the session least recently used — the one a `BTreeMap` keyed by index
 /// would give first, with a push per command instead of an insert and a
 /// remove (two tree walks on every replica for every command).
