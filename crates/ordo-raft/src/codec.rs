@@ -139,6 +139,8 @@ pub enum DecodeError {
     EntryTermOutOfOrder { index: u64, term: u64 },
     #[error("index overflow")]
     IndexOverflow,
+    #[error("entry {index}'s term step overflows the term")]
+    TermOverflow { index: u64 },
     #[error("invalid reject hint: index {index} hint {hint_index}")]
     InvalidHint { index: u64, hint_index: u64 },
     #[error("invalid snapshot metadata: index {index} term {term}")]
@@ -282,9 +284,7 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Message, DecodeErro
                     other => return Err(DecodeError::UnknownEntryKind(other)),
                 };
                 let step = r.varint()?;
-                entry_term = entry_term
-                    .checked_add(step)
-                    .ok_or(DecodeError::EntryTermOutOfOrder { index, term: u64::MAX })?;
+                entry_term = entry_term.checked_add(step).ok_or(DecodeError::TermOverflow { index })?;
                 let term = entry_term;
                 let len = r.varint()?;
                 if len > limits.max_entry_bytes {

@@ -350,7 +350,7 @@ pub struct Node {
     commit_pending: bool,
     messages: Vec<Message>,
     /// Leader: the entries of the newest append slice shared by followers
-    /// (empty if none). When exactly they commit (the steady state: a
+    /// (empty if none; of several, the one starting highest). When exactly they commit (the steady state: a
     /// batch's appends are answered together), `ready` hands them out as
     /// `Ready::committed` instead of cloning each entry from the log again.
     /// Dropped once the applied index reaches them; at most one append's
@@ -1388,7 +1388,13 @@ impl Node {
                     )
                     .into();
                 *shared = Some((pr.next_index, entries.clone()));
-                if !entries.is_empty() {
+                // Of this pass's slices the one starting highest is the
+                // up-to-date followers' batch (the next to commit), not a
+                // lagging follower's catch-up.
+                if entries
+                    .first()
+                    .is_some_and(|e| self.recent_append.first().is_none_or(|r| r.index < e.index))
+                {
                     self.recent_append = entries.clone();
                 }
                 entries

@@ -514,9 +514,6 @@ struct HeldBatch {
 }
 
 const COMMAND_MAGIC: u8 = 0xC1;
-/// The largest answer buffer reused for a command's copy (a larger one is
-/// freed: a small command must not hold a large buffer).
-const SPARE_MAX_BYTES: usize = 4096;
 /// Magic, client id, request id.
 const COMMAND_HEADER: usize = 17;
 const SNAPSHOT_MAGIC: u8 = 0x5E;
@@ -536,6 +533,10 @@ pub fn encode_command(client: ClientId, request: RequestId, payload: &[u8]) -> V
 
 /// A chunk commands are written into ([`encode_command_into`]).
 const COMMAND_CHUNK: usize = 4096;
+/// The largest answer buffer reused for a command's copy for the
+/// application (a larger one is freed: a small command must not hold a
+/// large buffer).
+const SPARE_MAX_BYTES: usize = 4096;
 
 /// [`encode_command`] into the free end of `chunk`, as a slice of it: the
 /// commands of a leader's batch share one allocation (and one reference
