@@ -155,7 +155,7 @@ impl RemoteResponder {
         {
             let mut queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
             if queue.len() >= self.inner.capacity {
-                Counters::bump(&self.inner.counters.drop_remote_queue_full);
+                Counters::bump_shared(&self.inner.counters.drop_remote_queue_full);
                 return;
             }
             queue.push_back(Outgoing::response(&handle, response));

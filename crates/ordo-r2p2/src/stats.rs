@@ -1,6 +1,8 @@
 //! Server counters: every request, response and drop, by reason.
 //!
-//! The network and worker threads bump relaxed atomics; [`Stats`] is a
+//! Relaxed atomics. Every counter has one writer, the thread driving the
+//! server's core (so a bump is a load and a store), except
+//! `drop_remote_queue_full`, which workers bump too; [`Stats`] is a
 //! snapshot (fields read one by one, so a snapshot taken under load is not
 //! an atomic cut across counters).
 
@@ -150,7 +152,17 @@ impl Stats {
 }
 
 impl Counters {
+    /// Adds one to a counter only the core's thread writes (every counter
+    /// but `drop_remote_queue_full`): a plain load and store, not a locked
+    /// read-modify-write, since no other thread can add in between. Readers
+    /// still see whole values.
     pub(crate) fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Adds one to a counter other threads write too (workers'
+    /// `drop_remote_queue_full`).
+    pub(crate) fn bump_shared(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
