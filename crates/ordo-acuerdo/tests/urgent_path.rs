@@ -186,3 +186,40 @@ fn a_silent_follower_of_the_last_quorum_does_not_stall_commits() {
     assert_eq!(settled.last(), Some(&Settled::Committed { ticket: 3, header: h3 }));
     assert_eq!(ds[l].engine().committed(), h3);
 }
+
+/// With both followers level (every message acknowledged by both), the
+/// leader's commit hint names the follower its broadcasts reach first,
+/// the lower row (`send` walks the links in row order): at window 1 the
+/// next commit then reads the line whose ack lands first, and commits
+/// through it without reading every row.
+#[test]
+fn level_followers_leave_the_hint_on_the_one_posted_first() {
+    let (mut ds, now, l) = group(false);
+    let (f1, f2) = ((l + 1) % 3, (l + 2) % 3);
+    let first = f1.min(f2) as u8;
+    let mut settled = Vec::new();
+    let mut sink = |_: Header, _: &[u8]| {};
+    for ticket in 1..=3u64 {
+        let h = ds[l].submit(ticket, b"m").expect("the leader takes it");
+        // Both followers take it; the leader commits and then runs full
+        // polls (the next rows read are of the last full read).
+        for _ in 0..4 {
+            for d in ds.iter_mut() {
+                d.poll(now, &mut sink, &mut settled);
+            }
+        }
+        assert_eq!(settled.last(), Some(&Settled::Committed { ticket, header: h }));
+        assert_eq!(ds[f1].engine().accepted(), h);
+        assert_eq!(ds[f2].engine().accepted(), h);
+        assert_eq!(ds[l].engine().commit_hint(), &[first], "level followers: the lower row is read first");
+    }
+    // The follower posted second alone takes the next message: the hinted
+    // read finds nothing new, every row is read, and the hint moves to it.
+    let second = f1.max(f2);
+    let h = ds[l].submit(9, b"m").expect("the leader takes it");
+    ds[l].poll(now, &mut sink, &mut settled);
+    ds[second].poll(now, &mut sink, &mut settled);
+    ds[l].poll(now, &mut sink, &mut settled);
+    assert_eq!(settled.last(), Some(&Settled::Committed { ticket: 9, header: h }));
+    assert_eq!(ds[l].engine().commit_hint(), &[second as u8]);
+}

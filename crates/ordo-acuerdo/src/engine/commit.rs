@@ -74,7 +74,12 @@ impl Engine {
                     return 0;
                 }
                 let acks = &mut acks[..k];
-                acks.sort_unstable_by(|a, b| b.cmp(a));
+                // Highest Accept first; among equal ones the lower row, the
+                // follower a broadcast posts to first (`send` walks the
+                // links in row order), so at window 1 the hint names the
+                // follower whose ack lands first and the next commit reads
+                // one line, not a line still in flight and then every row.
+                acks.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
                 // The next read starts with the highest followers.
                 self.commit_hint_len = 0;
                 for &(_, r) in acks.iter().filter(|(_, r)| *r as usize != self.my_row).take(self.quorum - 1) {

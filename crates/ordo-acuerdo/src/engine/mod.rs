@@ -591,6 +591,12 @@ impl Engine {
     pub fn committed(&self) -> Header {
         self.committed
     }
+    /// Leader: the rows of the followers its next commit reads first (the
+    /// quorum of its last full read of every row); empty otherwise or
+    /// before a full read.
+    pub fn commit_hint(&self) -> &[u8] {
+        &self.commit_hint[..self.commit_hint_len]
+    }
     /// This member's current vote.
     pub fn vote(&self) -> Vote {
         self.my_vote
