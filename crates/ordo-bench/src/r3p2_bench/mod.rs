@@ -28,6 +28,9 @@
 //! woken server thread preempts it. The offered load grows
 //! geometrically until a point does not keep up; then the boundaries below
 //! are refined by bisection (geometric midpoints) on the same processes.
+//! The peak-loss search (`peakloss`) measures a point over the peak bound
+//! once more before it counts ([`PeakSearch`]): one stall of the machine
+//! neither ends its doubling nor narrows its bisection below the peak.
 //! Fig. 5.1 runs the unreplicated and the replicated configuration of each
 //! handler time and mode side by side and measures them in turn at each
 //! offered rate, so the two see the same background load of a shared
@@ -233,7 +236,7 @@ impl Config {
 }
 
 /// One measured point.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Row {
     /// `fig5.1` or `fig5.2`.
     pub figure: String,
@@ -681,10 +684,8 @@ fn curves(
     Ok(rows)
 }
 
-/// The peak of one configuration, found on a fresh cluster: the offered
-/// rate doubles from `start` until the configuration no longer keeps up,
-/// then `refine` (at least 3) bisection steps between the highest rate
-/// under the peak bound and the next rate above it that was not. Returns
+/// The peak of one configuration, found on a fresh cluster by a
+/// [`PeakSearch`] with `refine` (at least 3) bisection steps. Returns
 /// the highest achieved rate under the bound, and the load of the client
 /// and every server process over the whole search, with what the rest of
 /// the machine took ([`crate::noise::MachineProbe`]: where the replicas
@@ -700,26 +701,92 @@ fn peak_of(
     let mut live = Live::start(config, sweep, tag, progress)?;
     let pids: Vec<u32> = live.cluster.children.iter().map(|(c, _)| c.id()).collect();
     let probe = crate::noise::MachineProbe::start(&pids);
-    // Up the doubling grid until the configuration no longer keeps up (as
-    // `curves` does): a point over the bound below the peak (one stall of
-    // this machine) does not end the search.
-    let mut offered = sweep.start_rps.max(1000.0);
-    loop {
-        live.measure("peakloss", offered, false, progress);
-        if live.done || offered * 2.0 > sweep.args.max_rps {
-            break;
-        }
-        offered *= 2.0;
-    }
-    live.refine("peakloss", bound, sweep.refine.max(3), progress);
+    let search = PeakSearch {
+        start_rps: sweep.start_rps.max(1000.0),
+        max_rps: sweep.args.max_rps,
+        steps: sweep.refine.max(3),
+        bound_us: bound,
+        pause: Duration::from_millis(100),
+    };
+    let rows = search.run(|offered, refined| {
+        live.measure("peakloss", offered, refined, progress);
+        live.rows.last().cloned().expect("measure records its row")
+    });
     let load = probe.stop();
-    let peak = live
-        .rows
-        .iter()
-        .filter(|r| ok_under(r, bound))
-        .map(|r| r.achieved_rps)
-        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-    Ok((peak, load))
+    Ok((search.peak(&rows), load))
+}
+
+/// The peak search of [`peak_of`]: the offered rate doubles from
+/// `start_rps` until a point does not keep up (or its p99 passes 50 ms);
+/// then `steps` bisections (geometric midpoints) between the highest rate
+/// whose p99 is within `bound_us` and the lowest rate above it that is
+/// not. A point over the bound is measured once more before it counts
+/// (after `pause`, as every bisection point): one stall of the machine
+/// (a replica descheduled, a page fault storm) neither ends the doubling
+/// nor narrows the bisection below the peak, while a rate past the peak
+/// fails both times. Both sides of a compared pair search alike.
+#[derive(Clone, Copy, Debug)]
+struct PeakSearch {
+    start_rps: f64,
+    max_rps: f64,
+    steps: u32,
+    bound_us: u64,
+    pause: Duration,
+}
+
+impl PeakSearch {
+    /// Runs the search with `measure(offered rate, bisection point?)`;
+    /// returns every row measured, in order.
+    fn run(&self, mut measure: impl FnMut(f64, bool) -> Row) -> Vec<Row> {
+        let mut rows: Vec<Row> = Vec::new();
+        // One point, measured again when over the bound; returns whether
+        // the doubling must stop there.
+        let mut point = |rows: &mut Vec<Row>, offered: f64, refined: bool| -> bool {
+            for attempt in 0..2 {
+                if refined || attempt > 0 {
+                    // Let a saturated server's queues empty first.
+                    std::thread::sleep(self.pause);
+                }
+                let row = measure(offered, refined);
+                let ok = ok_under(&row, self.bound_us);
+                let stop = !row.keeps_up || row.latency_ns_p99 > 50_000_000;
+                rows.push(row);
+                if ok || attempt == 1 {
+                    return stop && !ok;
+                }
+            }
+            unreachable!("two attempts at most")
+        };
+        let mut offered = self.start_rps;
+        loop {
+            if point(&mut rows, offered, false) || offered * 2.0 > self.max_rps {
+                break;
+            }
+            offered *= 2.0;
+        }
+        for _ in 0..self.steps {
+            let lo =
+                rows.iter().filter(|r| ok_under(r, self.bound_us)).map(|r| r.offered_rps).fold(0.0, f64::max);
+            let hi = rows
+                .iter()
+                .filter(|r| r.offered_rps > lo && !ok_under(r, self.bound_us))
+                .map(|r| r.offered_rps)
+                .fold(f64::INFINITY, f64::min);
+            if lo <= 0.0 || !hi.is_finite() || hi / lo < 1.04 {
+                break;
+            }
+            point(&mut rows, (lo * hi).sqrt(), true);
+        }
+        rows
+    }
+
+    /// The highest achieved rate of a point within the bound.
+    fn peak(&self, rows: &[Row]) -> Option<f64> {
+        rows.iter()
+            .filter(|r| ok_under(r, self.bound_us))
+            .map(|r| r.achieved_rps)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    }
 }
 
 /// The pair replication's cost is read on (`peakloss`, `lightp99`): the
@@ -1363,5 +1430,78 @@ impl crate::experiment::Experiment for BenchArgs {
 
     fn print_table(&self, report: &Report) {
         print_table(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A point of a server that keeps up to `capacity` requests/s, except
+    /// where `stalled` says a stall of the machine spoiled it.
+    fn point(capacity: f64, offered: f64, stalled: bool) -> Row {
+        let keeps_up = offered <= capacity && !stalled;
+        Row {
+            offered_rps: offered,
+            achieved_rps: offered.min(capacity),
+            keeps_up,
+            latency_ns_p99: if keeps_up { 200_000 } else { 80_000_000 },
+            ..Row::default()
+        }
+    }
+
+    fn search() -> PeakSearch {
+        PeakSearch {
+            start_rps: 1_000.0,
+            max_rps: 10_000_000.0,
+            steps: 5,
+            bound_us: 10_000,
+            pause: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn the_search_finds_the_peak_within_its_last_bisection_step() {
+        let s = search();
+        let rows = s.run(|offered, _| point(150_000.0, offered, false));
+        let peak = s.peak(&rows).expect("a point within the bound");
+        // Doubling: 128k keeps up, 256k does not; five bisections narrow
+        // 128k-256k to within (256/128)^(1/32) of the capacity.
+        assert!(peak <= 150_000.0 && peak > 150_000.0 / 2f64.powf(1.0 / 32.0), "peak {peak}");
+        // A failing rate is measured twice; a passing one once.
+        let at_256k = rows.iter().filter(|r| r.offered_rps == 256_000.0).count();
+        assert_eq!(at_256k, 2, "{rows:?}");
+        assert_eq!(rows.iter().filter(|r| r.offered_rps == 128_000.0).count(), 1);
+    }
+
+    /// One stall on the doubling grid (which would have ended the search
+    /// at 16k) and one at a bisection point below the capacity (which
+    /// would have taken the bisection's upper end below the peak) leave
+    /// the peak where it is.
+    #[test]
+    fn a_single_stall_neither_ends_the_search_nor_narrows_it_below_the_peak() {
+        let s = search();
+        let clean = s.peak(&s.run(|offered, _| point(150_000.0, offered, false))).expect("peak");
+        let (mut grid_stall, mut bisection_stall) = (None, None);
+        let rows = s.run(|offered, refined| {
+            let stalled = if !refined && offered == 16_000.0 && grid_stall.is_none() {
+                grid_stall = Some(offered);
+                true
+            } else if refined && offered < 150_000.0 && bisection_stall.is_none() {
+                bisection_stall = Some(offered);
+                true
+            } else {
+                false
+            };
+            point(150_000.0, offered, stalled)
+        });
+        let (grid, bisection) =
+            (grid_stall.expect("stalled on the grid"), bisection_stall.expect("in the bisection"));
+        for stalled in [grid, bisection] {
+            let tries: Vec<bool> =
+                rows.iter().filter(|r| r.offered_rps == stalled).map(|r| r.keeps_up).collect();
+            assert_eq!(tries, [false, true], "{stalled}/s: a stall, then the point measured again");
+        }
+        assert_eq!(s.peak(&rows), Some(clean), "{rows:?}");
     }
 }
