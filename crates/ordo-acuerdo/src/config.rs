@@ -233,6 +233,11 @@ pub struct Layout {
     /// The Accept, ring_ack and read_ack columns (adjacent): what a push
     /// that only acknowledges carries.
     pub ack_push: ColumnRange,
+    /// From the first column through Commit (the acks, heartbeat and
+    /// Commit; one cache line for up to 3 members): what a periodic Commit
+    /// push carries, which leaves the receiver's cached copy of the rest of
+    /// the row (votes, status, ring sessions) valid.
+    pub head_push: ColumnRange,
     /// Bytes of the SST.
     pub sst_len: usize,
     /// Geometry of every ring.
@@ -273,6 +278,12 @@ impl Layout {
         let acks = ColumnRange::from(read_ack);
         let first = ColumnRange::from(accept);
         let ack_push = ColumnRange { offset: first.offset, len: acks.offset + acks.len - first.offset };
+        let commit = ColumnRange::from(columns.commit);
+        let head_push = ColumnRange { offset: first.offset, len: commit.offset + commit.len - first.offset };
+        assert!(
+            commit.offset > acks.offset && head_push.len > ack_push.len,
+            "Commit follows the ack columns, so the head push covers both"
+        );
         let last = ColumnRange::from(columns.read_seq);
         let row_used = last.offset + last.len;
         let sst = b.build();
@@ -281,7 +292,7 @@ impl Layout {
             RingLayout::new(cfg.window, cfg.max_payload + WIRE_HEADER_LEN).with_stamps(cfg.ring_stamps);
         let rings_base = sst_len.next_multiple_of(64);
         let region_len = rings_base + ring.set_len(n * n);
-        Layout { sst, columns, row_used, ack_push, sst_len, ring, rings_base, region_len, n }
+        Layout { sst, columns, row_used, ack_push, head_push, sst_len, ring, rings_base, region_len, n }
     }
 
     /// Offset of the ring from the member of row `sender` to the member of

@@ -223,3 +223,49 @@ fn level_followers_leave_the_hint_on_the_one_posted_first() {
     assert_eq!(settled.last(), Some(&Settled::Committed { ticket: 9, header: h }));
     assert_eq!(ds[l].engine().commit_hint(), &[second as u8]);
 }
+
+/// A periodic Commit push carries the head of the row (the acks, the
+/// heartbeat and Commit), not the lines a follower reads on every receive
+/// (ring sessions, votes, status, read_seq), so its cached copies of them
+/// stay valid; the heartbeat's full push still refreshes every column.
+#[test]
+fn a_commit_push_carries_the_rows_head_and_the_heartbeat_the_whole_row() {
+    let (mut ds, now, l) = group(false);
+    let f = (l + 1) % 3;
+    let mut settled = Vec::new();
+    let mut sink = |_: Header, _: &[u8]| {};
+    let layout = ds[l].engine().layout().clone();
+    let (c, row_l) = (layout.columns, l);
+    let at_f =
+        |ds: &[AcuerdoDriver<Loopback>], word: usize| ds[l].fabric().region_of(f as u32).load_acquire(word);
+    let read_seq = layout.word(row_l, c.read_seq, 0);
+    let commit = layout.word(row_l, c.commit, 0);
+    assert!(layout.head_push.offset + layout.head_push.len <= layout.word(0, c.read_seq, 0));
+    // A mark in f's copy of the leader's read_seq: only a full row push
+    // overwrites it.
+    let real = at_f(&ds, read_seq);
+    ds[l].fabric().region_of(f as u32).store_release(read_seq, real + 1_000);
+    // 20 µs later (past the Commit push interval, before the next
+    // heartbeat) a message commits and its Commit goes out.
+    let t1 = now + 20_000;
+    let h = ds[l].submit(1, b"m").expect("the leader takes it");
+    // (Polls at t1 and once more a push interval later: an earlier
+    // Commit may have gone out at t1 and set the next push's time.)
+    let interval = ds[l].engine().config().commit_push_interval_ns;
+    for t in [t1, t1, t1, t1 + interval, t1 + interval] {
+        for d in ds.iter_mut() {
+            d.poll(t, &mut sink, &mut settled);
+        }
+    }
+    assert_eq!(settled.last(), Some(&Settled::Committed { ticket: 1, header: h }));
+    assert_eq!(at_f(&ds, commit), h.encode(), "the Commit push reached f");
+    assert_eq!(at_f(&ds, read_seq), real + 1_000, "the Commit push left the rest of the row alone");
+    // Past the heartbeat interval the whole row goes out again.
+    let t2 = now + 2 * ds[l].engine().config().heartbeat_interval_ns;
+    for _ in 0..4 {
+        for d in ds.iter_mut() {
+            d.poll(t2, &mut sink, &mut settled);
+        }
+    }
+    assert_eq!(at_f(&ds, read_seq), real, "the heartbeat's full push refreshed every column");
+}

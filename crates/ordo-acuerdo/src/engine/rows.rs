@@ -6,10 +6,14 @@
 //! - Every own column is monotonic within an incarnation (`set_*` assert
 //!   it) and is written with a Release store before it is pushed.
 //! - A full row push goes to every peer whenever a column other than
-//!   Accept, the ring acks and Commit changed (`dirty_all`); Accept and
-//!   ring acks alone go only to the peers that need them (one cache line,
-//!   `ack_push`); Commit goes out at most every `commit_push_interval_ns`
-//!   (Fig. 6, line 93).
+//!   Accept, the ring acks and Commit changed (`dirty_all`; the heartbeat
+//!   too, so a peer's copy of every column is refreshed at least every
+//!   `heartbeat_interval_ns`); Accept and ring acks alone go only to the
+//!   peers that need them (one cache line, `ack_push`); Commit goes out at
+//!   most every `commit_push_interval_ns` (Fig. 6, line 93), with the
+//!   columns before it (`head_push`) unless a full push is due: a peer's
+//!   cached lines of the rest of the row (read on every receive) stay
+//!   valid.
 //! - A peer is alive while its heartbeat word changed within
 //!   `heartbeat_timeout_ns` of now.
 
@@ -142,13 +146,19 @@ impl Engine {
     }
 
     pub(super) fn flush_row(&mut self, fx: &mut Effects) {
-        if self.commit_dirty && self.now_ns >= self.next_commit_push_ns {
-            self.dirty_all = true;
-        }
-        if self.dirty_all {
+        let commit_due = self.commit_dirty && self.now_ns >= self.next_commit_push_ns;
+        if self.dirty_all || commit_due {
             self.commit_dirty = false;
             self.next_commit_push_ns = self.now_ns + self.cfg.commit_push_interval_ns;
-            fx.pushes.push(self.row_push(Target::All));
+            if self.dirty_all {
+                fx.pushes.push(self.row_push(Target::All));
+            } else {
+                // Commit and the acks before it (every peer's pending ack
+                // push included): not the lines of columns that did not
+                // change.
+                let (offset, len) = self.sst.range(self.layout.head_push);
+                fx.pushes.push(Push { to: Target::All, offset, len });
+            }
         } else {
             // Only Accept and ring_ack change without a full push (every
             // other column sets `dirty_all`; Commit goes out with the next
