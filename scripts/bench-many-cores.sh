@@ -4,7 +4,8 @@
 # side on fresh clusters, interleaved; replication's p50 and p99 overhead)
 # blocking Client::call latency with the client spinning or yielding first,
 # and the interleaved peak loss. Usage: scripts/bench-many-cores.sh [ORDO] [OUT]
-#   ORDO: the ordo binary (default: target/release/ordo)
+#   ORDO: the ordo binary (default: target/release/ordo; target/dist/ordo,
+#         from `cargo build --profile dist`, is the LTO deployment build)
 #   OUT:  where logs and JSON reports go (default: bench-results/many-cores)
 # Extra peak-loss variants: PEAKLOSS_ARGS="--modes parked --pin".
 # The steps' timeouts add up to 570 s (under a 10-minute call).
