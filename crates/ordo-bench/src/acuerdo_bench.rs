@@ -568,7 +568,7 @@ fn acuerdo_curve(
         load.window.store(w, Ordering::Relaxed);
         // Best of two measurements (by throughput): a point disturbed by
         // other load on this shared machine is measured again.
-        let mut best_point: Option<(f64, Option<u64>, Option<u64>, Option<u64>, crate::noise::Load)> = None;
+        let mut best_point: Option<(Row, crate::noise::Load)> = None;
         for _ in 0..attempts {
             std::thread::sleep(t.warmup);
             load.latency.lock().unwrap_or_else(|p| p.into_inner()).reset();
@@ -590,19 +590,20 @@ fn acuerdo_curve(
             } else {
                 (Some(h.value_at_quantile(0.5)), Some(h.value_at_quantile(0.99)))
             };
-            let notified_p50 = (!notified.is_empty()).then(|| notified.value_at_quantile(0.5));
-            if best_point.is_none_or(|b| tput > b.0) {
-                best_point = Some((tput, p50, p99, notified_p50, cpu));
+            let mut row = Row::fig8(&engine, members, size, w, tput, p50, p99);
+            row.notified_ns_p50 = (!notified.is_empty()).then(|| notified.value_at_quantile(0.5));
+            if best_point.as_ref().is_none_or(|b| tput > b.0.throughput_msgs_per_s) {
+                best_point = Some((row, cpu));
             }
         }
-        let (tput, p50, p99, notified_p50, cpu) = best_point.expect("measured");
+        let (mut row, cpu) = best_point.expect("measured");
+        let tput = row.throughput_msgs_per_s;
+        let us = |v: Option<u64>| v.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3));
         progress(&format!(
             "  {engine} n={members} {size} B w={w}: {tput:.0} msg/s, p50 {} µs (client notified {} µs)",
-            p50.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3)),
-            notified_p50.map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3))
+            us(row.latency_ns_p50),
+            us(row.notified_ns_p50)
         ));
-        let mut row = Row::fig8(&engine, members, size, w, tput, p50, p99);
-        row.notified_ns_p50 = notified_p50;
         if ofi.is_some() {
             row.figure = "ofi".into();
         }
