@@ -10,8 +10,8 @@
 //!   delivery upcall when it commits; the submit time travels in the
 //!   payload's first 8 bytes), the point vsync's is taken at; the client's
 //!   commit notification, which comes after the rest of that duty cycle, is
-//!   reported beside it (`notified_ns_p50`). vsync (ordo-runtime's `VsyncMember`, Spindle on, via
-//!   [`crate::spindle::run_point`]): leader-only (member 0 sends) and
+//!   reported beside it (`notified_ns_p50`). vsync (ordo-runtime's
+//!   `VsyncMember`, Spindle on, via [`crate::spindle::run_point`]): leader-only (member 0 sends) and
 //!   all-senders, `window` slots per sender; latency is from send to the
 //!   sender's own delivery of the message (ordered and stable: the moment
 //!   an Acuerdo client's commit notification stands for; every member's

@@ -626,21 +626,26 @@ impl<'a> Live<'a> {
     /// measured rate above it that is not.
     fn refine(&mut self, figure: &str, bound_us: u64, steps: u32, progress: &mut impl FnMut(&str)) {
         for _ in 0..steps {
-            let rows = &self.rows;
-            let lo = rows.iter().filter(|r| ok_under(r, bound_us)).map(|r| r.offered_rps).fold(0.0, f64::max);
-            let hi = rows
-                .iter()
-                .filter(|r| r.offered_rps > lo && !ok_under(r, bound_us))
-                .map(|r| r.offered_rps)
-                .fold(f64::INFINITY, f64::min);
-            if lo <= 0.0 || !hi.is_finite() || hi / lo < 1.04 {
-                break;
-            }
+            let Some(offered) = next_bisection(&self.rows, bound_us) else { break };
             // Let a saturated server's queues empty before the next point.
             std::thread::sleep(Duration::from_millis(100));
-            self.measure(figure, (lo * hi).sqrt(), true, progress);
+            self.measure(figure, offered, true, progress);
         }
     }
+}
+
+/// The next bisection point of `rows` (a geometric midpoint): between the
+/// highest offered rate whose p99 is within `bound_us` and the lowest
+/// measured rate above it that is not; none when either is missing or
+/// they are within 4 %.
+fn next_bisection(rows: &[Row], bound_us: u64) -> Option<f64> {
+    let lo = rows.iter().filter(|r| ok_under(r, bound_us)).map(|r| r.offered_rps).fold(0.0, f64::max);
+    let hi = rows
+        .iter()
+        .filter(|r| r.offered_rps > lo && !ok_under(r, bound_us))
+        .map(|r| r.offered_rps)
+        .fold(f64::INFINITY, f64::min);
+    (lo > 0.0 && hi.is_finite() && hi / lo >= 1.04).then(|| (lo * hi).sqrt())
 }
 
 /// Measures a group of configurations' curves in lockstep: every one's
@@ -765,17 +770,8 @@ impl PeakSearch {
             offered *= 2.0;
         }
         for _ in 0..self.steps {
-            let lo =
-                rows.iter().filter(|r| ok_under(r, self.bound_us)).map(|r| r.offered_rps).fold(0.0, f64::max);
-            let hi = rows
-                .iter()
-                .filter(|r| r.offered_rps > lo && !ok_under(r, self.bound_us))
-                .map(|r| r.offered_rps)
-                .fold(f64::INFINITY, f64::min);
-            if lo <= 0.0 || !hi.is_finite() || hi / lo < 1.04 {
-                break;
-            }
-            point(&mut rows, (lo * hi).sqrt(), true);
+            let Some(offered) = next_bisection(&rows, self.bound_us) else { break };
+            point(&mut rows, offered, true);
         }
         rows
     }
