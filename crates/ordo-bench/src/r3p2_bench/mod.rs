@@ -503,6 +503,12 @@ fn ok_under(r: &Row, p99_bound_us: u64) -> bool {
     r.keeps_up && r.latency_ns_p99 <= p99_bound_us * 1000
 }
 
+/// Whether a grid point ends the climb of the offered rate: it does not
+/// keep up, or its p99 passed 50 ms (far past any bound a figure uses).
+fn ends_the_climb(r: &Row) -> bool {
+    !r.keeps_up || r.latency_ns_p99 > 50_000_000
+}
+
 /// Warm-up before a `lightp99` point, at least.
 const LIGHT_WARMUP: Duration = Duration::from_millis(500);
 
@@ -615,7 +621,7 @@ impl<'a> Live<'a> {
             if row.keeps_up { "" } else { "  (saturated)" },
             if refined { "  [refine]" } else { "" },
         ));
-        if !refined && (!row.keeps_up || row.latency_ns_p99 > 50_000_000) {
+        if !refined && ends_the_climb(&row) {
             self.done = true;
         }
         self.rows.push(row);
@@ -747,20 +753,21 @@ impl PeakSearch {
         // One point, measured again when over the bound; returns whether
         // the doubling must stop there.
         let mut point = |rows: &mut Vec<Row>, offered: f64, refined: bool| -> bool {
-            for attempt in 0..2 {
-                if refined || attempt > 0 {
-                    // Let a saturated server's queues empty first.
-                    std::thread::sleep(self.pause);
-                }
-                let row = measure(offered, refined);
-                let ok = ok_under(&row, self.bound_us);
-                let stop = !row.keeps_up || row.latency_ns_p99 > 50_000_000;
-                rows.push(row);
-                if ok || attempt == 1 {
-                    return stop && !ok;
-                }
+            // Let a saturated server's queues empty first.
+            if refined {
+                std::thread::sleep(self.pause);
             }
-            unreachable!("two attempts at most")
+            let first = measure(offered, refined);
+            let ok = ok_under(&first, self.bound_us);
+            rows.push(first);
+            if ok {
+                return false;
+            }
+            std::thread::sleep(self.pause);
+            let again = measure(offered, refined);
+            let stop = !ok_under(&again, self.bound_us) && ends_the_climb(&again);
+            rows.push(again);
+            stop
         };
         let mut offered = self.start_rps;
         loop {
