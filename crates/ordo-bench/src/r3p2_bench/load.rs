@@ -534,6 +534,7 @@ pub(super) fn row_of(
         latency_ns_p999: q(0.999),
         keeps_up,
         refined,
+        attempt: 1,
         server_cpu_percent: 0.0,
         busiest_server_cpu_percent: 0.0,
         busiest_server_system_percent: 0.0,

@@ -28,9 +28,11 @@
 //! woken server thread preempts it. The offered load grows
 //! geometrically until a point does not keep up; then the boundaries below
 //! are refined by bisection (geometric midpoints) on the same processes.
-//! The peak-loss search (`peakloss`) measures a point over the peak bound
-//! once more before it counts ([`PeakSearch`]): one stall of the machine
-//! neither ends its doubling nor narrows its bisection below the peak.
+//! Every point that would end the climb, and every bisection point over
+//! the bound it refines, is measured once more before it counts
+//! ([`measure_retried`]; its rows carry their `attempt`): one stall of
+//! the machine neither ends a curve's climb or the peak-loss search's
+//! doubling ([`PeakSearch`]) nor narrows a bisection below the boundary.
 //! Fig. 5.1 runs the unreplicated and the replicated configuration of each
 //! handler time and mode side by side and measures them in turn at each
 //! offered rate, so the two see the same background load of a shared
@@ -277,6 +279,10 @@ pub struct Row {
     pub keeps_up: bool,
     /// Measured during a bisection (not on the geometric grid).
     pub refined: bool,
+    /// 1, or 2 for a point measured again because its first attempt was
+    /// over the bound or ended the climb ([`measure_retried`]); a plot
+    /// draws a rate's last attempt.
+    pub attempt: u32,
     /// CPU used by all server processes during the point (warm-up, window
     /// and drain), % of one CPU.
     pub server_cpu_percent: f64,
@@ -573,8 +579,15 @@ impl<'a> Live<'a> {
         Ok(Live { config, cluster, clients, policy, sweep, rows: Vec::new(), seed: 1, done: false })
     }
 
-    /// Measures one point and records it.
-    fn measure(&mut self, figure: &str, offered: f64, refined: bool, progress: &mut impl FnMut(&str)) {
+    /// Measures one point (its `attempt`-th time) and records it.
+    fn measure(
+        &mut self,
+        figure: &str,
+        offered: f64,
+        refined: bool,
+        attempt: u32,
+        progress: &mut impl FnMut(&str),
+    ) -> Row {
         self.seed += 101;
         let pids: Vec<u32> = self.cluster.children.iter().map(|(c, _)| c.id()).collect();
         let server_cpu = || pids.iter().map(|p| cpu_split(*p)).collect::<Vec<(f64, f64)>>();
@@ -591,6 +604,7 @@ impl<'a> Live<'a> {
         let (tally, secs) = point(&mut self.clients, self.policy, offered, &sweep, self.seed);
         let wall = wall0.elapsed().as_secs_f64();
         let mut row = row_of(figure, self.config, offered, &tally, secs, refined);
+        row.attempt = attempt;
         // (user + system, system) per server, % of one CPU.
         let split: Vec<(f64, f64)> = server_cpu()
             .iter()
@@ -604,7 +618,7 @@ impl<'a> Live<'a> {
         row.client_cpu_percent = (cpu_seconds(std::process::id()) - client0) / wall * 100.0;
         row.udp_rcvbuf_drops = udp_rcvbuf_errors().saturating_sub(drops0);
         progress(&format!(
-            "  {:<22} {:>3} µs offered {:>8.0} achieved {:>8.0} /s  p50 {:>8.1} p99 {:>9.1} µs  errors {:>5}  cpu srv {:.0} % ({} %, busiest's kernel {:.0} %) cli {:.0} %  udp drops {}  load {:.1}{}{}",
+            "  {:<22} {:>3} µs offered {:>8.0} achieved {:>8.0} /s  p50 {:>8.1} p99 {:>9.1} µs  errors {:>5}  cpu srv {:.0} % ({} %, busiest's kernel {:.0} %) cli {:.0} %  udp drops {}  load {:.1}{}{}{}",
             row.series,
             row.handler_us,
             offered,
@@ -620,24 +634,57 @@ impl<'a> Live<'a> {
             row.loadavg_1m,
             if row.keeps_up { "" } else { "  (saturated)" },
             if refined { "  [refine]" } else { "" },
+            if attempt > 1 { "  [again]" } else { "" },
         ));
-        if !refined && ends_the_climb(&row) {
+        self.rows.push(row.clone());
+        row
+    }
+
+    /// A grid point of a curve, measured again if it ends the climb; a
+    /// second attempt that ends it too ends this configuration's climb.
+    fn climb(&mut self, figure: &str, offered: f64, progress: &mut impl FnMut(&str)) {
+        let last = measure_retried(RETRY_PAUSE, ends_the_climb, |attempt| {
+            self.measure(figure, offered, false, attempt, progress)
+        });
+        if ends_the_climb(&last) {
             self.done = true;
         }
-        self.rows.push(row);
     }
 
     /// Up to `steps` bisection points (geometric midpoints) between the
     /// highest offered rate whose p99 is within `bound_us` and the next
-    /// measured rate above it that is not.
+    /// measured rate above it that is not; a point over the bound is
+    /// measured again before it counts.
     fn refine(&mut self, figure: &str, bound_us: u64, steps: u32, progress: &mut impl FnMut(&str)) {
         for _ in 0..steps {
             let Some(offered) = next_bisection(&self.rows, bound_us) else { break };
             // Let a saturated server's queues empty before the next point.
-            std::thread::sleep(Duration::from_millis(100));
-            self.measure(figure, offered, true, progress);
+            std::thread::sleep(RETRY_PAUSE);
+            measure_retried(
+                RETRY_PAUSE,
+                |r| !ok_under(r, bound_us),
+                |attempt| self.measure(figure, offered, true, attempt, progress),
+            );
         }
     }
+}
+
+/// The pause before a bisection point or a point's second attempt: a
+/// saturated server's queues empty first.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// A point measured (`measure(1)`) and, when `over` its first attempt,
+/// once more after `pause` (`measure(2)`); returns the last attempt. A
+/// point spoiled by one stall of the machine (a replica descheduled, a
+/// page-fault storm) passes the second time, while a rate past the
+/// boundary fails both times. The caller records every attempt.
+fn measure_retried(pause: Duration, over: impl Fn(&Row) -> bool, mut measure: impl FnMut(u32) -> Row) -> Row {
+    let first = measure(1);
+    if !over(&first) {
+        return first;
+    }
+    std::thread::sleep(pause);
+    measure(2)
 }
 
 /// The next bisection point of `rows` (a geometric midpoint): between the
@@ -675,7 +722,7 @@ fn curves(
     let mut offered = sweep.start_rps;
     while offered <= sweep.args.max_rps && lives.iter().any(|l| !l.done) {
         for live in lives.iter_mut().filter(|l| !l.done) {
-            live.measure(figure, offered, false, progress);
+            live.climb(figure, offered, progress);
         }
         offered *= sweep.step;
     }
@@ -719,10 +766,8 @@ fn peak_of(
         bound_us: bound,
         pause: Duration::from_millis(100),
     };
-    let rows = search.run(|offered, refined| {
-        live.measure("peakloss", offered, refined, progress);
-        live.rows.last().cloned().expect("measure records its row")
-    });
+    let rows =
+        search.run(|offered, refined, attempt| live.measure("peakloss", offered, refined, attempt, progress));
     let load = probe.stop();
     Ok((search.peak(&rows), load))
 }
@@ -746,9 +791,9 @@ struct PeakSearch {
 }
 
 impl PeakSearch {
-    /// Runs the search with `measure(offered rate, bisection point?)`;
-    /// returns every row measured, in order.
-    fn run(&self, mut measure: impl FnMut(f64, bool) -> Row) -> Vec<Row> {
+    /// Runs the search with `measure(offered rate, bisection point?,
+    /// attempt)`; returns every row measured, in order.
+    fn run(&self, mut measure: impl FnMut(f64, bool, u32) -> Row) -> Vec<Row> {
         let mut rows: Vec<Row> = Vec::new();
         // One point, measured again when over the bound; returns whether
         // the doubling must stop there.
@@ -757,17 +802,16 @@ impl PeakSearch {
             if refined {
                 std::thread::sleep(self.pause);
             }
-            let first = measure(offered, refined);
-            let ok = ok_under(&first, self.bound_us);
-            rows.push(first);
-            if ok {
-                return false;
-            }
-            std::thread::sleep(self.pause);
-            let again = measure(offered, refined);
-            let stop = !ok_under(&again, self.bound_us) && ends_the_climb(&again);
-            rows.push(again);
-            stop
+            let last = measure_retried(
+                self.pause,
+                |r| !ok_under(r, self.bound_us),
+                |attempt| {
+                    let row = measure(offered, refined, attempt);
+                    rows.push(row.clone());
+                    row
+                },
+            );
+            !ok_under(&last, self.bound_us) && ends_the_climb(&last)
         };
         let mut offered = self.start_rps;
         loop {
@@ -875,7 +919,7 @@ fn light_of(
     let mut live = Live::start(config, sweep, tag, progress)?;
     let pids: Vec<u32> = live.cluster.children.iter().map(|(c, _)| c.id()).collect();
     let probe = crate::noise::MachineProbe::start(&pids);
-    live.measure("lightp99", sweep.start_rps, false, progress);
+    live.measure("lightp99", sweep.start_rps, false, 1, progress);
     let load = probe.stop();
     let row = live.rows.pop().ok_or("the light-load point measured nothing")?;
     progress(&format!(
@@ -1466,7 +1510,7 @@ mod tests {
     #[test]
     fn the_search_finds_the_peak_within_its_last_bisection_step() {
         let s = search();
-        let rows = s.run(|offered, _| point(150_000.0, offered, false));
+        let rows = s.run(|offered, _, _| point(150_000.0, offered, false));
         let peak = s.peak(&rows).expect("a point within the bound");
         // Doubling: 128k keeps up, 256k does not; five bisections narrow
         // 128k-256k to within (256/128)^(1/32) of the capacity.
@@ -1484,9 +1528,9 @@ mod tests {
     #[test]
     fn a_single_stall_neither_ends_the_search_nor_narrows_it_below_the_peak() {
         let s = search();
-        let clean = s.peak(&s.run(|offered, _| point(150_000.0, offered, false))).expect("peak");
+        let clean = s.peak(&s.run(|offered, _, _| point(150_000.0, offered, false))).expect("peak");
         let (mut grid_stall, mut bisection_stall) = (None, None);
-        let rows = s.run(|offered, refined| {
+        let rows = s.run(|offered, refined, _| {
             let stalled = if !refined && offered == 16_000.0 && grid_stall.is_none() {
                 grid_stall = Some(offered);
                 true
@@ -1506,5 +1550,37 @@ mod tests {
             assert_eq!(tries, [false, true], "{stalled}/s: a stall, then the point measured again");
         }
         assert_eq!(s.peak(&rows), Some(clean), "{rows:?}");
+    }
+
+    /// The retry rule shared by the curves and the peak search: a point
+    /// within its bound is measured once; one over it once more, and the
+    /// second attempt is what counts, pass or fail.
+    #[test]
+    fn a_point_over_its_bound_is_measured_once_more_and_its_last_attempt_counts() {
+        let over = |r: &Row| !ok_under(r, 10_000);
+        let run = |offered: f64, stall_first: bool| {
+            let mut attempts = Vec::new();
+            let last = measure_retried(Duration::ZERO, over, |attempt| {
+                attempts.push(attempt);
+                point(150_000.0, offered, stall_first && attempt == 1)
+            });
+            (attempts, last.keeps_up)
+        };
+        assert_eq!(run(100_000.0, false), (vec![1], true), "within the bound: once");
+        assert_eq!(run(100_000.0, true), (vec![1, 2], true), "a stall: measured again, and the point passes");
+        assert_eq!(run(200_000.0, false), (vec![1, 2], false), "past the capacity: fails twice");
+    }
+
+    /// A curve draws a rate measured twice at its last attempt, and every
+    /// other point as measured.
+    #[test]
+    fn a_curve_draws_the_last_attempt_of_a_rate_measured_twice() {
+        let at =
+            |offered: f64, attempt: u32, keeps_up: bool| Row { attempt, ..point(1e9, offered, !keeps_up) };
+        let rows = [at(100e3, 1, true), at(200e3, 1, false), at(200e3, 2, true), at(400e3, 1, false)];
+        let refs: Vec<&Row> = rows.iter().collect();
+        let drawn: Vec<(f64, u32)> =
+            output::last_attempts(&refs).map(|r| (r.offered_rps, r.attempt)).collect();
+        assert_eq!(drawn, [(100e3, 1), (200e3, 2), (400e3, 1)]);
     }
 }

@@ -25,13 +25,22 @@ pub(super) fn opt(v: Option<f64>, decimals: usize) -> String {
     v.map_or(String::new(), |v| format!("{v:.decimals$}"))
 }
 
+/// A curve's points as drawn: of a rate measured twice
+/// ([`super::measure_retried`]), its last attempt.
+pub(super) fn last_attempts<'a>(rows: &'a [&'a Row]) -> impl Iterator<Item = &'a Row> {
+    rows.iter()
+        .enumerate()
+        .filter(|(i, r)| !rows[i + 1..].iter().any(|later| later.offered_rps == r.offered_rps))
+        .map(|(_, r)| *r)
+}
+
 pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
     let mut csv = String::from(
-        "figure,series,policy,members,handler_us,mode,fsync,offered_rps,arrival_rps,sent_rps,achieved_rps,requests,errors,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,keeps_up,refined,server_cpu_percent,busiest_server_cpu_percent,busiest_server_system_percent,client_cpu_percent,udp_rcvbuf_drops,loadavg_1m\n",
+        "figure,series,policy,members,handler_us,mode,fsync,offered_rps,arrival_rps,sent_rps,achieved_rps,requests,errors,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,keeps_up,refined,attempt,server_cpu_percent,busiest_server_cpu_percent,busiest_server_system_percent,client_cpu_percent,udp_rcvbuf_drops,loadavg_1m\n",
     );
     for r in &report.rows {
         csv += &format!(
-            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{:.2}\n",
+            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{},{:.2}\n",
             r.figure,
             r.series,
             r.policy,
@@ -51,6 +60,7 @@ pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
             r.latency_ns_p999,
             r.keeps_up,
             r.refined,
+            r.attempt,
             r.server_cpu_percent,
             r.busiest_server_cpu_percent,
             r.busiest_server_system_percent,
@@ -106,10 +116,12 @@ pub(super) fn write_files(report: &Report, out: &Path) -> Result<(), String> {
         labels
             .into_iter()
             .map(|(label, handler)| {
-                let points = report
+                let rows: Vec<&Row> = report
                     .rows
                     .iter()
                     .filter(|r| r.figure == figure && r.series == label && r.handler_us == handler)
+                    .collect();
+                let points = last_attempts(&rows)
                     .map(|r| (r.achieved_rps / 1e3, r.latency_ns_p99 as f64 / 1e3))
                     .collect();
                 let color = if label.starts_with("unrepl") {
