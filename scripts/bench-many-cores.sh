@@ -18,6 +18,8 @@ OUT=${2:-bench-results/many-cores}
 mkdir -p "$OUT"
 lscpu | grep -E "Model name|^CPU\(s\)|Thread"
 uname -r
+# Every polling loop reads the clock: tsc keeps a read in user space.
+echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
 T0=$(date +%s)
 log() { echo "=== $* (t=$(( $(date +%s) - T0 )) s)"; }
 # Each step's exit status (124: killed by its timeout, partial output).
