@@ -764,7 +764,7 @@ fn peak_of(
         max_rps: sweep.args.max_rps,
         steps: sweep.refine.max(3),
         bound_us: bound,
-        pause: Duration::from_millis(100),
+        pause: RETRY_PAUSE,
     };
     let rows =
         search.run(|offered, refined, attempt| live.measure("peakloss", offered, refined, attempt, progress));
@@ -919,9 +919,8 @@ fn light_of(
     let mut live = Live::start(config, sweep, tag, progress)?;
     let pids: Vec<u32> = live.cluster.children.iter().map(|(c, _)| c.id()).collect();
     let probe = crate::noise::MachineProbe::start(&pids);
-    live.measure("lightp99", sweep.start_rps, false, 1, progress);
+    let row = live.measure("lightp99", sweep.start_rps, false, 1, progress);
     let load = probe.stop();
-    let row = live.rows.pop().ok_or("the light-load point measured nothing")?;
     progress(&format!(
         "    other load over the point: {:.3} cores{}",
         load.foreign_cores.unwrap_or(0.0),
