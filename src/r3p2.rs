@@ -275,7 +275,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             && let Some(s) = node.status()
         {
             println!(
-                "t={:.0}s term {} leader {:?} commit {} applied {} syncs {} snapshots {} duplicates {}",
+                "t={:.0}s term {} leader {:?} commit {} applied {} syncs {} snapshots {} duplicates {} answers forgotten {}",
                 started.elapsed().as_secs_f64(),
                 s.term(),
                 s.leader(),
@@ -283,7 +283,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 s.applied(),
                 s.syncs(),
                 s.snapshots(),
-                s.duplicates()
+                s.duplicates(),
+                s.answers_forgotten()
             );
         }
     }

@@ -12,6 +12,11 @@
 //! - Semantics are at-least-once for FIXED/LB (a retry may run the handler
 //!   again) and whatever the replication hook provides for REPLICATED.
 //! - At most `max_in_flight` requests are outstanding; `send` refuses more.
+//! - With `report_answered` (the default), every REPLICATED_ROUTE datagram
+//!   carries the answered span: the oldest of the client's replicated
+//!   requests still outstanding (or the request itself when none is) — every
+//!   lower one has completed, with an answer or given up, and none is sent
+//!   again — so the replicas forget those answers.
 //! - Routing: FIXED_ROUTE → `servers[fixed_server]` (retries go to the same
 //!   server); LB_ROUTE → round robin over `servers`, a retry goes to the next
 //!   one; REPLICATED_ROUTE → the believed leader, learnt from REDIRECTs and
@@ -71,6 +76,12 @@ pub struct ClientConfig {
     /// The admin secret: [`Client::admin`] commands are sealed with it
     /// (servers refuse admin commands without it).
     pub admin_secret: Option<ordo_auth::Secret>,
+    /// Tell the replicas, in each REPLICATED_ROUTE request, below which id
+    /// every request of this client has completed (the header's answered
+    /// span), so they keep only the answers of requests still outstanding
+    /// rather than each client's last `session_window`. Servers older than
+    /// the span refuse such requests: turn it off to talk to them.
+    pub report_answered: bool,
 }
 
 impl ClientConfig {
@@ -92,6 +103,7 @@ impl ClientConfig {
             socket_buffer_bytes: Some(4 << 20),
             secret: None,
             admin_secret: None,
+            report_answered: true,
         }
     }
 }
@@ -169,6 +181,11 @@ pub struct Client {
     events: Events,
     reassembler: Reassembler,
     pending: HashMap<RequestId, Pending>,
+    /// The REPLICATED_ROUTE requests in the order sent (with
+    /// `report_answered`): the first still pending is the oldest outstanding.
+    /// Completed ones leave from the front when met; at most
+    /// `4 × max_in_flight` are kept.
+    replicated_sent: VecDeque<RequestId>,
     completed: VecDeque<(RequestId, Result<Vec<u8>, CallError>)>,
     next_request_id: RequestId,
     leader: usize,
@@ -209,6 +226,7 @@ impl Client {
             poll,
             events: Events::with_capacity(4),
             pending: HashMap::new(),
+            replicated_sent: VecDeque::new(),
             completed: VecDeque::new(),
             next_request_id: 1,
             leader: 0,
@@ -321,6 +339,16 @@ impl Client {
             deadline,
         };
         self.transmit(id, &pending)?;
+        if policy == Policy::ReplicatedRoute
+            && message_type == MessageType::Request
+            && self.config.report_answered
+        {
+            if self.replicated_sent.len() >= 4 * self.config.max_in_flight {
+                let pending = &self.pending;
+                self.replicated_sent.retain(|id| pending.contains_key(id));
+            }
+            self.replicated_sent.push_back(id);
+        }
         self.pending.insert(id, pending);
         self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |d| d.min(deadline)));
         self.stats.requests += 1;
@@ -579,7 +607,23 @@ impl Client {
         }
     }
 
+    /// The oldest REPLICATED_ROUTE request still outstanding, counting `id`
+    /// (being sent: new, or out of `pending` for a retry or a redirect).
+    fn oldest_outstanding(&mut self, id: RequestId) -> RequestId {
+        while let Some(&front) = self.replicated_sent.front() {
+            if front == id || self.pending.contains_key(&front) {
+                return front;
+            }
+            self.replicated_sent.pop_front();
+        }
+        id
+    }
+
     fn transmit(&mut self, id: RequestId, pending: &Pending) -> Result<(), CallError> {
+        let report = self.config.report_answered
+            && pending.message_type == MessageType::Request
+            && pending.policy == Policy::ReplicatedRoute;
+        let oldest = if report { Some(self.oldest_outstanding(id)) } else { None };
         let mtu = self.mtu_payload(pending.message_type);
         let target = pending.target as u64;
         let to = self.config.servers[pending.target];
@@ -588,7 +632,7 @@ impl Client {
             MessageType::Request => self.request_sealer.as_mut(),
             _ => None,
         };
-        let header = Header {
+        let mut header = Header {
             message_type: pending.message_type,
             policy: pending.policy,
             flags: if sealer.is_some() { crate::header::FLAG_AUTH } else { 0 },
@@ -599,6 +643,9 @@ impl Client {
             leader_hint: 0,
             payload_len: 0,
         };
+        if let Some(oldest) = oldest {
+            header.set_answered_below(oldest);
+        }
         let socket = &self.socket;
         let mut error = None;
         reassembly::split(

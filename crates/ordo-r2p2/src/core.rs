@@ -360,11 +360,12 @@ impl<R: Replication> ServerCore<R> {
             }
             (MessageType::Request, Policy::ReplicatedRoute) => {
                 Counters::bump(&self.counters.requests);
-                let request = ReplicatedRequest { client, payload: message.payload };
+                let answered_below = message.answered_below.unwrap_or(0);
+                let request = ReplicatedRequest { client, payload: message.payload, answered_below };
                 self.hand_to_hook(request, Policy::ReplicatedRoute, false, now_ns, exec, net);
             }
             (MessageType::Admin, policy) => {
-                let request = ReplicatedRequest { client, payload: message.payload };
+                let request = ReplicatedRequest { client, payload: message.payload, answered_below: 0 };
                 self.hand_to_hook(request, policy, true, now_ns, exec, net);
             }
             (MessageType::Raft, _) => {

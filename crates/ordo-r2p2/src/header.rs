@@ -24,14 +24,18 @@
 //!  8..16                 16..20       20..22        22..24
 //!  +---------------------+------------+-------------+-------------+
 //!  |   client_id u64     | request_id | leader_hint | payload_len |
-//!  |                     |    u32     |    u16      |    u16      |
+//!  |                     |    u32     | or answered |    u16      |
 //!  +---------------------+------------+-------------+-------------+
 //! ```
 //! Flags: `FIRST = 0x80`, `LAST = 0x40`, `LEADER_HINT = 0x20` (the
 //! `leader_hint` field is meaningful), `AUTH = 0x10` (the datagram ends in
 //! a 24-byte authentication trailer after the payload: a counter and a MAC
-//! over every byte before it, see [`crate::auth`]); the other bits must be
-//! zero.
+//! over every byte before it, see [`crate::auth`]), `ANSWERED = 0x08`
+//! (REQUEST only, never with `LEADER_HINT`: bytes 20..22 are the
+//! *answered span* `s`, and every request of this client numbered below
+//! `request_id - s` has had its answer or was given up, so a replicated
+//! service may forget their answers — the Raft thesis' §6.3 rule); the
+//! other bits must be zero.
 //!
 //! # Divergences from R2P2 (ATC'19 / epfl-dcsl/r2p2), and why
 //! - R2P2's header is 8 bytes with a 16-bit request id that is unique only
@@ -48,6 +52,13 @@
 //! - `leader_hint` (with the `LEADER_HINT` flag) lets any response tell the
 //!   client which replica leads, so steady-state REPLICATED_ROUTE requests
 //!   take no redirect hop; a REDIRECT carries the leader index there.
+//! - The answered span (with the `ANSWERED` flag, in a request) tells the
+//!   replicas which of the client's answers it no longer needs: without it
+//!   a replica keeps each client's last `session_window` answers (and
+//!   snapshots them); with it, only those of requests still outstanding.
+//!   A server older than the flag rejects such a request (`BadFlags`):
+//!   upgrade the servers before the clients, or turn the client's
+//!   `report_answered` off.
 //! - Message types `RAFT` (replica to replica, r3p2 §3.2), `REDIRECT` and
 //!   `ERROR` are ordo's. R2P2's flow-control ACK for multi-packet requests
 //!   and its DROP/feedback messages are not used: a multi-datagram request
@@ -71,7 +82,10 @@ pub const FLAG_LEADER_HINT: u8 = 0x20;
 /// Flag: an authentication trailer ([`ordo_auth::TRAILER_LEN`] bytes)
 /// follows the payload.
 pub const FLAG_AUTH: u8 = 0x10;
-const KNOWN_FLAGS: u8 = FLAG_FIRST | FLAG_LAST | FLAG_LEADER_HINT | FLAG_AUTH;
+/// Flag (requests only): the `leader_hint` field holds the answered span
+/// ([`Header::answered_below`]).
+pub const FLAG_ANSWERED: u8 = 0x08;
+const KNOWN_FLAGS: u8 = FLAG_FIRST | FLAG_LAST | FLAG_LEADER_HINT | FLAG_AUTH | FLAG_ANSWERED;
 
 /// What a message is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -185,7 +199,8 @@ pub struct Header {
     pub client_id: u64,
     /// The client's request number (a per-sender sequence for RAFT).
     pub request_id: u32,
-    /// Index of the leader replica, meaningful only with `FLAG_LEADER_HINT`.
+    /// Index of the leader replica, meaningful only with `FLAG_LEADER_HINT`;
+    /// in a request with `FLAG_ANSWERED`, the answered span instead.
     pub leader_hint: u16,
     /// Payload bytes following the header in this datagram.
     pub payload_len: u16,
@@ -195,6 +210,24 @@ impl Header {
     /// The leader hint, if the flag says it is meaningful.
     pub fn leader(&self) -> Option<u16> {
         (self.flags & FLAG_LEADER_HINT != 0).then_some(self.leader_hint)
+    }
+
+    /// With `FLAG_ANSWERED`: the lowest request id of this client that may
+    /// still be unanswered (every lower one was answered or given up).
+    pub fn answered_below(&self) -> Option<u32> {
+        (self.flags & FLAG_ANSWERED != 0).then(|| self.request_id.wrapping_sub(u32::from(self.leader_hint)))
+    }
+
+    /// Sets `FLAG_ANSWERED` and the span for `lowest_unanswered` (at most
+    /// `request_id`); leaves the header as it is when the span does not
+    /// fit in 16 bits (a shorter span would claim answers the client lacks).
+    pub fn set_answered_below(&mut self, lowest_unanswered: u32) {
+        debug_assert_eq!(self.message_type, MessageType::Request, "only requests say what was answered");
+        debug_assert_eq!(self.flags & FLAG_LEADER_HINT, 0, "the field holds one or the other");
+        if let Ok(span) = u16::try_from(self.request_id.wrapping_sub(lowest_unanswered)) {
+            self.flags |= FLAG_ANSWERED;
+            self.leader_hint = span;
+        }
     }
 }
 
@@ -280,7 +313,12 @@ impl DecodeError {
 pub fn encode(header: &Header, out: &mut [u8]) {
     assert!(out.len() >= HEADER_SIZE, "header buffer too small");
     assert!(header.packet_count > 0 && header.packet_id < header.packet_count, "invalid packet numbering");
-    let mut flags = header.flags & (FLAG_LEADER_HINT | FLAG_AUTH);
+    let mut flags = header.flags & (FLAG_LEADER_HINT | FLAG_AUTH | FLAG_ANSWERED);
+    assert!(
+        flags & FLAG_ANSWERED == 0
+            || (header.message_type == MessageType::Request && flags & FLAG_LEADER_HINT == 0),
+        "the answered span is a request's, and takes the leader hint's place"
+    );
     if header.packet_id == 0 {
         flags |= FLAG_FIRST;
     }
@@ -330,7 +368,11 @@ pub fn decode(datagram: &[u8], max_packets: u16) -> Result<(Header, &[u8]), Deco
     }
     let first_ok = (flags & FLAG_FIRST != 0) == (packet_id == 0);
     let last_ok = (flags & FLAG_LAST != 0) == (packet_id == packet_count - 1);
-    if flags & !KNOWN_FLAGS != 0 || !first_ok || !last_ok {
+    // The answered span shares the leader hint's bytes, and only a client
+    // has answers to report.
+    let answered_ok =
+        flags & FLAG_ANSWERED == 0 || (message_type == MessageType::Request && flags & FLAG_LEADER_HINT == 0);
+    if flags & !KNOWN_FLAGS != 0 || !first_ok || !last_ok || !answered_ok {
         return Err(DecodeError::BadFlags(flags));
     }
     let mut client_id = [0u8; 8];
@@ -468,6 +510,34 @@ mod tests {
     fn leader_hint_round_trips_with_its_flag() {
         let d = datagram(&Header { flags: FLAG_LEADER_HINT, leader_hint: 2, ..sample() });
         assert_eq!(decode(&d, 8).unwrap().0.leader(), Some(2));
+    }
+
+    #[test]
+    fn the_answered_span_round_trips_on_a_request_and_is_refused_elsewhere() {
+        let mut h = Header { request_id: 70_000, ..sample() };
+        h.set_answered_below(69_990);
+        let d = datagram(&h);
+        let back = decode(&d, 8).unwrap().0;
+        assert_eq!((back.answered_below(), back.leader()), (Some(69_990), None));
+        // Everything answered: the span is 0.
+        let mut h = sample();
+        h.set_answered_below(h.request_id);
+        assert_eq!(decode(&datagram(&h), 8).unwrap().0.answered_below(), Some(7));
+        // Across the id's wrap (the client's ids restart at 1 after u32::MAX).
+        let mut h = Header { request_id: 3, ..sample() };
+        h.set_answered_below(u32::MAX - 1);
+        assert_eq!(decode(&datagram(&h), 8).unwrap().0.answered_below(), Some(u32::MAX - 1));
+        // A span wider than 16 bits is not sent at all.
+        let mut h = Header { request_id: 70_000, ..sample() };
+        h.set_answered_below(1);
+        assert_eq!((h.flags, decode(&datagram(&h), 8).unwrap().0.answered_below()), (0, None));
+        // Not on a response, and not beside a leader hint.
+        let mut d = datagram(&Header { message_type: MessageType::Response, ..sample() });
+        d[3] |= FLAG_ANSWERED;
+        assert_eq!(decode(&d, 8), Err(DecodeError::BadFlags(d[3])));
+        let mut d = datagram(&Header { flags: FLAG_LEADER_HINT, ..sample() });
+        d[3] |= FLAG_ANSWERED;
+        assert_eq!(decode(&d, 8), Err(DecodeError::BadFlags(d[3])));
     }
 
     fn any_type() -> impl Strategy<Value = MessageType> {

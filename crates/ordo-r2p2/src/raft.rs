@@ -123,6 +123,7 @@ pub struct RaftStatus {
     snapshots: AtomicU64,
     syncs: AtomicU64,
     duplicates: AtomicU64,
+    answers_forgotten: AtomicU64,
     dropped_peer_messages: AtomicU64,
 }
 
@@ -158,6 +159,11 @@ impl RaftStatus {
     /// Retried requests answered without applying them again.
     pub fn duplicates(&self) -> u64 {
         self.duplicates.load(Ordering::Relaxed)
+    }
+    /// Answers dropped from the session table because their clients said
+    /// they had them (the answered span of R2P2 requests).
+    pub fn answers_forgotten(&self) -> u64 {
+        self.answers_forgotten.load(Ordering::Relaxed)
     }
     /// Peer messages dropped (malformed or from the wrong member).
     pub fn dropped_peer_messages(&self) -> u64 {
@@ -300,14 +306,23 @@ impl<D: Disk> RaftReplication<D> {
         s.snapshots.store(stats.snapshots_taken + stats.snapshots_installed, Ordering::Relaxed);
         s.syncs.store(stats.syncs, Ordering::Relaxed);
         s.duplicates.store(stats.duplicates, Ordering::Relaxed);
+        s.answers_forgotten.store(stats.answers_forgotten, Ordering::Relaxed);
     }
 }
 
 impl<D: Disk + Send + 'static> Replication for RaftReplication<D> {
     fn on_request(&mut self, request: ReplicatedRequest, _now_ns: u64, out: &mut ReplicationOutput) {
         let client = request.client;
-        let result =
-            self.replica.request(client, client.client_id, client.request_id as u64, &request.payload);
+        // A floor across the client's id wrap says nothing the log can use.
+        let answered_below =
+            if request.answered_below <= client.request_id { u64::from(request.answered_below) } else { 0 };
+        let result = self.replica.request_answered(
+            client,
+            client.client_id,
+            u64::from(client.request_id),
+            answered_below,
+            &request.payload,
+        );
         self.check(result);
         self.drain(out);
     }

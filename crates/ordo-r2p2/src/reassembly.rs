@@ -92,6 +92,9 @@ pub struct Message {
     pub request_id: u32,
     /// Leader hint of the last datagram, if flagged.
     pub leader_hint: Option<u16>,
+    /// A request's lowest id that its client may not have had answered
+    /// yet, from the last datagram ([`Header::answered_below`]), if flagged.
+    pub answered_below: Option<u32>,
     /// The reassembled payload.
     pub payload: Vec<u8>,
 }
@@ -152,6 +155,7 @@ struct Partial {
     bytes: usize,
     fragments: Vec<Option<Vec<u8>>>,
     leader_hint: Option<u16>,
+    answered_below: Option<u32>,
 }
 
 /// Reassembles datagrams into messages within fixed bounds.
@@ -311,6 +315,7 @@ impl Reassembler {
                 client_id: header.client_id,
                 request_id: header.request_id,
                 leader_hint: header.leader(),
+                answered_below: header.answered_below(),
                 payload: payload.to_vec(),
             });
         }
@@ -349,6 +354,7 @@ impl Reassembler {
                     bytes: 0,
                     fragments: vec![None; header.packet_count as usize],
                     leader_hint: None,
+                    answered_below: None,
                 },
             );
             self.charged_bytes += table;
@@ -383,6 +389,7 @@ impl Reassembler {
         partial.received += 1;
         if header.packet_id == header.packet_count - 1 {
             partial.leader_hint = header.leader();
+            partial.answered_below = header.answered_below();
         }
         if partial.received < partial.packet_count {
             return None;
@@ -400,6 +407,7 @@ impl Reassembler {
             client_id: key.client_id,
             request_id: key.request_id,
             leader_hint: partial.leader_hint,
+            answered_below: partial.answered_below,
             payload,
         })
     }

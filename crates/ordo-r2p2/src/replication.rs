@@ -55,6 +55,10 @@ pub struct ReplicatedRequest {
     pub client: ClientRef,
     /// The request payload (the application's bytes).
     pub payload: Vec<u8>,
+    /// The client's lowest request id that may still be unanswered: every
+    /// lower one was answered or given up, so its answer need not be kept
+    /// (the header's answered span; 0 when the client did not say).
+    pub answered_below: u32,
 }
 
 /// One effect requested by the hook, executed by the network thread.

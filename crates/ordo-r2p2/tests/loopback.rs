@@ -553,3 +553,95 @@ fn full_worker_queues_drop_and_count_instead_of_queueing_without_bound() {
     assert_eq!(stats.drop_queue_full, timed_out as u64, "{stats:?}");
     assert_eq!(stats.requests, 10);
 }
+
+/// The next datagram of `client`'s request `id` that `server` receives
+/// (others, such as retries of other requests, are skipped), running the
+/// client meanwhile (its retries leave only while it runs).
+fn next_datagram_of(server: &UdpSocket, client: &mut Client, id: u32) -> (Header, SocketAddr) {
+    server.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 2048];
+    loop {
+        match server.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                let (h, _) = header::decode(&buf[..n], 8).expect("a well-formed datagram");
+                if h.request_id == id && h.client_id == client.client_id() {
+                    return (h, from);
+                }
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                client.poll_responses();
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(Instant::now() < deadline, "no datagram of request {id}");
+    }
+}
+
+fn respond(server: &UdpSocket, to: SocketAddr, request: &Header) {
+    let reply =
+        Header { message_type: MessageType::Response, flags: 0, leader_hint: 0, payload_len: 2, ..*request };
+    let mut d = vec![0u8; HEADER_SIZE];
+    header::encode(&reply, &mut d);
+    d.extend_from_slice(b"ok");
+    server.send_to(&d, to).unwrap();
+}
+
+/// Waits until request `id` completes; returns whether it was answered.
+fn completion_of(client: &mut Client, id: u32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        client.wait(Duration::from_millis(5));
+        while let Some((done, result)) = client.try_recv() {
+            if done == id {
+                return result.is_ok();
+            }
+        }
+        assert!(Instant::now() < deadline, "request {id} never completed");
+    }
+}
+
+/// With `report_answered` (the default) each REPLICATED_ROUTE datagram
+/// names the client's oldest request still outstanding — every lower one
+/// completed, answered or given up — and a retry names it anew; other
+/// routes, and a client with the switch off, say nothing.
+#[test]
+fn replicated_requests_name_the_oldest_outstanding_one_and_retries_name_it_anew() {
+    let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = ClientConfig::new(vec![server.local_addr().unwrap()]);
+    config.timeout = Duration::from_millis(500);
+    config.retries = 1;
+    let mut client = Client::new(config.clone()).unwrap();
+    // Three in flight: each says request 1 may be unanswered.
+    let ids: Vec<u32> = (0..3).map(|_| client.send(Policy::ReplicatedRoute, b"x").unwrap()).collect();
+    let mut first = Vec::new();
+    for &id in &ids {
+        let (h, from) = next_datagram_of(&server, &mut client, id);
+        assert_eq!(h.answered_below(), Some(ids[0]), "request {id}");
+        first.push((h, from));
+    }
+    // 1 and 2 answered: the next request says 3.
+    for (h, from) in &first[..2] {
+        respond(&server, *from, h);
+        assert!(completion_of(&mut client, h.request_id));
+    }
+    let fourth = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    assert_eq!(next_datagram_of(&server, &mut client, fourth).0.answered_below(), Some(ids[2]));
+    // 3 answered: the retry of 4 (after its timeout) says 4.
+    respond(&server, first[2].1, &first[2].0);
+    assert!(completion_of(&mut client, ids[2]));
+    let (retry, _) = next_datagram_of(&server, &mut client, fourth);
+    assert_eq!(retry.answered_below(), Some(fourth), "a retry names the oldest outstanding anew");
+    // 4 is given up (no answer to its two attempts): the next says 5.
+    assert!(!completion_of(&mut client, fourth), "given up");
+    let fifth = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    assert_eq!(next_datagram_of(&server, &mut client, fifth).0.answered_below(), Some(fifth));
+    // Another route says nothing; nor does a client with the switch off.
+    let lb = client.send(Policy::LbRoute, b"x").unwrap();
+    assert_eq!(next_datagram_of(&server, &mut client, lb).0.answered_below(), None);
+    config.report_answered = false;
+    let mut quiet = Client::new(config).unwrap();
+    let id = quiet.send(Policy::ReplicatedRoute, b"x").unwrap();
+    let (h, _) = next_datagram_of(&server, &mut quiet, id);
+    assert_eq!((h.answered_below(), h.flags & header::FLAG_ANSWERED), (None, 0));
+}

@@ -171,6 +171,64 @@ fn retried_writes_apply_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The answered span end to end: the real client's requests let every
+/// replica forget the answers it has; a raw client that says request 1 was
+/// answered then sends request 1 again is ignored, not applied twice.
+#[test]
+fn answers_a_client_has_are_forgotten_and_a_late_copy_is_not_applied() {
+    let dir = temp_dir("answered");
+    let peers = free_addrs(3);
+    let nodes: Vec<_> = (0..3).map(|i| start(&peers, i, &dir, 0)).collect();
+    let mut c = client(&peers);
+    for i in 0..20 {
+        put(&mut c, "k", &i.to_string());
+    }
+    // One request at a time: each says every earlier one was answered.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while nodes.iter().any(|n| n.status().unwrap().answers_forgotten() < 19) {
+        assert!(Instant::now() < deadline, "every replica forgets the answers the client has");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let leader = c.leader();
+    let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
+    raw.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let datagram = |request_id: u32, answered: bool, value: &[u8]| {
+        let payload = KvOp::Append { key: b"log".to_vec(), value: value.to_vec() }.encode();
+        let mut h = ordo_r2p2::Header {
+            message_type: ordo_r2p2::MessageType::Request,
+            policy: Policy::ReplicatedRoute,
+            flags: 0,
+            packet_id: 0,
+            packet_count: 1,
+            client_id: 0xfeed,
+            request_id,
+            leader_hint: 0,
+            payload_len: payload.len() as u16,
+        };
+        if answered {
+            h.set_answered_below(request_id);
+        }
+        let mut d = vec![0u8; ordo_r2p2::header::HEADER_SIZE];
+        ordo_r2p2::header::encode(&h, &mut d);
+        d.extend_from_slice(&payload);
+        d
+    };
+    let mut buf = [0u8; 2048];
+    let first = datagram(1, false, b"x");
+    raw.send_to(&first, peers[leader]).unwrap();
+    raw.recv_from(&mut buf).expect("request 1 answered");
+    raw.send_to(&datagram(2, true, b"y"), peers[leader]).unwrap();
+    raw.recv_from(&mut buf).expect("request 2 answered");
+    // Request 2 said request 1 was answered: a late copy of 1 is ignored.
+    raw.send_to(&first, peers[leader]).unwrap();
+    assert!(raw.recv_from(&mut buf).is_err(), "no answer to a request below the floor");
+    assert_eq!(get(&mut c, "log"), Some(b"xy".to_vec()), "request 1 applied once");
+    for n in nodes {
+        n.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// One server at a time (Raft thesis §4.1) over real processes' sockets: a
 /// spare joins as a learner, catches up, is promoted; an original voter is
 /// removed; the cluster then survives the loss of another original member.
@@ -374,7 +432,7 @@ mod late_snapshot {
             let op = KvOp::Put { key: b"k".to_vec(), value: self.next_request.to_le_bytes().to_vec() };
             let mut out = ReplicationOutput::default();
             self.hooks[leader].on_request(
-                ReplicatedRequest { client, payload: op.encode() },
+                ReplicatedRequest { client, payload: op.encode(), answered_below: client.request_id },
                 self.now,
                 &mut out,
             );
@@ -459,7 +517,11 @@ mod late_snapshot {
         let admin = ClientRef { addr: SocketAddr::from(([127, 0, 0, 1], 10)), client_id: 5, request_id: 1 };
         let command = format!("remove {}", leader + 1).into_bytes();
         let mut out = ReplicationOutput::default();
-        c.hooks[leader].on_admin(ReplicatedRequest { client: admin, payload: command }, c.now, &mut out);
+        c.hooks[leader].on_admin(
+            ReplicatedRequest { client: admin, payload: command, answered_below: 0 },
+            c.now,
+            &mut out,
+        );
         c.execute(leader, &mut out);
         for _ in 0..50 {
             c.turn();

@@ -30,6 +30,14 @@
 //!   before `session_window` newer requests of the same client have been
 //!   applied; a request older than a full window is ignored (its client
 //!   times out) rather than risk applying it twice (Raft thesis §6.3).
+//! - **Answers the client has are forgotten.** A command may carry its
+//!   client's *answered-below* id ([`Replica::request_answered`]; R2P2's
+//!   answered span): every request of the client numbered below it was
+//!   answered or given up. Applying the command drops those requests'
+//!   slots and raises the session's floor; a request below the floor is
+//!   ignored like one older than a full window (the thesis' rule: the
+//!   client says which answers it has). The floor only rises, and it is
+//!   part of the log and of snapshots, so every replica decides alike.
 //! - **Bounded sessions.** At most `max_sessions` are kept; the one least
 //!   recently used *in log order* is evicted (deterministic on every
 //!   replica). A client evicted while it still retries an old request can
@@ -176,8 +184,12 @@ pub struct ReplicaStats {
     pub snapshots_installed: u64,
     pub sessions_evicted: u64,
     pub malformed_commands: u64,
-    /// Requests older than their client's whole session window, ignored.
+    /// Requests older than their client's whole session window, or below
+    /// its answered floor, ignored.
     pub too_old: u64,
+    /// Answers dropped from their sessions because the client said it had
+    /// them (its answered floor rose past them).
+    pub answers_forgotten: u64,
     pub invalid_messages: u64,
     pub refused_proposals: u64,
 }
@@ -189,6 +201,10 @@ struct Session {
     applied: AppliedWindow,
     /// Log index of the session's last command (its LRU key).
     index: Index,
+    /// The floor: every request below it was answered or given up (the
+    /// highest answered-below id its commands carried; 0: none said).
+    /// Invariant: no slot of `applied` is below it.
+    answered_below: RequestId,
 }
 
 /// A client's most recently applied request ids with their responses, in
@@ -269,8 +285,7 @@ impl AppliedWindow {
         }
     }
 
-    #[cfg(test)]
-    fn first(&self) -> Option<RequestId> {
+    fn oldest(&self) -> Option<RequestId> {
         self.slots.front().map(|(id, _)| *id)
     }
 
@@ -298,12 +313,16 @@ enum Seen<'a> {
     New,
     /// Applied; its response (`None`: still being applied).
     Applied(Option<&'a Vec<u8>>),
-    /// Older than the whole window: unknown, ignore it.
+    /// Older than the whole window, or below the client's answered floor:
+    /// ignore it.
     TooOld,
 }
 
 impl Session {
     fn seen(&self, request: RequestId, window: usize) -> Seen<'_> {
+        if request < self.answered_below {
+            return Seen::TooOld; // its client has its answer, or gave it up
+        }
         // One search: a new request (above every id held, the common
         // case) reads only the newest slot, not the oldest too — with
         // many clients each is a cache miss.
@@ -506,6 +525,10 @@ pub struct Replica<D: Disk, R> {
     /// The chunk this leader writes its commands into
     /// ([`encode_command_into`]).
     commands: BytesMut,
+    /// Buffers of answers that left their sessions, for the application's
+    /// copies of the next commands (at most `SPARES` of at most
+    /// `SPARE_MAX_BYTES` each).
+    spares: Vec<Vec<u8>>,
     stats: ReplicaStats,
 }
 
@@ -516,18 +539,61 @@ struct HeldBatch {
 const COMMAND_MAGIC: u8 = 0xC1;
 /// Magic, client id, request id.
 const COMMAND_HEADER: usize = 17;
+/// A command that carries its client's answered-below id.
+const COMMAND_MAGIC_ANSWERED: u8 = 0xC2;
+/// Magic, client id, request id, and how far below the request the
+/// answered-below id is (u32: a wider span is not written).
+const COMMAND_HEADER_ANSWERED: usize = 21;
+/// A snapshot without the sessions' answered floors (every floor 0).
 const SNAPSHOT_MAGIC: u8 = 0x5E;
+/// A snapshot whose sessions carry their answered floors (what is written).
+const SNAPSHOT_MAGIC_ANSWERED: u8 = 0x5F;
 /// What an entry counts besides its data in [`ReplicaConfig::snapshot_by_size`]
 /// (its header in the log and on the wire).
 pub const SNAPSHOT_ENTRY_BYTES: u64 = 32;
 
+/// A client command, as a log entry's data holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Command<'a> {
+    pub client: ClientId,
+    pub request: RequestId,
+    /// Every request of the client below this one was answered or given up
+    /// (0: the client did not say). At most `request`.
+    pub answered_below: RequestId,
+    pub payload: &'a [u8],
+}
+
+impl Command<'_> {
+    /// The encoded header: the answered-below id only when there is one
+    /// (commands without it keep the first format), as its distance below
+    /// the request (4 bytes, not 8: most log entries are small). A floor
+    /// further below than `u32::MAX` is left out: a lower floor, or none,
+    /// only keeps answers longer.
+    fn header(&self) -> ([u8; COMMAND_HEADER_ANSWERED], usize) {
+        assert!(self.answered_below <= self.request, "answered below a request still asked");
+        let mut h = [0; COMMAND_HEADER_ANSWERED];
+        h[1..9].copy_from_slice(&self.client.to_le_bytes());
+        h[9..17].copy_from_slice(&self.request.to_le_bytes());
+        match u32::try_from(self.request - self.answered_below) {
+            Ok(span) if self.answered_below > 0 => {
+                h[0] = COMMAND_MAGIC_ANSWERED;
+                h[17..].copy_from_slice(&span.to_le_bytes());
+                (h, COMMAND_HEADER_ANSWERED)
+            }
+            _ => {
+                h[0] = COMMAND_MAGIC;
+                (h, COMMAND_HEADER)
+            }
+        }
+    }
+}
+
 /// Encodes a client command as a log entry's data.
-pub fn encode_command(client: ClientId, request: RequestId, payload: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(COMMAND_HEADER + payload.len());
-    b.push(COMMAND_MAGIC);
-    b.extend_from_slice(&client.to_le_bytes());
-    b.extend_from_slice(&request.to_le_bytes());
-    b.extend_from_slice(payload);
+pub fn encode_command(command: &Command<'_>) -> Vec<u8> {
+    let (header, len) = command.header();
+    let mut b = Vec::with_capacity(len + command.payload.len());
+    b.extend_from_slice(&header[..len]);
+    b.extend_from_slice(command.payload);
     b
 }
 
@@ -537,6 +603,9 @@ const COMMAND_CHUNK: usize = 4096;
 /// application (a larger one is freed: a small command must not hold a
 /// large buffer).
 const SPARE_MAX_BYTES: usize = 4096;
+/// The most answer buffers kept for reuse (a floor that rises once per
+/// batch frees a batch of answers at once; the batch's commands take them).
+const SPARES: usize = 256;
 
 /// [`encode_command`] into the free end of `chunk`, as a slice of it: the
 /// commands of a leader's batch share one allocation (and one reference
@@ -545,39 +614,38 @@ const SPARE_MAX_BYTES: usize = 4096;
 /// than a quarter chunk gets a buffer of its own. A chunk lives until the
 /// last of its commands' entries is compacted away: the log's memory is
 /// its commands' bytes rounded up to whole chunks of 4 KiB.
-pub fn encode_command_into(
-    chunk: &mut BytesMut,
-    client: ClientId,
-    request: RequestId,
-    payload: &[u8],
-) -> Bytes {
-    let len = COMMAND_HEADER + payload.len();
+pub fn encode_command_into(chunk: &mut BytesMut, command: &Command<'_>) -> Bytes {
+    let (header, header_len) = command.header();
+    let len = header_len + command.payload.len();
     if len > COMMAND_CHUNK / 4 {
-        return encode_command(client, request, payload).into();
+        return encode_command(command).into();
     }
     if chunk.capacity() - chunk.len() < len {
         *chunk = BytesMut::with_capacity(COMMAND_CHUNK);
     }
     debug_assert!(chunk.is_empty(), "every command is split off the chunk");
     // The header in one write (three small ones before).
-    let mut header = [COMMAND_MAGIC; COMMAND_HEADER];
-    header[1..9].copy_from_slice(&client.to_le_bytes());
-    header[9..].copy_from_slice(&request.to_le_bytes());
-    chunk.extend_from_slice(&header);
-    chunk.extend_from_slice(payload);
-    let command = chunk.split().freeze();
-    debug_assert_eq!(command.len(), len);
-    command
+    chunk.extend_from_slice(&header[..header_len]);
+    chunk.extend_from_slice(command.payload);
+    let encoded = chunk.split().freeze();
+    debug_assert_eq!(encoded.len(), len);
+    encoded
 }
 
-/// Decodes [`encode_command`]'s output.
-pub fn decode_command(data: &[u8]) -> Option<(ClientId, RequestId, &[u8])> {
-    if data.len() < COMMAND_HEADER || data[0] != COMMAND_MAGIC {
-        return None;
-    }
-    let client = u64::from_le_bytes(data[1..9].try_into().ok()?);
-    let request = u64::from_le_bytes(data[9..17].try_into().ok()?);
-    Some((client, request, &data[COMMAND_HEADER..]))
+/// Decodes [`encode_command`]'s output (either format); `None` for
+/// anything else, or for an answered-below id below 0.
+pub fn decode_command(data: &[u8]) -> Option<Command<'_>> {
+    let word = |at: usize| data.get(at..at + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap()));
+    let (client, request) = (word(1)?, word(9)?);
+    let (answered_below, header) = match data[0] {
+        COMMAND_MAGIC => (0, COMMAND_HEADER),
+        COMMAND_MAGIC_ANSWERED => {
+            let span = u32::from_le_bytes(data.get(17..21)?.try_into().unwrap());
+            (request.checked_sub(u64::from(span))?, COMMAND_HEADER_ANSWERED)
+        }
+        _ => return None,
+    };
+    Some(Command { client, request, answered_below, payload: &data[header..] })
 }
 
 #[cfg(test)]
@@ -598,14 +666,15 @@ fn encode_sessions(
     clients.sort_unstable_by_key(|(c, _)| **c);
     let bytes: usize = clients
         .iter()
-        .map(|(_, s)| 20 + s.applied.iter().map(|(_, r)| 12 + r.as_ref().map_or(0, Vec::len)).sum::<usize>())
+        .map(|(_, s)| 28 + s.applied.iter().map(|(_, r)| 12 + r.as_ref().map_or(0, Vec::len)).sum::<usize>())
         .sum();
     let mut b = Vec::with_capacity(5 + bytes);
-    b.push(SNAPSHOT_MAGIC);
+    b.push(SNAPSHOT_MAGIC_ANSWERED);
     b.extend_from_slice(&(clients.len() as u32).to_le_bytes());
     for (&client, s) in clients {
         b.extend_from_slice(&client.to_le_bytes());
         b.extend_from_slice(&s.index.to_le_bytes());
+        b.extend_from_slice(&s.answered_below.to_le_bytes());
         b.extend_from_slice(&(s.applied.len() as u32).to_le_bytes());
         for (request, resp) in s.applied.iter() {
             b.extend_from_slice(&request.to_le_bytes());
@@ -628,26 +697,34 @@ type DecodedSnapshot<'a> = (Map<ClientId, Session>, &'a [u8]);
 
 fn decode_snapshot(data: &[u8], index: Index) -> Result<DecodedSnapshot<'_>, ReplicaError> {
     let bad = |why| ReplicaError::BadSnapshot { index, why };
-    if data.first() != Some(&SNAPSHOT_MAGIC) || data.len() < 5 {
+    // The first format had no answered floors (every one is 0).
+    let with_floors = match data.first() {
+        Some(&SNAPSHOT_MAGIC_ANSWERED) => true,
+        Some(&SNAPSHOT_MAGIC) => false,
+        _ => return Err(bad("missing header")),
+    };
+    if data.len() < 5 {
         return Err(bad("missing header"));
     }
+    let session_bytes = if with_floors { 28 } else { 20 };
     let n = u32::from_le_bytes(data[1..5].try_into().unwrap()) as usize;
     let mut at = 5;
-    // Each session takes at least 20 bytes: bound the count by the input.
-    if n > (data.len() - at) / 20 {
+    // Each session takes at least `session_bytes`: bound the count by the input.
+    if n > (data.len() - at) / session_bytes {
         return Err(bad("session count exceeds the snapshot"));
     }
     let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
     let half = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
     let mut sessions = Map::with_capacity_and_hasher(n, Default::default());
     for _ in 0..n {
-        if data.len() - at < 20 {
+        if data.len() - at < session_bytes {
             return Err(bad("truncated session"));
         }
         let client = word(at);
         let sidx = word(at + 8);
-        let count = half(at + 16);
-        at += 20;
+        let answered_below = if with_floors { word(at + 16) } else { 0 };
+        let count = half(at + session_bytes - 4);
+        at += session_bytes;
         // A session's last command is in the snapshot (the eviction order
         // relies on it).
         if sidx > index {
@@ -673,11 +750,14 @@ fn decode_snapshot(data: &[u8], index: Index) -> Result<DecodedSnapshot<'_>, Rep
             if applied.newest().is_some_and(|last| last >= request) {
                 return Err(bad("request ids repeated or not ascending"));
             }
+            if request < answered_below {
+                return Err(bad("a request id below its session's answered floor"));
+            }
             let fresh = applied.insert(request, Some(data[at..at + len].to_vec()));
             debug_assert!(fresh, "above every id so far");
             at += len;
         }
-        if sessions.insert(client, Session { applied, index: sidx }).is_some() {
+        if sessions.insert(client, Session { applied, index: sidx, answered_below }).is_some() {
             return Err(bad("duplicate session"));
         }
     }
@@ -738,6 +818,7 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             was_leader: false,
             node_term_vote: (hard.term, hard.vote),
             commands: BytesMut::new(),
+            spares: Vec::new(),
             stats: ReplicaStats::default(),
         };
         Ok(r)
@@ -786,6 +867,23 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         request: RequestId,
         payload: &[u8],
     ) -> Result<(), ReplicaError> {
+        self.request_answered(reply_to, client, request, 0, payload)
+    }
+
+    /// [`request`](Self::request) from a client that says every one of its
+    /// requests below `answered_below` was answered or given up: once this
+    /// command is applied, their answers are forgotten and their ids are
+    /// ignored (the module's invariants). Above `request` it says nothing,
+    /// as 0 does.
+    pub fn request_answered(
+        &mut self,
+        reply_to: R,
+        client: ClientId,
+        request: RequestId,
+        answered_below: RequestId,
+        payload: &[u8],
+    ) -> Result<(), ReplicaError> {
+        let answered_below = if answered_below <= request { answered_below } else { 0 };
         if !self.node.is_leader() {
             self.stats.redirects += 1;
             let leader = self.node.leader();
@@ -820,7 +918,8 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             }
             std::collections::hash_map::Entry::Vacant(w) => w,
         };
-        match self.node.propose(encode_command_into(&mut self.commands, client, request, payload)) {
+        let command = Command { client, request, answered_below, payload };
+        match self.node.propose(encode_command_into(&mut self.commands, &command)) {
             Ok(_) => {
                 self.stats.proposed += 1;
                 waiting.insert(reply_to);
@@ -1050,7 +1149,8 @@ impl<D: Disk, R: Clone> Replica<D, R> {
     }
 
     fn hand_out_command(&mut self, e: &Entry) {
-        let Some((client, request, _)) = decode_command(&e.data) else {
+        let Some(Command { client, request, answered_below, payload: command }) = decode_command(&e.data)
+        else {
             self.stats.malformed_commands += 1;
             return;
         };
@@ -1083,24 +1183,40 @@ impl<D: Disk, R: Clone> Replica<D, R> {
         }
         assert!(session.index < e.index, "sessions are used in log order");
         session.index = e.index;
+        // The answers the client says it has leave (`request` is not below
+        // the floor: `seen` said new, and a command's floor is at most its
+        // request), and a full window's oldest. Their buffers, if small,
+        // hold the application's copies of the next commands (one
+        // allocation and one free less per command at a client's steady
+        // state).
+        let spares = &mut self.spares;
+        let forgotten = &mut self.stats.answers_forgotten;
+        let mut keep = |answer: Option<Vec<u8>>| {
+            if let Some(buffer) = answer
+                && buffer.capacity() <= SPARE_MAX_BYTES
+                && spares.len() < SPARES
+            {
+                spares.push(buffer);
+            }
+        };
+        if answered_below > session.answered_below {
+            session.answered_below = answered_below;
+            while session.applied.oldest().is_some_and(|oldest| oldest < answered_below) {
+                keep(session.applied.pop_first());
+                *forgotten += 1;
+            }
+        }
         let fresh = session.applied.insert(request, None);
         debug_assert!(fresh, "a request the window holds was found above");
-        // A full window's oldest answer leaves: its buffer, if small, holds
-        // the application's copy of this command (one allocation and one
-        // free less per command at a client's steady state).
-        let mut spare = None;
         while session.applied.len() > window {
-            spare = session.applied.pop_first().or(spare);
+            keep(session.applied.pop_first());
         }
         self.lru.touch(e.index, client);
         self.stats.sessions_evicted += self.lru.evict(&mut self.sessions, self.cfg.max_sessions.max(1));
         // The application's own copy (the entry's bytes stay shared with
         // the log).
-        let command = &e.data[COMMAND_HEADER..];
-        let payload = match spare {
-            Some(mut buffer)
-                if buffer.capacity() >= command.len() && buffer.capacity() <= SPARE_MAX_BYTES =>
-            {
+        let payload = match self.spares.pop() {
+            Some(mut buffer) if buffer.capacity() >= command.len() => {
                 buffer.clear();
                 buffer.extend_from_slice(command);
                 buffer
@@ -1174,7 +1290,7 @@ mod tests {
                 // The id kept beside the ring is its last slot's.
                 prop_assert_eq!(window.newest(), model.keys().next_back().copied());
                 prop_assert_eq!(window.newest, window.slots.back().map_or(0, |s| s.0));
-                prop_assert_eq!(window.first(), model.keys().next().copied());
+                prop_assert_eq!(window.oldest(), model.keys().next().copied());
                 for probe in next.saturating_sub(10)..=next + 1 {
                     prop_assert_eq!(window.get(probe), model.get(&probe));
                 }
@@ -1263,7 +1379,7 @@ mod tests {
                         later.push((client, request, answer));
                     }
                 }
-                sessions.insert(client, Session { applied, index: 7 + client });
+                sessions.insert(client, Session { applied, index: 7 + client, answered_below: client % 2 });
             }
             let mut pending = PendingSnapshot::cut(1_000, &sessions);
             // Every slot is answered again too (a request applied twice:
@@ -1327,21 +1443,31 @@ mod tests {
             // Mostly small, now and then larger than a quarter chunk.
             let len = if i % 50 == 7 { COMMAND_CHUNK } else { (i % 40) as usize };
             let payload: Vec<u8> = (0..len).map(|k| (k as u64 ^ i) as u8).collect();
-            let command = encode_command_into(&mut chunk, 7 + i, 1_000 + i, &payload);
-            assert_eq!(command, encode_command(7 + i, 1_000 + i, &payload), "command {i}");
-            assert_eq!(decode_command(&command), Some((7 + i, 1_000 + i, &payload[..])));
-            made.push(command);
+            // Every third one says what its client has had answered.
+            let answered_below = if i % 3 == 0 { 990 + i } else { 0 };
+            let command = Command { client: 7 + i, request: 1_000 + i, answered_below, payload: &payload };
+            let encoded = encode_command_into(&mut chunk, &command);
+            assert_eq!(encoded, encode_command(&command), "command {i}");
+            assert_eq!(decode_command(&encoded), Some(command));
+            made.push(encoded);
         }
         // Small neighbours share a chunk: consecutive in memory.
-        let (a, b) = (&made[1], &made[2]);
+        let (a, b) = (&made[2], &made[3]);
         assert_eq!(a.as_ptr() as usize + a.len(), b.as_ptr() as usize, "one chunk, one after the other");
         // A large one has a buffer of its own and leaves the chunk alone.
         let (before, large, after) = (&made[6], &made[7], &made[8]);
         assert_eq!(large.len(), COMMAND_HEADER + COMMAND_CHUNK);
+        let large_answered = &made[57];
+        assert_eq!(large_answered.len(), COMMAND_HEADER_ANSWERED + COMMAND_CHUNK);
         assert_eq!(before.as_ptr() as usize + before.len(), after.as_ptr() as usize);
+        // A command cut inside its answered span is no command.
+        let answered = &made[3];
+        assert_eq!(answered[0], COMMAND_MAGIC_ANSWERED);
+        assert_eq!(decode_command(&answered[..COMMAND_HEADER_ANSWERED - 1]), None);
+        assert_eq!(decode_command(&[]), None);
         // Every earlier command is intact after the chunks were refilled.
         for (i, command) in made.iter().enumerate() {
-            let (client, request, _) = decode_command(command).unwrap();
+            let Command { client, request, .. } = decode_command(command).unwrap();
             assert_eq!((client, request), (7 + i as u64, 1_000 + i as u64));
         }
     }
@@ -1349,7 +1475,7 @@ mod tests {
     #[test]
     fn a_snapshot_whose_session_ran_past_it_is_refused() {
         let mut sessions = Map::default();
-        sessions.insert(1, Session { applied: AppliedWindow::default(), index: 4 });
+        sessions.insert(1, Session { applied: AppliedWindow::default(), index: 4, answered_below: 0 });
         let bytes = encode_snapshot(&sessions, b"");
         assert!(decode_snapshot(&bytes, 4).is_ok());
         assert!(matches!(
@@ -1359,21 +1485,53 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_of_the_first_format_reads_with_no_floors_and_one_below_its_floor_is_refused() {
+        // The first format (before answered floors): client 9, index 3, one
+        // slot (id 4, answer "ok"), then the application's bytes.
+        let mut old = vec![SNAPSHOT_MAGIC];
+        old.extend_from_slice(&1u32.to_le_bytes());
+        old.extend_from_slice(&9u64.to_le_bytes());
+        old.extend_from_slice(&3u64.to_le_bytes());
+        old.extend_from_slice(&1u32.to_le_bytes());
+        old.extend_from_slice(&4u64.to_le_bytes());
+        old.extend_from_slice(&2u32.to_le_bytes());
+        old.extend_from_slice(b"okapp");
+        let (sessions, app) = decode_snapshot(&old, 3).unwrap();
+        let mut applied = AppliedWindow::default();
+        applied.insert(4, Some(b"ok".to_vec()));
+        assert_eq!(sessions.get(&9), Some(&Session { applied, index: 3, answered_below: 0 }));
+        assert_eq!(app, b"app");
+        // Written again, it takes the new format, and reads back the same.
+        let again = encode_snapshot(&sessions, app);
+        assert_eq!(again[0], SNAPSHOT_MAGIC_ANSWERED);
+        assert_eq!(decode_snapshot(&again, 3).unwrap(), (sessions.clone(), &b"app"[..]));
+        // A slot below its session's floor cannot be in a table.
+        let mut sessions = sessions;
+        sessions.get_mut(&9).unwrap().answered_below = 5;
+        let bad = encode_snapshot(&sessions, b"");
+        assert!(matches!(
+            decode_snapshot(&bad, 3),
+            Err(ReplicaError::BadSnapshot { why: "a request id below its session's answered floor", .. })
+        ));
+    }
+
+    #[test]
     fn a_snapshot_with_repeated_or_unordered_request_ids_is_refused() {
         let mut sessions = Map::default();
         let mut applied = AppliedWindow::default();
         assert!(applied.insert(7, Some(b"a".to_vec())));
         assert!(!applied.insert(7, Some(b"b".to_vec())), "the window holds an id once");
-        sessions.insert(1, Session { applied, index: 3 });
+        sessions.insert(1, Session { applied, index: 3, answered_below: 5 });
         let good = encode_snapshot(&sessions, b"app");
         let (back, app) = decode_snapshot(&good, 3).unwrap();
         assert_eq!((back, app), (sessions, &b"app"[..]));
         // One session's ids: the same twice, or descending.
         for ids in [[7u64, 7], [8, 7]] {
-            let mut bad = vec![SNAPSHOT_MAGIC];
+            let mut bad = vec![SNAPSHOT_MAGIC_ANSWERED];
             bad.extend_from_slice(&1u32.to_le_bytes());
             bad.extend_from_slice(&1u64.to_le_bytes());
             bad.extend_from_slice(&3u64.to_le_bytes());
+            bad.extend_from_slice(&0u64.to_le_bytes());
             bad.extend_from_slice(&2u32.to_le_bytes());
             for id in ids {
                 bad.extend_from_slice(&id.to_le_bytes());

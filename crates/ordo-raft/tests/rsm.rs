@@ -408,3 +408,66 @@ fn a_large_snapshot_waits_for_as_much_log_when_snapshots_go_by_size() {
     // ~6,600 bytes of log allow a few, not one per 2 entries.
     assert!((1..=4).contains(&by_size), "{by_size} snapshots by size");
 }
+
+/// Runs one request of client 42 with its answered floor; returns the
+/// replies it drew.
+fn answered(
+    r: &mut Replica<MemDisk, R>,
+    app: &mut App,
+    to: R,
+    request: u64,
+    floor: u64,
+) -> Vec<(R, u64, Vec<u8>)> {
+    r.request_answered(to, 42, request, floor, &[request as u8]).unwrap();
+    r.flush().unwrap();
+    replies(&pump(r, app))
+}
+
+/// A client that says which answers it has (the Raft thesis' §6.3 rule):
+/// the replica forgets them and ignores a late copy of such a request,
+/// still answers a retry of one not confirmed, never lowers the floor, and
+/// keeps it across snapshots and a restart.
+#[test]
+fn answers_a_client_confirmed_are_forgotten_and_their_requests_ignored_also_after_a_restart() {
+    let disk = MemDisk::new();
+    let cfg = config(SyncMode::Immediate, 4);
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk.clone(), cfg.clone()).unwrap();
+    become_leader(&mut r, &mut app);
+    // Three requests in flight, nothing confirmed yet.
+    for id in 1..=3 {
+        assert_eq!(answered(&mut r, &mut app, 10, id, 1), vec![(10, id, format!("ok {id}").into_bytes())]);
+    }
+    // Request 4 says 1 and 2 were answered; 3 is still outstanding.
+    assert_eq!(answered(&mut r, &mut app, 10, 4, 3).len(), 1);
+    assert_eq!(r.stats().answers_forgotten, 2);
+    // A late copy of request 2: neither applied nor answered.
+    assert_eq!(answered(&mut r, &mut app, 11, 2, 1), vec![]);
+    assert_eq!((r.stats().too_old, app.applied.len()), (1, 4));
+    // A retry of request 3 gets its first answer.
+    assert_eq!(answered(&mut r, &mut app, 11, 3, 3), vec![(11, 3, b"ok 3".to_vec())]);
+    // A lower floor does not lower the session's; one above its request
+    // says nothing (request 5's answer stays).
+    assert_eq!(answered(&mut r, &mut app, 10, 5, 1).len(), 1);
+    assert_eq!(answered(&mut r, &mut app, 10, 6, 100).len(), 1);
+    assert_eq!(answered(&mut r, &mut app, 11, 2, 1), vec![]);
+    assert_eq!(answered(&mut r, &mut app, 11, 5, 3), vec![(11, 5, b"ok 5".to_vec())]);
+    assert_eq!((r.stats().too_old, r.stats().answers_forgotten, app.applied.len()), (2, 2, 6));
+    // Snapshots were taken (every 4 entries) with the floor in them; a
+    // restart restores the latest and replays the rest of the log.
+    assert!(r.stats().snapshots_taken >= 1);
+    drop(r);
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(disk, cfg).unwrap();
+    become_leader(&mut r, &mut app);
+    assert_eq!(app.applied.len(), 6, "state restored and replayed");
+    assert_eq!(answered(&mut r, &mut app, 12, 1, 1), vec![], "below the floor after the restart too");
+    assert_eq!(answered(&mut r, &mut app, 12, 2, 1), vec![]);
+    assert_eq!(answered(&mut r, &mut app, 12, 3, 3), vec![(12, 3, b"ok 3".to_vec())]);
+    assert_eq!(answered(&mut r, &mut app, 12, 5, 3), vec![(12, 5, b"ok 5".to_vec())]);
+    assert_eq!(app.applied.len(), 6, "nothing applied twice");
+    // Confirming everything below 7 forgets 3 to 6.
+    assert_eq!(answered(&mut r, &mut app, 12, 7, 7).len(), 1);
+    assert_eq!(answered(&mut r, &mut app, 12, 5, 5), vec![]);
+    assert_eq!(app.applied.len(), 7);
+}

@@ -26,7 +26,9 @@
 //! - The requests come from one client (the load generator's), or from
 //!   `MANY_CLIENTS` in turn: each replica keeps a session per client
 //!   (its window of applied ids and answers, snapshotted with the log),
-//!   which the unreplicated server does not.
+//!   which the unreplicated server does not. Each request names the oldest
+//!   request not answered yet (the answered span, as `Client` sends by
+//!   default), so a session holds only the answers still owed.
 //! - Left out on both sides: the system calls (one `recvmmsg` and one
 //!   `sendmmsg` per turn, the same per client datagram on both sides; the
 //!   leader's extra replica datagrams share them).
@@ -118,6 +120,9 @@ struct Cluster {
     scratch: Vec<u8>,
     /// Request ids answered, by id (every id at most once).
     seen: Vec<bool>,
+    /// The oldest request not answered yet (every lower id was): each
+    /// request says it, as `Client` does by default (the answered span).
+    oldest_unanswered: u32,
     /// Client ids the requests take in turn (each its own session in the
     /// replicas' session table).
     clients: u32,
@@ -150,6 +155,7 @@ impl Cluster {
             wrong: 0,
             scratch: Vec::new(),
             seen: vec![false],
+            oldest_unanswered: 1,
             clients: clients.max(1),
         };
         if members > 1 {
@@ -238,7 +244,10 @@ impl Cluster {
             self.next_request += 1;
             self.seen.push(false);
             let payload = u64::from(id).to_le_bytes();
-            let header = Header {
+            while self.seen.get(self.oldest_unanswered as usize) == Some(&true) {
+                self.oldest_unanswered += 1;
+            }
+            let mut header = Header {
                 message_type: MessageType::Request,
                 policy: self.policy,
                 flags: 0,
@@ -249,6 +258,9 @@ impl Cluster {
                 leader_hint: 0,
                 payload_len: payload.len() as u16,
             };
+            // Every id below the oldest unanswered one was answered, this
+            // client's among them.
+            header.set_answered_below(self.oldest_unanswered);
             self.scratch.clear();
             self.scratch.resize(HEADER_SIZE, 0);
             header::encode(&header, &mut self.scratch);
