@@ -48,7 +48,10 @@ pub struct ClientConfig {
     pub servers: Vec<SocketAddr>,
     /// Local address to bind.
     pub bind: SocketAddr,
-    /// The client id; `None` draws a random one.
+    /// The client id; `None` draws a random one. A fixed id must not be
+    /// taken by a new client while the replicas remember the old one's
+    /// session: its request ids restart at 1, which that session has seen
+    /// (they are ignored, or answered with the old answers).
     pub client_id: Option<u64>,
     /// Time to wait for an answer before retrying.
     pub timeout: Duration,
