@@ -122,6 +122,31 @@ fn three_replicas_fail_over_and_recover_from_disk() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An R2P2 request of client 0xfeed, built by hand: `Append` of `value`
+/// to the key `log`; `answered`: it says every earlier request of the
+/// client was answered (the answered span, 0).
+fn raw_append(request_id: u32, answered: bool, value: &[u8]) -> Vec<u8> {
+    let payload = KvOp::Append { key: b"log".to_vec(), value: value.to_vec() }.encode();
+    let mut h = ordo_r2p2::Header {
+        message_type: ordo_r2p2::MessageType::Request,
+        policy: Policy::ReplicatedRoute,
+        flags: 0,
+        packet_id: 0,
+        packet_count: 1,
+        client_id: 0xfeed,
+        request_id,
+        leader_hint: 0,
+        payload_len: payload.len() as u16,
+    };
+    if answered {
+        h.set_answered_below(request_id);
+    }
+    let mut d = vec![0u8; ordo_r2p2::header::HEADER_SIZE];
+    ordo_r2p2::header::encode(&h, &mut d);
+    d.extend_from_slice(&payload);
+    d
+}
+
 #[test]
 fn retried_writes_apply_once() {
     let dir = temp_dir("dedup");
@@ -130,29 +155,12 @@ fn retried_writes_apply_once() {
     let mut c = client(&peers);
     put(&mut c, "warm", "up");
     // Append is not idempotent: a duplicate application would show.
-    let op = KvOp::Append { key: b"log".to_vec(), value: b"x".to_vec() };
     let leader = c.leader();
     // Resend the very same (client id, request id) by hand through a raw
     // socket: the same R2P2 datagram three times.
     let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
     raw.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-    let header = ordo_r2p2::Header {
-        message_type: ordo_r2p2::MessageType::Request,
-        policy: Policy::ReplicatedRoute,
-        flags: 0,
-        packet_id: 0,
-        packet_count: 1,
-        client_id: 0xfeed,
-        request_id: 1,
-        leader_hint: 0,
-        payload_len: 0,
-    };
-    let payload = op.encode();
-    let mut datagram = vec![0u8; ordo_r2p2::header::HEADER_SIZE + payload.len()];
-    let mut h = header;
-    h.payload_len = payload.len() as u16;
-    ordo_r2p2::header::encode(&h, &mut datagram);
-    datagram[ordo_r2p2::header::HEADER_SIZE..].copy_from_slice(&payload);
+    let datagram = raw_append(1, false, b"x");
     let mut answers = Vec::new();
     for _ in 0..3 {
         raw.send_to(&datagram, peers[leader]).unwrap();
@@ -192,32 +200,11 @@ fn answers_a_client_has_are_forgotten_and_a_late_copy_is_not_applied() {
     let leader = c.leader();
     let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
     raw.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-    let datagram = |request_id: u32, answered: bool, value: &[u8]| {
-        let payload = KvOp::Append { key: b"log".to_vec(), value: value.to_vec() }.encode();
-        let mut h = ordo_r2p2::Header {
-            message_type: ordo_r2p2::MessageType::Request,
-            policy: Policy::ReplicatedRoute,
-            flags: 0,
-            packet_id: 0,
-            packet_count: 1,
-            client_id: 0xfeed,
-            request_id,
-            leader_hint: 0,
-            payload_len: payload.len() as u16,
-        };
-        if answered {
-            h.set_answered_below(request_id);
-        }
-        let mut d = vec![0u8; ordo_r2p2::header::HEADER_SIZE];
-        ordo_r2p2::header::encode(&h, &mut d);
-        d.extend_from_slice(&payload);
-        d
-    };
     let mut buf = [0u8; 2048];
-    let first = datagram(1, false, b"x");
+    let first = raw_append(1, false, b"x");
     raw.send_to(&first, peers[leader]).unwrap();
     raw.recv_from(&mut buf).expect("request 1 answered");
-    raw.send_to(&datagram(2, true, b"y"), peers[leader]).unwrap();
+    raw.send_to(&raw_append(2, true, b"y"), peers[leader]).unwrap();
     raw.recv_from(&mut buf).expect("request 2 answered");
     // Request 2 said request 1 was answered: a late copy of 1 is ignored.
     raw.send_to(&first, peers[leader]).unwrap();
