@@ -313,14 +313,13 @@ impl<D: Disk> RaftReplication<D> {
 impl<D: Disk + Send + 'static> Replication for RaftReplication<D> {
     fn on_request(&mut self, request: ReplicatedRequest, _now_ns: u64, out: &mut ReplicationOutput) {
         let client = request.client;
-        // A floor across the client's id wrap says nothing the log can use.
-        let answered_below =
-            if request.answered_below <= client.request_id { u64::from(request.answered_below) } else { 0 };
+        // A floor above the request (across the client's id wrap) says
+        // nothing: `request_answered` takes it as 0.
         let result = self.replica.request_answered(
             client,
             client.client_id,
             u64::from(client.request_id),
-            answered_below,
+            u64::from(request.answered_below),
             &request.payload,
         );
         self.check(result);

@@ -1488,14 +1488,18 @@ mod tests {
     fn a_snapshot_of_the_first_format_reads_with_no_floors_and_one_below_its_floor_is_refused() {
         // The first format (before answered floors): client 9, index 3, one
         // slot (id 4, answer "ok"), then the application's bytes.
-        let mut old = vec![SNAPSHOT_MAGIC];
-        old.extend_from_slice(&1u32.to_le_bytes());
-        old.extend_from_slice(&9u64.to_le_bytes());
-        old.extend_from_slice(&3u64.to_le_bytes());
-        old.extend_from_slice(&1u32.to_le_bytes());
-        old.extend_from_slice(&4u64.to_le_bytes());
-        old.extend_from_slice(&2u32.to_le_bytes());
-        old.extend_from_slice(b"okapp");
+        let (count, client, index, slots, id, len) = (1u32, 9u64, 3u64, 1u32, 4u64, 2u32);
+        let old = [
+            &[SNAPSHOT_MAGIC][..],
+            &count.to_le_bytes(),
+            &client.to_le_bytes(),
+            &index.to_le_bytes(),
+            &slots.to_le_bytes(),
+            &id.to_le_bytes(),
+            &len.to_le_bytes(),
+            b"okapp",
+        ]
+        .concat();
         let (sessions, app) = decode_snapshot(&old, 3).unwrap();
         let mut applied = AppliedWindow::default();
         applied.insert(4, Some(b"ok".to_vec()));
