@@ -5,6 +5,12 @@
 //! - A request id is assigned once per [`Client::send`]; every retry and
 //!   every redirect of that request reuses it (and the client id), so the
 //!   servers' replication hook can recognise duplicates.
+//! - Within one client id, request ids only rise (by one per request), as
+//!   the replicas' sessions require. After `u32::MAX` the client takes a new
+//!   client id — a new session, beginning at 1 — and never sends an id of
+//!   the old session again except as a retry or redirect of a request still
+//!   outstanding; answers for those (sealed to the old id) are still taken,
+//!   until the next wrap.
 //! - Each request completes exactly once: with the first RESPONSE or ERROR
 //!   for its id, or with [`CallError::Timeout`] after `retries + 1` attempts,
 //!   or [`CallError::RedirectLoop`] after `max_redirects` redirects. Later
@@ -50,9 +56,15 @@ pub struct ClientConfig {
     pub bind: SocketAddr,
     /// The client id; `None` draws a random one. A fixed id must not be
     /// taken by a new client while the replicas remember the old one's
-    /// session: its request ids restart at 1, which that session has seen
-    /// (they are ignored, or answered with the old answers).
+    /// session unless that client starts where the old one stopped
+    /// (`first_request_id`: the old one's [`Client::next_request_id`]):
+    /// request ids the session has seen are ignored, or answered with the
+    /// old answers.
     pub client_id: Option<u64>,
+    /// The id of the first request (0 reads as 1). Ids rise by one per
+    /// request; after `u32::MAX` the client takes a new client id (a new
+    /// session at the replicas) and starts again at 1.
+    pub first_request_id: RequestId,
     /// Time to wait for an answer before retrying.
     pub timeout: Duration,
     /// Retries after the first attempt.
@@ -95,6 +107,7 @@ impl ClientConfig {
             servers,
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             client_id: None,
+            first_request_id: 1,
             timeout: Duration::from_millis(100),
             retries: 3,
             max_redirects: 8,
@@ -160,12 +173,16 @@ pub struct ClientStats {
     pub stale_responses: u64,
     /// Datagrams rejected by header validation.
     pub bad_datagrams: u64,
+    /// Times the request ids wrapped and the client took a new client id.
+    pub new_sessions: u64,
     /// Answers dropped because they were not sealed with the client secret,
     /// came from no listed server, or were replayed.
     pub unauthenticated_answers: u64,
 }
 
 struct Pending {
+    /// The client id it was first sent under (its session).
+    client_id: u64,
     message_type: MessageType,
     policy: Policy,
     payload: Vec<u8>,
@@ -178,14 +195,19 @@ struct Pending {
 /// A UDP R2P2 client (not thread-safe; one per thread).
 pub struct Client {
     config: ClientConfig,
+    /// The session new requests go out in.
     client_id: u64,
+    /// The session before the last wrap: its requests may still be in
+    /// flight.
+    previous_client_id: Option<u64>,
     socket: UdpSocket,
     poll: Poll,
     events: Events,
     reassembler: Reassembler,
     pending: HashMap<RequestId, Pending>,
-    /// The REPLICATED_ROUTE requests in the order sent (with
-    /// `report_answered`): the first still pending is the oldest outstanding.
+    /// The current session's REPLICATED_ROUTE requests in the order sent
+    /// (with `report_answered`): the first still pending is the oldest
+    /// outstanding.
     /// Completed ones leave from the front when met; at most
     /// `4 × max_in_flight` are kept.
     replicated_sent: VecDeque<RequestId>,
@@ -225,13 +247,14 @@ impl Client {
         Ok(Client {
             reassembler: Reassembler::new(config.reassembly),
             client_id,
+            previous_client_id: None,
             socket,
             poll,
             events: Events::with_capacity(4),
             pending: HashMap::new(),
             replicated_sent: VecDeque::new(),
             completed: VecDeque::new(),
-            next_request_id: 1,
+            next_request_id: config.first_request_id.max(1),
             leader: 0,
             next_lb: 0,
             earliest_deadline: None,
@@ -254,9 +277,16 @@ impl Client {
         })
     }
 
-    /// This client's id.
+    /// This client's id: the session its next request goes out in.
     pub fn client_id(&self) -> u64 {
         self.client_id
+    }
+
+    /// The id the next request gets (in [`Client::client_id`]'s session).
+    /// A process that reuses a fixed client id starts its next client
+    /// here (`ClientConfig::first_request_id`).
+    pub fn next_request_id(&self) -> RequestId {
+        self.next_request_id
     }
 
     /// The local socket address.
@@ -330,9 +360,16 @@ impl Client {
             Policy::ReplicatedRoute => self.leader % n,
         };
         let id = self.next_request_id;
-        self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
+        if self.pending.contains_key(&id) {
+            // The previous session's request of this id is still in
+            // flight, 2^32 requests later.
+            return Err(CallError::TooManyInFlight);
+        }
+        let client_id = self.client_id;
+        self.next_request_id = id.wrapping_add(1);
         let deadline = Instant::now() + self.config.timeout;
         let pending = Pending {
+            client_id,
             message_type,
             policy,
             payload: payload.to_vec(),
@@ -341,10 +378,16 @@ impl Client {
             redirects: 0,
             deadline,
         };
-        self.transmit(id, &pending)?;
+        let sent = self.transmit(id, &pending);
+        if id == RequestId::MAX {
+            // The session's last id (consumed even if unsent): a new one.
+            self.renew_session();
+        }
+        sent?;
         if policy == Policy::ReplicatedRoute
             && message_type == MessageType::Request
             && self.config.report_answered
+            && client_id == self.client_id
         {
             if self.replicated_sent.len() >= 4 * self.config.max_in_flight {
                 let pending = &self.pending;
@@ -376,12 +419,12 @@ impl Client {
                         // Only answers sealed by a listed server for this client.
                         let server = self.config.servers.iter().position(|s| *s == from);
                         let sealed = header.flags & crate::header::FLAG_AUTH != 0;
-                        let context = crate::auth::destination_context(self.client_id);
+                        let context = crate::auth::destination_context(header.client_id);
                         let verified = sealed
                             && server.is_some_and(|i| {
                                 opener.open(i as u64, datagram, crate::auth::unix_now_ns(), &context).is_ok()
                             });
-                        if !verified || header.client_id != self.client_id {
+                        if !verified || !self.is_ours(header.client_id) {
                             self.stats.unauthenticated_answers += 1;
                             continue;
                         }
@@ -488,11 +531,11 @@ impl Client {
     }
 
     fn on_message(&mut self, message: Message) {
-        if message.client_id != self.client_id {
+        let id = message.request_id;
+        if self.pending.get(&id).is_none_or(|p| p.client_id != message.client_id) {
             self.stats.stale_responses += 1;
             return;
         }
-        let id = message.request_id;
         match message.message_type {
             MessageType::Response | MessageType::Error => {
                 if self.pending.remove(&id).is_none() {
@@ -610,6 +653,27 @@ impl Client {
         }
     }
 
+    fn is_ours(&self, client_id: u64) -> bool {
+        client_id == self.client_id || self.previous_client_id == Some(client_id)
+    }
+
+    /// The request ids wrapped: a new client id (a new session at the
+    /// replicas, whose requests begin at 1). The old session's requests
+    /// still outstanding keep its id; they say nothing of answered spans
+    /// from now on (the span is the new session's).
+    fn renew_session(&mut self) {
+        let old = self.client_id;
+        let mut fresh = old;
+        while fresh == old || Some(fresh) == self.previous_client_id {
+            fresh = RandomState::new().hash_one((old, self.stats.requests, std::process::id()));
+        }
+        self.previous_client_id = Some(old);
+        self.client_id = fresh;
+        self.next_request_id = 1;
+        self.replicated_sent.clear();
+        self.stats.new_sessions += 1;
+    }
+
     /// The oldest REPLICATED_ROUTE request still outstanding, counting `id`
     /// (being sent: new, or out of `pending` for a retry or a redirect).
     fn oldest_outstanding(&mut self, id: RequestId) -> RequestId {
@@ -625,7 +689,8 @@ impl Client {
     fn transmit(&mut self, id: RequestId, pending: &Pending) -> Result<(), CallError> {
         let report = self.config.report_answered
             && pending.message_type == MessageType::Request
-            && pending.policy == Policy::ReplicatedRoute;
+            && pending.policy == Policy::ReplicatedRoute
+            && pending.client_id == self.client_id;
         let oldest = if report { Some(self.oldest_outstanding(id)) } else { None };
         let mtu = self.mtu_payload(pending.message_type);
         let target = pending.target as u64;
@@ -641,7 +706,7 @@ impl Client {
             flags: if sealer.is_some() { crate::header::FLAG_AUTH } else { 0 },
             packet_id: 0,
             packet_count: 1,
-            client_id: self.client_id,
+            client_id: pending.client_id,
             request_id: id,
             leader_hint: 0,
             payload_len: 0,

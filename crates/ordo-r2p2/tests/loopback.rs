@@ -558,6 +558,18 @@ fn full_worker_queues_drop_and_count_instead_of_queueing_without_bound() {
 /// (others, such as retries of other requests, are skipped), running the
 /// client meanwhile (its retries leave only while it runs).
 fn next_datagram_of(server: &UdpSocket, client: &mut Client, id: u32) -> (Header, SocketAddr) {
+    let client_id = client.client_id();
+    next_datagram_in(server, client, client_id, id)
+}
+
+/// The next datagram of request `id` of session `client_id` (the client
+/// is polled meanwhile, so it retries).
+fn next_datagram_in(
+    server: &UdpSocket,
+    client: &mut Client,
+    client_id: u64,
+    id: u32,
+) -> (Header, SocketAddr) {
     server.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut buf = [0u8; 2048];
@@ -565,7 +577,7 @@ fn next_datagram_of(server: &UdpSocket, client: &mut Client, id: u32) -> (Header
         match server.recv_from(&mut buf) {
             Ok((n, from)) => {
                 let (h, _) = header::decode(&buf[..n], 8).expect("a well-formed datagram");
-                if h.request_id == id && h.client_id == client.client_id() {
+                if h.request_id == id && h.client_id == client_id {
                     return (h, from);
                 }
             }
@@ -644,4 +656,54 @@ fn replicated_requests_name_the_oldest_outstanding_one_and_retries_name_it_anew(
     let id = quiet.send(Policy::ReplicatedRoute, b"x").unwrap();
     let (h, _) = next_datagram_of(&server, &mut quiet, id);
     assert_eq!((h.answered_below(), h.flags & header::FLAG_ANSWERED), (None, 0));
+}
+
+/// After `u32::MAX` the client's ids wrap into a new session: new requests
+/// carry a new client id and spans of that session only; a request of the
+/// old session still in flight is retried under the old id and its answer
+/// taken, while an answer naming the wrong session completes nothing.
+#[test]
+fn request_ids_wrap_into_a_new_client_id_and_the_old_sessions_requests_still_complete() {
+    let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = ClientConfig::new(vec![server.local_addr().unwrap()]);
+    config.timeout = Duration::from_millis(300);
+    config.retries = 3;
+    config.first_request_id = u32::MAX - 1;
+    let mut client = Client::new(config).unwrap();
+    let old = client.client_id();
+    let a = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    let b = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    assert_eq!((a, b), (u32::MAX - 1, u32::MAX));
+    let new = client.client_id();
+    assert_ne!(new, old, "a new client id after the session's last id");
+    assert_eq!((client.stats().new_sessions, client.next_request_id()), (1, 1));
+    let c = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    let d = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    assert_eq!((c, d), (1, 2));
+    let (ha, from) = next_datagram_in(&server, &mut client, old, a);
+    let (hb, _) = next_datagram_in(&server, &mut client, old, b);
+    assert_eq!((ha.answered_below(), hb.answered_below()), (Some(a), Some(a)), "the old session's spans");
+    let (hc, _) = next_datagram_of(&server, &mut client, c);
+    let (hd, _) = next_datagram_of(&server, &mut client, d);
+    assert_eq!((hc.answered_below(), hd.answered_below()), (Some(c), Some(c)), "the new session's own spans");
+    // a answered; b's retry keeps the old id and no longer names a span.
+    respond(&server, from, &ha);
+    assert!(completion_of(&mut client, a));
+    let (retry, _) = next_datagram_in(&server, &mut client, old, b);
+    assert_eq!(retry.answered_below(), None, "no span for a session that is over");
+    respond(&server, from, &retry);
+    assert!(completion_of(&mut client, b), "the old session's answer is taken");
+    // An answer to id 2 naming the old session is not d's.
+    let stale = client.stats().stale_responses;
+    respond(&server, from, &Header { client_id: old, ..hd });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.stats().stale_responses == stale {
+        assert!(Instant::now() < deadline, "the wrong session's answer is counted stale");
+        client.wait(Duration::from_millis(5));
+    }
+    assert!(client.try_recv().is_none(), "nothing completed by it");
+    respond(&server, from, &hd);
+    assert!(completion_of(&mut client, d));
+    respond(&server, from, &hc);
+    assert!(completion_of(&mut client, c));
 }

@@ -216,6 +216,67 @@ fn answers_a_client_has_are_forgotten_and_a_late_copy_is_not_applied() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A client's request ids wrap after `u32::MAX`: it takes a new client id
+/// (a new session at the replicas) rather than reusing ids the replicas'
+/// session has seen — those would be ignored below its answered floor, or
+/// answered with old answers. Requests of the old session still in flight
+/// across the switch are answered too (sealed to the old id), and every
+/// append applies once.
+#[test]
+fn request_ids_that_wrap_start_a_new_session_and_nothing_is_lost_or_applied_twice() {
+    let dir = temp_dir("wrap");
+    let peers = free_addrs(3);
+    // Answers are sealed to the client id: the old session's too.
+    let client_secret = Secret::from_bytes(b"replicated tests' client secret").unwrap();
+    let nodes: Vec<_> = (0..3)
+        .map(|id| {
+            let mut opts = NodeOptions::new(id, peers.clone(), Some(dir.join(id.to_string())));
+            opts.auth =
+                AuthConfig { client: Some(client_secret.clone()), require_client_mac: true, ..auth() };
+            start_node(&opts).expect("node starts")
+        })
+        .collect();
+    let mut config = ClientConfig::new(peers.clone());
+    config.secret = Some(client_secret);
+    config.timeout = Duration::from_millis(50);
+    config.retries = 60;
+    config.first_request_id = u32::MAX - 3;
+    let mut c = Client::new(config).unwrap();
+    let first_id = c.client_id();
+    let append = |v: u8| KvOp::Append { key: b"log".to_vec(), value: vec![v] }.encode();
+    // Eight in flight at once: four below the wrap, four above it.
+    let mut sent = Vec::new();
+    for v in b'a'..=b'h' {
+        sent.push(c.send(Policy::ReplicatedRoute, &append(v)).expect("sent"));
+    }
+    assert_eq!(sent, [u32::MAX - 3, u32::MAX - 2, u32::MAX - 1, u32::MAX, 1, 2, 3, 4]);
+    assert_ne!(c.client_id(), first_id, "a new session after the wrap");
+    assert_eq!(c.stats().new_sessions, 1);
+    let mut answered = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answered.len() < sent.len() {
+        assert!(Instant::now() < deadline, "every request answered: {answered:?}");
+        c.wait(Duration::from_millis(10));
+        while let Some((id, result)) = c.try_recv() {
+            result.unwrap_or_else(|e| panic!("request {id} failed: {e}"));
+            answered.push(id);
+        }
+    }
+    // Then one at a time in the new session.
+    for v in b'i'..=b'p' {
+        let reply = KvReply::decode(&c.call(Policy::ReplicatedRoute, &append(v)).expect("appended")).unwrap();
+        assert!(matches!(reply, KvReply::Value(Some(ref log)) if log.len() == usize::from(v - b'a') + 1));
+    }
+    let mut log = get(&mut c, "log").expect("the log");
+    log.sort_unstable();
+    assert_eq!(log, (b'a'..=b'p').collect::<Vec<_>>(), "each append applied exactly once");
+    assert_eq!(c.next_request_id(), 14, "ids 1..=13 in the new session");
+    for n in nodes {
+        n.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// One server at a time (Raft thesis §4.1) over real processes' sockets: a
 /// spare joins as a learner, catches up, is promoted; an original voter is
 /// removed; the cluster then survives the loss of another original member.
