@@ -1750,6 +1750,18 @@ impl Node {
     fn membership_at(&self, index: Index) -> Membership {
         assert!(index <= self.log.last_index(), "membership_at: index beyond the log");
         assert!(index >= self.log.snapshot_index(), "membership_at: index inside the snapshot");
+        if index >= self.membership_index {
+            // The membership in force is the latest in the log: no scan
+            // (a compaction at the leader's pace would read every entry
+            // since the last one).
+            #[cfg(any(test, debug_assertions))]
+            assert_eq!(self.membership, self.scan_membership_at(index), "the membership in force");
+            return self.membership.clone();
+        }
+        self.scan_membership_at(index)
+    }
+
+    fn scan_membership_at(&self, index: Index) -> Membership {
         for e in self.log.entries().iter().rev() {
             if e.index <= index && e.kind == EntryKind::Membership {
                 return decode_membership(&e.data, &self.limits).unwrap_or_else(|_| self.base_membership());
