@@ -6,11 +6,13 @@
 //!   every redirect of that request reuses it (and the client id), so the
 //!   servers' replication hook can recognise duplicates.
 //! - Within one client id, request ids only rise (by one per request), as
-//!   the replicas' sessions require. After `u32::MAX` the client takes a new
-//!   client id — a new session, beginning at 1 — and never sends an id of
-//!   the old session again except as a retry or redirect of a request still
-//!   outstanding; answers for those (sealed to the old id) are still taken,
-//!   until the next wrap.
+//!   the replicas' sessions require. After `u32::MAX`, or when the replicas
+//!   answer a request of the current session with
+//!   [`ErrorCode::SessionExpired`] (that request then fails with it), the
+//!   client takes a new client id — a new session, beginning at 1 — and
+//!   never sends an id of an old session again except as a retry or
+//!   redirect of a request still outstanding; answers for those (sealed to
+//!   the old id) are still taken.
 //! - Each request completes exactly once: with the first RESPONSE or ERROR
 //!   for its id, or with [`CallError::Timeout`] after `retries + 1` attempts,
 //!   or [`CallError::RedirectLoop`] after `max_redirects` redirects. Later
@@ -173,7 +175,8 @@ pub struct ClientStats {
     pub stale_responses: u64,
     /// Datagrams rejected by header validation.
     pub bad_datagrams: u64,
-    /// Times the request ids wrapped and the client took a new client id.
+    /// Times the client took a new client id: its request ids wrapped, or
+    /// the replicas said its session expired.
     pub new_sessions: u64,
     /// Answers dropped because they were not sealed with the client secret,
     /// came from no listed server, or were replayed.
@@ -197,9 +200,9 @@ pub struct Client {
     config: ClientConfig,
     /// The session new requests go out in.
     client_id: u64,
-    /// The session before the last wrap: its requests may still be in
-    /// flight.
-    previous_client_id: Option<u64>,
+    /// Earlier sessions with requests that may still be in flight (pruned
+    /// at each new session to those with a request pending).
+    earlier_client_ids: Vec<u64>,
     socket: UdpSocket,
     poll: Poll,
     events: Events,
@@ -247,7 +250,7 @@ impl Client {
         Ok(Client {
             reassembler: Reassembler::new(config.reassembly),
             client_id,
-            previous_client_id: None,
+            earlier_client_ids: Vec::new(),
             socket,
             poll,
             events: Events::with_capacity(4),
@@ -379,25 +382,27 @@ impl Client {
             deadline,
         };
         let sent = self.transmit(id, &pending);
+        if sent.is_ok() {
+            if policy == Policy::ReplicatedRoute
+                && message_type == MessageType::Request
+                && self.config.report_answered
+            {
+                if self.replicated_sent.len() >= 4 * self.config.max_in_flight {
+                    let pending = &self.pending;
+                    self.replicated_sent.retain(|id| pending.contains_key(id));
+                }
+                self.replicated_sent.push_back(id);
+            }
+            self.pending.insert(id, pending);
+            self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |d| d.min(deadline)));
+            self.stats.requests += 1;
+        }
         if id == RequestId::MAX {
-            // The session's last id (consumed even if unsent): a new one.
+            // The session's last id (consumed even if unsent): a new one,
+            // once this request is pending under the old.
             self.renew_session();
         }
         sent?;
-        if policy == Policy::ReplicatedRoute
-            && message_type == MessageType::Request
-            && self.config.report_answered
-            && client_id == self.client_id
-        {
-            if self.replicated_sent.len() >= 4 * self.config.max_in_flight {
-                let pending = &self.pending;
-                self.replicated_sent.retain(|id| pending.contains_key(id));
-            }
-            self.replicated_sent.push_back(id);
-        }
-        self.pending.insert(id, pending);
-        self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |d| d.min(deadline)));
-        self.stats.requests += 1;
         Ok(id)
     }
 
@@ -415,16 +420,21 @@ impl Client {
             let datagram = &self.recv_buf[..len];
             let message = match header::decode(datagram, self.config.reassembly.max_packets) {
                 Ok((header, payload)) => {
+                    let ours = self.is_ours(header.client_id);
                     if let Some(opener) = self.answer_opener.as_mut() {
-                        // Only answers sealed by a listed server for this client.
+                        // Only answers sealed by a listed server for one of
+                        // this client's sessions (checked first: another
+                        // client's answer, replayed here, must not move the
+                        // replay window).
                         let server = self.config.servers.iter().position(|s| *s == from);
                         let sealed = header.flags & crate::header::FLAG_AUTH != 0;
                         let context = crate::auth::destination_context(header.client_id);
-                        let verified = sealed
+                        let verified = ours
+                            && sealed
                             && server.is_some_and(|i| {
                                 opener.open(i as u64, datagram, crate::auth::unix_now_ns(), &context).is_ok()
                             });
-                        if !verified || !self.is_ours(header.client_id) {
+                        if !verified {
                             self.stats.unauthenticated_answers += 1;
                             continue;
                         }
@@ -555,6 +565,13 @@ impl Client {
                         message.payload.first().map_or(ErrorCode::Unknown, |b| ErrorCode::from_byte(*b));
                     let reason =
                         String::from_utf8_lossy(message.payload.get(1..).unwrap_or(&[])).into_owned();
+                    if code == ErrorCode::SessionExpired && message.client_id == self.client_id {
+                        // The replicas no longer hold this session's
+                        // requests (someone sending as this client said
+                        // they were answered, or too many were in flight):
+                        // the next ones go in a new session.
+                        self.renew_session();
+                    }
                     Err(CallError::Refused { code, reason })
                 };
                 self.completed.push_back((id, result));
@@ -654,20 +671,22 @@ impl Client {
     }
 
     fn is_ours(&self, client_id: u64) -> bool {
-        client_id == self.client_id || self.previous_client_id == Some(client_id)
+        client_id == self.client_id || self.earlier_client_ids.contains(&client_id)
     }
 
-    /// The request ids wrapped: a new client id (a new session at the
-    /// replicas, whose requests begin at 1). The old session's requests
-    /// still outstanding keep its id; they say nothing of answered spans
-    /// from now on (the span is the new session's).
+    /// A new client id (a new session at the replicas, whose requests begin
+    /// at 1): the request ids wrapped, or the session expired. The old
+    /// session's requests still outstanding keep its id; they say nothing
+    /// of answered spans from now on (the span is the new session's).
     fn renew_session(&mut self) {
         let old = self.client_id;
         let mut fresh = old;
-        while fresh == old || Some(fresh) == self.previous_client_id {
+        while self.is_ours(fresh) {
             fresh = RandomState::new().hash_one((old, self.stats.requests, std::process::id()));
         }
-        self.previous_client_id = Some(old);
+        let pending = &self.pending;
+        self.earlier_client_ids.push(old);
+        self.earlier_client_ids.retain(|id| pending.values().any(|p| p.client_id == *id));
         self.client_id = fresh;
         self.next_request_id = 1;
         self.replicated_sent.clear();

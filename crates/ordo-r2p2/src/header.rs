@@ -56,8 +56,12 @@
 //!   replicas which of the client's answers it no longer needs: without it
 //!   a replica keeps each client's last `session_window` answers (and
 //!   snapshots them); with it, only those of requests still outstanding.
-//!   A server older than the flag rejects such a request (`BadFlags`):
-//!   upgrade the servers before the clients, or turn the client's
+//!   A server older than the flag rejects such a request (`BadFlags`),
+//!   and a replica older than it cannot read the log commands that carry
+//!   the span (it would skip them, and diverge) nor the snapshots that
+//!   hold the floors (it stops): upgrade every replica of a cluster at
+//!   once (stop, upgrade, start; ordo's Raft formats have no version
+//!   negotiation), then the clients — or turn the clients'
 //!   `report_answered` off.
 //! - Message types `RAFT` (replica to replica, r3p2 §3.2), `REDIRECT` and
 //!   `ERROR` are ordo's. R2P2's flow-control ACK for multi-packet requests
@@ -165,6 +169,13 @@ pub enum ErrorCode {
     /// without the admin secret's MAC, a request without the client MAC
     /// where one is required), or its MAC does not verify; nothing was done.
     Unauthorized = 4,
+    /// REPLICATED_ROUTE: the replicas' session of this client no longer
+    /// holds the request (it is below the answered span the client, or
+    /// someone sending as it, said it has; or older than the session's
+    /// window). It was not applied now; whether it was applied before is
+    /// unknown. The client takes a new client id for its next requests
+    /// (the Raft thesis' SESSION_EXPIRED).
+    SessionExpired = 5,
     /// A code this build does not know.
     Unknown = 255,
 }
@@ -177,6 +188,7 @@ impl ErrorCode {
             2 => Self::Overloaded,
             3 => Self::Rejected,
             4 => Self::Unauthorized,
+            5 => Self::SessionExpired,
             _ => Self::Unknown,
         }
     }

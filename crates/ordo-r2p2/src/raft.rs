@@ -266,6 +266,11 @@ impl<D: Disk> RaftReplication<D> {
                     out.apply(client, a.payload, respond);
                 }
                 Output::Reply { to, response, .. } => out.respond(to, response),
+                Output::Expired { to, .. } => out.refuse(
+                    to,
+                    ErrorCode::SessionExpired,
+                    "the session no longer holds this request: take a new client id",
+                ),
                 Output::Redirect { to, leader, .. } => {
                     // No known leader: stay silent, the client's timeout
                     // moves it to the next replica.

@@ -707,3 +707,103 @@ fn request_ids_wrap_into_a_new_client_id_and_the_old_sessions_requests_still_com
     respond(&server, from, &hc);
     assert!(completion_of(&mut client, c));
 }
+
+/// An ERROR saying the client's session expired fails that request with
+/// the code, and the client's next requests go in a new session (a new
+/// client id, ids from 1); a request of the old session still outstanding
+/// is retried under its old id and its answer taken. The same ERROR for a
+/// request of an older session changes nothing.
+#[test]
+fn a_session_expired_answer_fails_its_request_and_the_next_go_in_a_new_session() {
+    let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = ClientConfig::new(vec![server.local_addr().unwrap()]);
+    config.timeout = Duration::from_millis(300);
+    config.retries = 3;
+    let mut client = Client::new(config).unwrap();
+    let old = client.client_id();
+    let a = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    let b = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    let (ha, from) = next_datagram_of(&server, &mut client, a);
+    let (hb, _) = next_datagram_of(&server, &mut client, b);
+    let expire = |h: &Header| {
+        let reply =
+            Header { message_type: MessageType::Error, flags: 0, leader_hint: 0, payload_len: 3, ..*h };
+        let mut d = vec![0u8; HEADER_SIZE];
+        header::encode(&reply, &mut d);
+        d.extend_from_slice(&[ErrorCode::SessionExpired as u8, b'n', b'o']);
+        server.send_to(&d, from).unwrap();
+    };
+    expire(&ha);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let result = loop {
+        client.wait(Duration::from_millis(5));
+        if let Some((id, result)) = client.try_recv() {
+            assert_eq!(id, a);
+            break result;
+        }
+        assert!(Instant::now() < deadline, "request {a} never completed");
+    };
+    assert!(matches!(result, Err(CallError::Refused { code: ErrorCode::SessionExpired, .. })), "{result:?}");
+    let new = client.client_id();
+    assert_ne!(new, old, "a new session");
+    assert_eq!((client.stats().new_sessions, client.next_request_id()), (1, 1));
+    let c = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    let (hc, _) = next_datagram_of(&server, &mut client, c);
+    assert_eq!((hc.client_id, hc.request_id, hc.answered_below()), (new, 1, Some(1)));
+    // b, of the old session: retried under the old id, its answer taken; an
+    // expiry for it changes no session.
+    let (retry, _) = next_datagram_in(&server, &mut client, old, b);
+    assert_eq!((retry.answered_below(), hb.answered_below()), (None, Some(a)));
+    expire(&retry);
+    assert!(!completion_of(&mut client, b), "the old session's request fails with the expiry");
+    assert_eq!((client.client_id(), client.stats().new_sessions), (new, 1), "no second new session");
+    respond(&server, from, &hc);
+    assert!(completion_of(&mut client, c));
+}
+
+/// With the client secret, an answer sealed for another client (replayed
+/// here by someone who saw it) is refused before its counter is checked: it
+/// does not move the client's replay window, so this client's own answer,
+/// sealed earlier by the same server and arriving after it, is still taken.
+#[test]
+fn another_clients_sealed_answer_is_refused_without_moving_the_replay_window() {
+    let secret = ordo_auth::Secret::from_bytes(b"loopback tests' client secret").unwrap();
+    let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = ClientConfig::new(vec![server.local_addr().unwrap()]);
+    config.timeout = Duration::from_millis(300);
+    config.retries = 1;
+    config.secret = Some(secret.clone());
+    let mut client = Client::new(config).unwrap();
+    let id = client.send(Policy::ReplicatedRoute, b"x").unwrap();
+    let (request, from) = next_datagram_of(&server, &mut client, id);
+    // The server's answers, sealed as a server holding the client secret
+    // seals them (context: the client id the answer is for).
+    let sealed = |client_id: u64, now_ns: u64| {
+        let reply = Header {
+            message_type: MessageType::Response,
+            flags: header::FLAG_AUTH,
+            leader_hint: 0,
+            payload_len: 2,
+            client_id,
+            ..request
+        };
+        let mut d = vec![0u8; HEADER_SIZE];
+        header::encode(&reply, &mut d);
+        d.extend_from_slice(b"ok");
+        let mut sealer = ordo_auth::Sealer::new(secret.derive(ordo_r2p2::auth::ANSWER_LABEL));
+        sealer.seal(&mut d, now_ns, &client_id.to_be_bytes());
+        d
+    };
+    let now = ordo_r2p2::auth::unix_now_ns();
+    // Another client's answer, 20 ms (~19,500 counter ticks) later than
+    // this client's: past the 4,096 a window remembers below its top.
+    server.send_to(&sealed(client.client_id() ^ 1, now + 20_000_000), from).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.stats().unauthenticated_answers == 0 {
+        assert!(Instant::now() < deadline, "the other client's answer is refused");
+        client.wait(Duration::from_millis(5));
+    }
+    server.send_to(&sealed(client.client_id(), now), from).unwrap();
+    assert!(completion_of(&mut client, id), "this client's own answer is taken");
+    assert_eq!(client.stats().unauthenticated_answers, 1);
+}

@@ -122,10 +122,10 @@ fn three_replicas_fail_over_and_recover_from_disk() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// An R2P2 request of client 0xfeed, built by hand: `Append` of `value`
-/// to the key `log`; `answered`: it says every earlier request of the
-/// client was answered (the answered span, 0).
-fn raw_append(request_id: u32, answered: bool, value: &[u8]) -> Vec<u8> {
+/// An R2P2 request of `client_id`, built by hand: `Append` of `value` to
+/// the key `log`; `answered`: it says every earlier request of the client
+/// was answered (the answered span, 0).
+fn raw_append(client_id: u64, request_id: u32, answered: bool, value: &[u8]) -> Vec<u8> {
     let payload = KvOp::Append { key: b"log".to_vec(), value: value.to_vec() }.encode();
     let mut h = ordo_r2p2::Header {
         message_type: ordo_r2p2::MessageType::Request,
@@ -133,7 +133,7 @@ fn raw_append(request_id: u32, answered: bool, value: &[u8]) -> Vec<u8> {
         flags: 0,
         packet_id: 0,
         packet_count: 1,
-        client_id: 0xfeed,
+        client_id,
         request_id,
         leader_hint: 0,
         payload_len: payload.len() as u16,
@@ -160,7 +160,7 @@ fn retried_writes_apply_once() {
     // socket: the same R2P2 datagram three times.
     let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
     raw.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-    let datagram = raw_append(1, false, b"x");
+    let datagram = raw_append(0xfeed, 1, false, b"x");
     let mut answers = Vec::new();
     for _ in 0..3 {
         raw.send_to(&datagram, peers[leader]).unwrap();
@@ -181,7 +181,8 @@ fn retried_writes_apply_once() {
 
 /// The answered span end to end: the real client's requests let every
 /// replica forget the answers it has; a raw client that says request 1 was
-/// answered then sends request 1 again is ignored, not applied twice.
+/// answered then sends request 1 again is told its session expired, and
+/// request 1 is not applied twice.
 #[test]
 fn answers_a_client_has_are_forgotten_and_a_late_copy_is_not_applied() {
     let dir = temp_dir("answered");
@@ -201,15 +202,52 @@ fn answers_a_client_has_are_forgotten_and_a_late_copy_is_not_applied() {
     let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
     raw.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
     let mut buf = [0u8; 2048];
-    let first = raw_append(1, false, b"x");
+    let first = raw_append(0xfeed, 1, false, b"x");
     raw.send_to(&first, peers[leader]).unwrap();
     raw.recv_from(&mut buf).expect("request 1 answered");
-    raw.send_to(&raw_append(2, true, b"y"), peers[leader]).unwrap();
+    raw.send_to(&raw_append(0xfeed, 2, true, b"y"), peers[leader]).unwrap();
     raw.recv_from(&mut buf).expect("request 2 answered");
-    // Request 2 said request 1 was answered: a late copy of 1 is ignored.
+    // Request 2 said request 1 was answered: a late copy of 1 is not
+    // applied, and the answer says the session no longer holds it.
     raw.send_to(&first, peers[leader]).unwrap();
-    assert!(raw.recv_from(&mut buf).is_err(), "no answer to a request below the floor");
+    let (n, _) = raw.recv_from(&mut buf).expect("an answer to a request below the floor");
+    let (h, body) = ordo_r2p2::header::decode(&buf[..n], 16).unwrap();
+    assert_eq!((h.message_type, h.request_id), (ordo_r2p2::MessageType::Error, 1));
+    assert_eq!(ordo_r2p2::ErrorCode::from_byte(body[0]), ordo_r2p2::ErrorCode::SessionExpired);
     assert_eq!(get(&mut c, "log"), Some(b"xy".to_vec()), "request 1 applied once");
+    for n in nodes {
+        n.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Someone sending as a client (no client MAC required here) says every
+/// request of it below `u32::MAX` was answered: the replicas' session of
+/// that client then holds none of its next requests. The client's next
+/// request is refused with SESSION_EXPIRED, not applied, and not left to
+/// time out; the client takes a new client id and goes on.
+#[test]
+fn a_forged_answered_span_costs_the_client_one_request_not_its_session() {
+    let dir = temp_dir("expired");
+    let peers = free_addrs(3);
+    let nodes: Vec<_> = (0..3).map(|i| start(&peers, i, &dir, 0)).collect();
+    let mut c = client(&peers);
+    put(&mut c, "warm", "up");
+    let victim = c.client_id();
+    let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
+    raw.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    raw.send_to(&raw_append(victim, u32::MAX, true, b"F"), peers[c.leader()]).unwrap();
+    let mut buf = [0u8; 2048];
+    raw.recv_from(&mut buf).expect("the forged request is answered");
+    let append = |v: &[u8]| KvOp::Append { key: b"log".to_vec(), value: v.to_vec() }.encode();
+    match c.call(Policy::ReplicatedRoute, &append(b"r")) {
+        Err(CallError::Refused { code: ordo_r2p2::ErrorCode::SessionExpired, .. }) => {}
+        other => panic!("the request below the forged floor was not refused as expired: {other:?}"),
+    }
+    assert_ne!(c.client_id(), victim, "a new session");
+    let reply = KvReply::decode(&c.call(Policy::ReplicatedRoute, &append(b"s")).expect("appended")).unwrap();
+    assert_eq!(reply, KvReply::Value(Some(b"Fs".to_vec())), "the refused request was not applied");
+    assert_eq!(c.stats().new_sessions, 1);
     for n in nodes {
         n.shutdown();
     }

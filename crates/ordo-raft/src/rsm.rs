@@ -28,14 +28,15 @@
 //!   same ones. Clients number their requests in increasing order and may
 //!   keep many outstanding (R2P2's open loop) as long as a retry comes
 //!   before `session_window` newer requests of the same client have been
-//!   applied; a request older than a full window is ignored (its client
-//!   times out) rather than risk applying it twice (Raft thesis §6.3).
+//!   applied; a request older than a full window is not applied rather than
+//!   risk applying it twice, and its client is told its session expired
+//!   ([`Output::Expired`]; Raft thesis §6.3).
 //! - **Answers the client has are forgotten.** A command may carry its
 //!   client's *answered-below* id ([`Replica::request_answered`]; R2P2's
 //!   answered span): every request of the client numbered below it was
 //!   answered or given up. Applying the command drops those requests'
 //!   slots and raises the session's floor; a request below the floor is
-//!   ignored like one older than a full window (the thesis' rule: the
+//!   treated like one older than a full window (the thesis' rule: the
 //!   client says which answers it has). The floor only rises, and it is
 //!   part of the log and of snapshots, so every replica decides alike.
 //! - **Bounded sessions.** At most `max_sessions` are kept; the one least
@@ -133,6 +134,12 @@ pub enum Output<R> {
     Reply { to: R, client: ClientId, request: RequestId, response: Vec<u8> },
     /// Tell a client to go to the leader (`None`: unknown, try another).
     Redirect { to: R, client: ClientId, request: RequestId, leader: Option<NodeId> },
+    /// Tell a client that its session no longer holds this request: it is
+    /// below the client's answered floor, or older than the session's whole
+    /// window, so it is not applied now and whether it was applied before
+    /// is unknown here (the Raft thesis' SESSION_EXPIRED, §6.3). A client
+    /// still waiting for it takes a new session for its next requests.
+    Expired { to: R, client: ClientId, request: RequestId },
     /// Serialize the application's state after every `Apply` up to `index`
     /// and hand it to [`Replica::snapshot_ready`].
     TakeSnapshot { index: Index },
@@ -185,7 +192,8 @@ pub struct ReplicaStats {
     pub sessions_evicted: u64,
     pub malformed_commands: u64,
     /// Requests older than their client's whole session window, or below
-    /// its answered floor, ignored.
+    /// its answered floor: not applied, their clients told
+    /// [`Output::Expired`].
     pub too_old: u64,
     /// Answers dropped from their sessions because the client said it had
     /// them (its answered floor rose past them).
@@ -894,8 +902,10 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             match s.seen(request, self.cfg.session_window) {
                 Seen::New => {}
                 Seen::TooOld => {
+                    // Unknown: never risk a second application; say so.
                     self.stats.too_old += 1;
-                    return Ok(()); // unknown: never risk a second application
+                    self.out.push_back(Output::Expired { to: reply_to, client, request });
+                    return Ok(());
                 }
                 Seen::Applied(Some(resp)) => {
                     self.stats.duplicates += 1;
@@ -1163,6 +1173,9 @@ impl<D: Disk, R: Clone> Replica<D, R> {
             Seen::New => {}
             Seen::TooOld => {
                 self.stats.too_old += 1;
+                if let Some(to) = waiting {
+                    self.out.push_back(Output::Expired { to, client, request });
+                }
                 return;
             }
             Seen::Applied(resp) => {

@@ -75,11 +75,17 @@ fn become_leader(r: &mut Replica<MemDisk, R>, app: &mut App) {
     panic!("a one-voter cluster elects itself");
 }
 
+/// What `replies` shows for [`Output::Expired`].
+const EXPIRED: &[u8] = b"<session expired>";
+
+/// The answers to clients: replies, and `EXPIRED` for a request its
+/// session no longer holds.
 fn replies(outputs: &[Output<R>]) -> Vec<(R, u64, Vec<u8>)> {
     outputs
         .iter()
         .filter_map(|o| match o {
             Output::Reply { to, request, response, .. } => Some((*to, *request, response.clone())),
+            Output::Expired { to, request, .. } => Some((*to, *request, EXPIRED.to_vec())),
             _ => None,
         })
         .collect()
@@ -279,8 +285,11 @@ fn out_of_order_requests_of_one_client_apply_once_within_the_window() {
     r.request(4, 42, 70, &[70]).unwrap();
     r.flush().unwrap();
     let out = pump(&mut r, &mut app);
-    assert_eq!(replies(&out).len(), 1, "only the retry inside the window is answered: {out:?}");
-    assert_eq!(replies(&out)[0].1, 70);
+    assert_eq!(
+        replies(&out),
+        vec![(4, 1, EXPIRED.to_vec()), (4, 70, b"ok 70".to_vec())],
+        "the retry inside the window is answered, the one outside told its session expired"
+    );
     assert_eq!(app.applied.len(), applied, "nothing applied twice");
     assert_eq!(r.stats().too_old, 1);
 }
@@ -424,7 +433,8 @@ fn answered(
 }
 
 /// A client that says which answers it has (the Raft thesis' §6.3 rule):
-/// the replica forgets them and ignores a late copy of such a request,
+/// the replica forgets them and tells a late copy of such a request that
+/// its session expired (not applying it),
 /// still answers a retry of one not confirmed, never lowers the floor, and
 /// keeps it across snapshots and a restart.
 #[test]
@@ -441,8 +451,8 @@ fn answers_a_client_confirmed_are_forgotten_and_their_requests_ignored_also_afte
     // Request 4 says 1 and 2 were answered; 3 is still outstanding.
     assert_eq!(answered(&mut r, &mut app, 10, 4, 3).len(), 1);
     assert_eq!(r.stats().answers_forgotten, 2);
-    // A late copy of request 2: neither applied nor answered.
-    assert_eq!(answered(&mut r, &mut app, 11, 2, 1), vec![]);
+    // A late copy of request 2: not applied; its session no longer holds it.
+    assert_eq!(answered(&mut r, &mut app, 11, 2, 1), vec![(11, 2, EXPIRED.to_vec())]);
     assert_eq!((r.stats().too_old, app.applied.len()), (1, 4));
     // A retry of request 3 gets its first answer.
     assert_eq!(answered(&mut r, &mut app, 11, 3, 3), vec![(11, 3, b"ok 3".to_vec())]);
@@ -450,7 +460,7 @@ fn answers_a_client_confirmed_are_forgotten_and_their_requests_ignored_also_afte
     // says nothing (request 5's answer stays).
     assert_eq!(answered(&mut r, &mut app, 10, 5, 1).len(), 1);
     assert_eq!(answered(&mut r, &mut app, 10, 6, 100).len(), 1);
-    assert_eq!(answered(&mut r, &mut app, 11, 2, 1), vec![]);
+    assert_eq!(answered(&mut r, &mut app, 11, 2, 1), vec![(11, 2, EXPIRED.to_vec())]);
     assert_eq!(answered(&mut r, &mut app, 11, 5, 3), vec![(11, 5, b"ok 5".to_vec())]);
     assert_eq!((r.stats().too_old, r.stats().answers_forgotten, app.applied.len()), (2, 2, 6));
     // Snapshots were taken (every 4 entries) with the floor in them; a
@@ -461,13 +471,39 @@ fn answers_a_client_confirmed_are_forgotten_and_their_requests_ignored_also_afte
     let mut r: Replica<MemDisk, R> = Replica::open(disk, cfg).unwrap();
     become_leader(&mut r, &mut app);
     assert_eq!(app.applied.len(), 6, "state restored and replayed");
-    assert_eq!(answered(&mut r, &mut app, 12, 1, 1), vec![], "below the floor after the restart too");
-    assert_eq!(answered(&mut r, &mut app, 12, 2, 1), vec![]);
+    assert_eq!(
+        answered(&mut r, &mut app, 12, 1, 1),
+        vec![(12, 1, EXPIRED.to_vec())],
+        "below the floor after the restart too"
+    );
+    assert_eq!(answered(&mut r, &mut app, 12, 2, 1), vec![(12, 2, EXPIRED.to_vec())]);
     assert_eq!(answered(&mut r, &mut app, 12, 3, 3), vec![(12, 3, b"ok 3".to_vec())]);
     assert_eq!(answered(&mut r, &mut app, 12, 5, 3), vec![(12, 5, b"ok 5".to_vec())]);
     assert_eq!(app.applied.len(), 6, "nothing applied twice");
     // Confirming everything below 7 forgets 3 to 6.
     assert_eq!(answered(&mut r, &mut app, 12, 7, 7).len(), 1);
-    assert_eq!(answered(&mut r, &mut app, 12, 5, 5), vec![]);
+    assert_eq!(answered(&mut r, &mut app, 12, 5, 5), vec![(12, 5, EXPIRED.to_vec())]);
     assert_eq!(app.applied.len(), 7);
+}
+
+/// A request that was new when proposed but falls below its session's
+/// floor before it applies (a later request of the client, applied first,
+/// said it was answered) is not applied, and its client is told its session
+/// expired; a request below the floor on arrival is told so at once, with
+/// nothing proposed.
+#[test]
+fn a_request_below_the_floor_by_the_time_it_applies_is_not_applied_and_its_client_is_told() {
+    let mut app = App::default();
+    let mut r: Replica<MemDisk, R> = Replica::open(MemDisk::new(), config(SyncMode::Immediate, 0)).unwrap();
+    become_leader(&mut r, &mut app);
+    r.request_answered(7, 42, 6, 6, b"x").unwrap();
+    r.request_answered(8, 42, 5, 0, b"y").unwrap();
+    r.flush().unwrap();
+    let out = pump(&mut r, &mut app);
+    assert_eq!(replies(&out), vec![(7, 6, b"ok 1".to_vec()), (8, 5, EXPIRED.to_vec())]);
+    assert_eq!(app.applied, vec![b"x".to_vec()], "the one below the floor is not applied");
+    let proposed = r.stats().proposed;
+    r.request(9, 42, 4, b"z").unwrap();
+    assert_eq!(replies(&pump(&mut r, &mut app)), vec![(9, 4, EXPIRED.to_vec())], "told without a proposal");
+    assert_eq!((r.stats().proposed, r.stats().too_old), (proposed, 2));
 }
