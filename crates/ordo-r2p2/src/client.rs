@@ -542,16 +542,25 @@ impl Client {
 
     fn on_message(&mut self, message: Message) {
         let id = message.request_id;
-        if self.pending.get(&id).is_none_or(|p| p.client_id != message.client_id) {
-            self.stats.stale_responses += 1;
-            return;
-        }
+        let answers = matches!(
+            message.message_type,
+            MessageType::Response | MessageType::Error | MessageType::Redirect
+        );
+        // One lookup: an answer takes its request out of `pending` (a
+        // redirect puts it back once resent).
+        let mut pending = match self.pending.remove(&id) {
+            Some(p) if answers && p.client_id == message.client_id => p,
+            other => {
+                // Not an answer, or for no request of that session.
+                if let Some(p) = other {
+                    self.pending.insert(id, p);
+                }
+                self.stats.stale_responses += 1;
+                return;
+            }
+        };
         match message.message_type {
             MessageType::Response | MessageType::Error => {
-                if self.pending.remove(&id).is_none() {
-                    self.stats.stale_responses += 1;
-                    return;
-                }
                 if let Some(leader) = message.leader_hint
                     && (leader as usize) < self.config.servers.len()
                 {
@@ -577,10 +586,6 @@ impl Client {
                 self.completed.push_back((id, result));
             }
             MessageType::Redirect => {
-                let Some(mut pending) = self.pending.remove(&id) else {
-                    self.stats.stale_responses += 1;
-                    return;
-                };
                 let by_address =
                     std::str::from_utf8(&message.payload).ok().and_then(|s| s.parse::<SocketAddr>().ok());
                 let leader = match by_address {
@@ -613,7 +618,9 @@ impl Client {
                     Err(e) => self.completed.push_back((id, Err(e))),
                 }
             }
-            MessageType::Request | MessageType::Raft | MessageType::Admin => self.stats.stale_responses += 1,
+            MessageType::Request | MessageType::Raft | MessageType::Admin => {
+                unreachable!("only answers reach here")
+            }
         }
     }
 
