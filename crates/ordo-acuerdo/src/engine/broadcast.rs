@@ -108,7 +108,7 @@ impl Engine {
             }
             let ack = self.load(row, self.layout.columns.ring_ack, self.my_row);
             if (ack >> 32) as u32 == link.session {
-                let consumed = (ack & 0xFFFF_FFFF).min(link.send.published());
+                let consumed = ack_consumed(ack as u32, link.send.published());
                 if consumed > link.send.reclaimable() {
                     link.send.set_reclaimable(consumed);
                 }
@@ -116,6 +116,19 @@ impl Engine {
             }
         }
     }
+}
+
+/// The count a receiver's ack says it consumed: the ack holds its low 32
+/// bits (the high word is the session), and the count lies within a window
+/// below `published` (a sender publishes at most a window past what it
+/// reclaimed, and it reclaims only acknowledged slots; acks only rise), so
+/// the high bits are `published`'s, less one where the low bits wrapped.
+/// Without this a ring stalled for good after 2^32 messages in one session.
+pub(super) fn ack_consumed(low: u32, published: u64) -> u64 {
+    let behind = u64::from((published as u32).wrapping_sub(low));
+    // An ack cannot be ahead of what was published; one that looks so
+    // (which the window rules out) reclaims nothing more than published.
+    published.saturating_sub(behind)
 }
 
 /// Fills free slots of `link`'s ring from its stream (the leader's `log`,
@@ -224,5 +237,40 @@ fn stream_after(stream: Stream) -> Header {
     match stream {
         Stream::Idle => Header::NONE,
         Stream::Diff { after, .. } | Stream::Normal { after } => after,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ack_consumed;
+    use proptest::prelude::*;
+
+    #[test]
+    fn an_ack_past_two_to_the_32_messages_still_reclaims() {
+        let wrap = 1u64 << 32;
+        assert_eq!(ack_consumed(2, wrap + 5), wrap + 2, "consumed past the wrap");
+        assert_eq!(ack_consumed(u32::MAX - 1, wrap + 5), wrap - 2, "consumed just below it");
+        assert_eq!(ack_consumed(7, 7), 7);
+        assert_eq!(ack_consumed(0, 0), 0);
+        // An ack claiming more than was published reclaims nothing more.
+        assert!(ack_consumed(9, 7) <= 7);
+    }
+
+    proptest! {
+        /// Any count within a window (here up to 2^31) below what was
+        /// published comes back whole from its low 32 bits.
+        #[test]
+        fn the_consumed_count_is_rebuilt_from_its_low_word(
+            published in any::<u64>(), behind in 0u64..(1 << 31),
+        ) {
+            let consumed = published.saturating_sub(behind);
+            prop_assert_eq!(ack_consumed(consumed as u32, published), consumed);
+        }
+
+        /// A lying ack never reclaims past what was published.
+        #[test]
+        fn no_ack_reclaims_past_what_was_published(low in any::<u32>(), published in any::<u64>()) {
+            prop_assert!(ack_consumed(low, published) <= published);
+        }
     }
 }

@@ -129,6 +129,8 @@ impl Engine {
             self.msgs = msgs;
             return None;
         }
+        // The count's low 32 bits: the sender rebuilds the rest
+        // (`broadcast::ack_consumed`).
         let consumed = link.rx.consumed();
         self.store(self.layout.columns.ring_ack, s, (u64::from(session) << 32) | (consumed & 0xFFFF_FFFF));
         self.dirty_to[s] = true;
