@@ -453,3 +453,40 @@ fn a_stale_payload_word_is_not_a_trailer() {
     // zero-padded payload word), or 0 (zeroed memory).
     assert!((0..1_000_000u64).all(|k| trailer_stamp(k) > u64::from(u32::MAX)));
 }
+
+/// A scanned message is still there while its slot is untouched; once its
+/// sender overwrites the slot past the reuse rule (a new session zeroing
+/// the ring, or writing its own message 0 with other flags), in either
+/// layout, it is not.
+#[test]
+fn a_scanned_message_is_still_there_until_its_slot_is_overwritten() {
+    for stamped in [false, true] {
+        let (mut f, l) = if stamped { setup_stamped(4, 100) } else { setup(4, 100) };
+        let ring0 = l.ring_offset(BASE, 0);
+        let (p, mut sp) = sender(f[0].region().clone(), ring0, l);
+        let mut rx = RingReceiver::new(f[1].region().clone(), ring0, l);
+        for i in 0..2u8 {
+            assert!(send(&p, &[i; 10]));
+        }
+        SendPath::post(&sp.plan(u64::MAX).unwrap(), &mut f[0], &[1]).unwrap();
+        let mut metas = Vec::new();
+        assert_eq!(rx.scan(u64::MAX, &mut metas).unwrap(), 2);
+        assert!(metas.iter().all(|m| rx.still_there(m)), "untouched (stamped: {stamped})");
+        // Message 0's slot zeroed, as a new session does.
+        let slot0 = ring0 + RING_HEADER_LEN;
+        f[1].region().write_bytes(slot0, &vec![0; l.slot_size()]);
+        assert!(!rx.still_there(&metas[0]) && rx.still_there(&metas[1]), "zeroed (stamped: {stamped})");
+        // A new session's message 0: the same index, length and stamps,
+        // other flags.
+        let (p2, mut sp2) = sender(f[0].region().clone(), ring0, l);
+        match p2.try_acquire() {
+            Some(mut g) => {
+                g.payload()[..10].copy_from_slice(&[0; 10]);
+                g.commit(10, 7);
+            }
+            None => panic!("a fresh ring has room"),
+        }
+        SendPath::post(&sp2.plan(u64::MAX).unwrap(), &mut f[0], &[1]).unwrap();
+        assert!(!rx.still_there(&metas[0]), "another session's message 0 (stamped: {stamped})");
+    }
+}

@@ -124,6 +124,19 @@ impl Engine {
             }
             msgs.push(parse(link.rx.payload(meta), &mut self.pool));
         }
+        // Parsed in place: a message counts only if its slot still holds it
+        // (a new session may be zeroing or refilling the ring under us,
+        // past the reuse rule). From the first one that changed on, none.
+        if let Some(torn) = self.metas[..msgs.len()].iter().position(|meta| !link.rx.still_there(meta)) {
+            for m in msgs.drain(torn..) {
+                if let Ok(
+                    Wire::Normal { body, .. } | Wire::DiffEntry { body, .. } | Wire::SnapChunk { body, .. },
+                ) = m
+                {
+                    super::wire::recycle(&mut self.pool, body);
+                }
+            }
+        }
         link.rx.consume(msgs.len() as u64);
         if msgs.is_empty() {
             self.msgs = msgs;

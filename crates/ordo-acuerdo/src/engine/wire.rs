@@ -63,7 +63,11 @@ pub(super) fn parse(bytes: &[u8], pool: &mut Vec<Vec<u8>>) -> Result<Wire, Strin
     let Some(first) = bytes.first_chunk::<8>() else {
         return Err(format!("message of {} bytes is shorter than its header", bytes.len()));
     };
-    let kind = u64::from_le_bytes(*first) & 0xFF;
+    // The first word is read once: the peer may rewrite its slot meanwhile
+    // (the caller then drops the result, `RingReceiver::still_there`), and
+    // the kind must not change between the length check and the match.
+    let w0 = u64::from_le_bytes(*first);
+    let kind = w0 & 0xFF;
     if !(KIND_NORMAL..=KIND_SNAP_CHUNK).contains(&kind) {
         return Err(format!("unknown message kind {kind}"));
     }
@@ -71,16 +75,17 @@ pub(super) fn parse(bytes: &[u8], pool: &mut Vec<Vec<u8>>) -> Result<Wire, Strin
     if bytes.len() < len {
         return Err(format!("message of {} bytes is shorter than its {len}-byte header", bytes.len()));
     }
-    // Only words of the header are read: below `len`.
+    // Only words of the header are read: below `len` (and never past the
+    // slice, whatever the bytes say).
     let w = |i: usize| {
         debug_assert!(8 * i + 8 <= len);
-        u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+        bytes.get(8 * i..8 * i + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
     };
     let mut body = pool.pop().unwrap_or_default();
     debug_assert!(body.is_empty(), "pooled bodies are cleared");
     body.extend_from_slice(&bytes[len..]);
-    let serial = ((w(0) >> 8) & 0xFF_FFFF) as u32;
-    match w(0) & 0xFF {
+    let serial = ((w0 >> 8) & 0xFF_FFFF) as u32;
+    match kind {
         KIND_NORMAL => Ok(Wire::Normal { header: Header::decode(w(1)), body }),
         KIND_DIFF_ENTRY => Ok(Wire::DiffEntry { serial, header: Header::decode(w(1)), body }),
         KIND_SNAP_CHUNK => {
@@ -91,7 +96,7 @@ pub(super) fn parse(bytes: &[u8], pool: &mut Vec<Vec<u8>>) -> Result<Wire, Strin
             epoch: Header::decode(w(1)).epoch,
             base: Header::decode(w(2)),
             upto: Header::decode(w(3)),
-            entries: (w(0) >> 32) as u32,
+            entries: (w0 >> 32) as u32,
         }),
         k => Err(format!("unknown message kind {k}")),
     }
