@@ -651,23 +651,21 @@ impl RingReceiver {
     }
 
     /// Whether the slot of a scanned message still holds it, read after
-    /// its payload was (an acquire fence orders those reads first): the
-    /// header, index and (stamped) trailer words are still the ones
+    /// its payload was (an acquire fence orders those reads first): its
+    /// header's two words (flags and length; index) are still the ones
     /// [`scan`](Self::scan) saw. A reader that copied or parsed the payload
-    /// in place and then finds it still there read it whole: a sender that
-    /// overwrites the slot regardless of the reuse rule (a new ring
-    /// session zeroing the ring, or its first messages) writes in address
-    /// order, so the header below the payload changes before any payload
-    /// byte does.
+    /// in place and then finds it still there read it whole, where writes
+    /// land in address order (every stamped ring; a counter ring on such a
+    /// fabric): a sender that overwrites the slot regardless of the reuse
+    /// rule (a new ring session zeroing the ring, or writing its own first
+    /// messages, with its own flags) writes the header, below the payload,
+    /// before any payload byte.
     pub fn still_there(&self, meta: &MessageMeta) -> bool {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         let hdr = meta.payload_offset - MESSAGE_HEADER_LEN;
         let word = (u64::from(meta.flags) << 32) | meta.len as u64;
         self.region.load_acquire(hdr + 8) == meta.index.wrapping_add(1)
             && self.region.load_acquire(hdr) == word
-            && (!self.by_stamps
-                || self.region.load_acquire(meta.payload_offset + RingLayout::trailer(meta.len))
-                    == trailer_stamp(meta.index))
     }
 
     /// Marks `n` more messages consumed; they must have been returned by a
