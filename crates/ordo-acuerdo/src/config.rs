@@ -105,6 +105,14 @@ pub struct Config {
     /// `ordo_ring`, "Stamped rings"). Every member must agree (a group on
     /// one backend and one architecture does).
     pub ring_stamps: bool,
+    /// Most messages the leader broadcasts in one epoch (a header's count
+    /// is 32 bits). At this many, once every one is committed, the leader
+    /// renews its epoch: it steps down and wins the election of a bigger
+    /// one at once (it is the most up to date), and
+    /// [`crate::Engine::broadcast`] reports back-pressure meanwhile.
+    /// Default `u32::MAX` (at 1.5 M messages a second, one renewal every
+    /// ~48 minutes); smaller values exercise renewals in tests.
+    pub epoch_messages: u32,
 }
 
 impl Config {
@@ -124,6 +132,7 @@ impl Config {
             log_gc: true,
             durable: false,
             ring_stamps: true,
+            epoch_messages: u32::MAX,
         }
     }
 
@@ -158,6 +167,9 @@ impl Config {
         }
         if self.max_outstanding == 0 {
             return Err(ConfigError::Parameter("max_outstanding must be ≥ 1".into()));
+        }
+        if self.epoch_messages == 0 {
+            return Err(ConfigError::Parameter("epoch_messages must be ≥ 1".into()));
         }
         if self.heartbeat_interval_ns == 0
             || self.heartbeat_timeout_ns <= 2 * self.heartbeat_interval_ns

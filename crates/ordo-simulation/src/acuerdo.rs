@@ -85,6 +85,9 @@ pub enum AcEvent {
     /// `floor`: the winner's log floor (log garbage collection dropped the
     /// entries at or below it, all of which it delivered itself).
     Elected { epoch: u64, log: Vec<u64>, floor: u64 },
+    /// A leader stepped down from its full epoch to lead a bigger one
+    /// (`Config::epoch_messages`).
+    EpochRenewed { epoch: u64 },
     /// Something the harness did not expect.
     Anomaly { what: String },
     /// An engine note (elections, diffs), for reading a failing history.
@@ -109,6 +112,10 @@ pub struct Params {
     /// `Config::log_gc` (on in drawn runs, the engine's default: restarted
     /// members catch up by state transfer).
     pub log_gc: bool,
+    /// `Config::epoch_messages`: small in a third of the drawn runs (the
+    /// leader renews its epoch every few messages, under the faults),
+    /// else the engine's default.
+    pub epoch_messages: u32,
     pub trace: bool,
 }
 
@@ -132,6 +139,11 @@ impl Params {
             faults: true,
             restarts: true,
             log_gc: true,
+            // Its own stream: the draws above stay what pinned seeds had.
+            epoch_messages: {
+                let mut erng = SimRng::new(derive_seed(seed, stream::SCENARIO ^ 0xE90C_0000));
+                if erng.chance(333_333) { erng.range(2, 40) as u32 } else { u32::MAX }
+            },
             trace: false,
         }
     }
@@ -147,6 +159,7 @@ impl Params {
         cfg.heartbeat_timeout_ns = self.heartbeat_timeout_ns;
         cfg.election_timeout_ns = self.election_timeout_ns;
         cfg.log_gc = self.log_gc;
+        cfg.epoch_messages = self.epoch_messages;
         cfg
     }
 }
@@ -423,6 +436,7 @@ impl SimProcess<AcEvent> for Member {
                 Note::BadMessage { sender, what } => {
                     Self::anomaly(ctx, format!("bad message from {sender}: {what}"))
                 }
+                Note::EpochRenewed(e) => ctx.record(AcEvent::EpochRenewed { epoch: e.encode() }),
                 other => {
                     if self.params.trace {
                         ctx.record(AcEvent::Note { what: format!("{other:?}") })

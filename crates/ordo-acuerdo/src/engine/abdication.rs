@@ -2,12 +2,21 @@
 //! a bigger epoch steps down and starts an election at once, instead of
 //! leading an epoch no quorum follows any more until a timeout.
 //!
+//! Epoch renewal (beyond the paper): a header's count is 32 bits, so a
+//! leader whose epoch holds `epoch_messages` messages (by default
+//! `u32::MAX`) steps down the same way once they are all committed, and —
+//! the most up to date member, voting first with the biggest epoch — wins
+//! the next election at once (the followers join its vote, Fig. 7 rule 2);
+//! broadcasts get back-pressure meanwhile, never a count that wraps. It
+//! waits while a live follower is being caught up (a diff in progress).
+//!
 //! # Invariants
-//! - Only a leader abdicates, and only for a bigger epoch shown by a live
-//!   row; it stops its ring streams and votes for itself with an epoch
-//!   bigger than every one it has seen (so its vote grows).
+//! - Only a leader abdicates: for a bigger epoch shown by a live row, or
+//!   for a full epoch all committed; it stops its ring streams and votes
+//!   for itself with an epoch bigger than every one it has seen (so its
+//!   vote grows).
 
-use super::{Effects, Engine, Note, Role};
+use super::{Effects, Engine, Note, Role, Stream};
 
 impl Engine {
     /// Whether a live member promised an epoch bigger than the one this
@@ -19,11 +28,37 @@ impl Engine {
             .any(|r| r != self.my_row && self.row_header(r, c.e_new).epoch > self.e_cur && self.alive_row(r))
     }
 
+    /// Whether this leader's epoch is full and all of it committed, and no
+    /// live follower is being caught up (a diff or state transfer in
+    /// progress would start over in the new epoch: renewing under it, a
+    /// restarted member could be starved — the `acuerdo` simulation found
+    /// it with an epoch of 2 messages): time to renew it.
+    pub(super) fn epoch_spent(&self) -> bool {
+        assert_eq!(self.role, Role::Leader, "only a leader's epoch fills");
+        self.count >= self.cfg.epoch_messages
+            && self.committed == self.e_cur.header(self.count)
+            && self
+                .out
+                .iter()
+                .flatten()
+                .all(|link| !matches!(link.stream, Stream::Diff { .. }) || !self.alive(link.peer))
+    }
+
+    /// Steps down from a full epoch and votes for itself in a bigger one.
+    pub(super) fn renew_epoch(&mut self, fx: &mut Effects) -> usize {
+        fx.notes.push(Note::EpochRenewed(self.e_cur));
+        self.step_down(fx)
+    }
+
     /// Steps down and votes for itself in a bigger epoch.
     pub(super) fn abdicate(&mut self, fx: &mut Effects) -> usize {
+        fx.notes.push(Note::Abdicated(self.e_cur));
+        self.step_down(fx)
+    }
+
+    fn step_down(&mut self, fx: &mut Effects) -> usize {
         assert_eq!(self.role, Role::Leader, "only a leader abdicates");
         let led = self.e_cur;
-        fx.notes.push(Note::Abdicated(led));
         self.set_role(Role::Electing);
         self.stop_streams();
         self.vote_for_self(fx);

@@ -47,7 +47,8 @@ impl Engine {
             Role::Electing => return Err(BroadcastError::NotLeader { leader: None }),
         }
         let done = if self.committed.epoch == self.e_cur { self.committed.count } else { 0 };
-        if self.count - done >= self.cfg.max_outstanding {
+        if self.count - done >= self.cfg.max_outstanding || self.count >= self.cfg.epoch_messages {
+            // A full epoch waits for its renewal (`abdication`).
             return Err(BroadcastError::WouldBlock);
         }
         assert_eq!(self.e_cur.leader, self.me, "a leader leads its own epoch");

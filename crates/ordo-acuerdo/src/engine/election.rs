@@ -44,6 +44,9 @@ impl Engine {
                 if self.superseded() {
                     return self.abdicate(fx);
                 }
+                if self.epoch_spent() {
+                    return self.renew_epoch(fx);
+                }
             }
             Role::Electing => {
                 // A transient delay: our leader is back and we never moved on.

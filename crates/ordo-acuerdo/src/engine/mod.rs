@@ -100,6 +100,9 @@ pub enum Note {
     JoinedEpoch(Epoch),
     /// The leader saw a bigger promised epoch and started a new election.
     Abdicated(Epoch),
+    /// The leader's epoch held `Config::epoch_messages` messages, all
+    /// committed: it stepped down to lead a bigger one.
+    EpochRenewed(Epoch),
     /// A diff was not accepted.
     DiffRejected {
         /// The diff's epoch.
@@ -1130,5 +1133,86 @@ mod tests {
         let cfg = Config::new(vec![0, 1, 2], 0);
         let small = Region::new_heap(64);
         assert!(matches!(Engine::new(cfg, small, 0), Err(ConfigError::RegionTooSmall { .. })));
+    }
+
+    /// A leader whose epoch holds `epoch_messages` messages renews it once
+    /// they are all committed (back-pressure meanwhile, never a count that
+    /// wraps) and leads the next epoch; the group delivers every message,
+    /// in order, across the renewals, and nobody else ever leads.
+    #[test]
+    fn a_full_epoch_is_renewed_by_its_leader_and_nothing_is_lost() {
+        const MESSAGES: u64 = 40;
+        let members: Vec<MemberId> = vec![0, 1, 2];
+        let mut engines: Vec<Engine> = members
+            .iter()
+            .map(|&me| {
+                let mut cfg = Config::new(members.clone(), me);
+                cfg.epoch_messages = 5;
+                let region = Region::new_heap(Layout::new(&cfg).region_len);
+                Engine::new(cfg, region, 0).expect("valid")
+            })
+            .collect();
+        let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); members.len()];
+        let (mut sent, mut now) = (0u64, 0u64);
+        let (mut renewed, mut leaders) = (Vec::new(), std::collections::BTreeSet::new());
+        let mut fx = Effects::default();
+        let mut buf = Vec::new();
+        while delivered.iter().any(|d| (d.len() as u64) < MESSAGES) {
+            now += 1_000;
+            assert!(
+                now < 1_000_000_000,
+                "stuck: {:?}",
+                engines.iter().map(Engine::describe).collect::<Vec<_>>()
+            );
+            for i in 0..engines.len() {
+                if engines[i].role() == Role::Leader {
+                    while sent < MESSAGES {
+                        match engines[i].broadcast(&sent.to_le_bytes()) {
+                            Ok(h) => {
+                                assert!(h.count <= 5, "a count past the epoch's limit: {h:?}");
+                                sent += 1;
+                            }
+                            Err(BroadcastError::WouldBlock) => break,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                fx.clear();
+                let sink = &mut delivered[i];
+                engines[i].poll(now, &mut fx, &mut |h: Header, p: &[u8]| {
+                    sink.push((h, u64::from_le_bytes(p.try_into().expect("8 bytes"))))
+                });
+                for note in &fx.notes {
+                    match note {
+                        Note::EpochRenewed(e) => renewed.push(*e),
+                        Note::BecameLeader(e) => {
+                            leaders.insert(e.leader);
+                        }
+                        Note::Abdicated(e) => panic!("abdicated {e:?} with no bigger epoch around"),
+                        _ => {}
+                    }
+                }
+                for push in &fx.pushes {
+                    buf.resize(push.len, 0);
+                    engines[i].region.read_bytes(push.offset, &mut buf);
+                    for (j, e) in engines.iter().enumerate() {
+                        let hit = match push.to {
+                            Target::All => j != i,
+                            Target::Peer(m) => e.member() == m,
+                        };
+                        if hit {
+                            e.region.write_bytes(push.offset, &buf);
+                        }
+                    }
+                }
+            }
+        }
+        for d in &delivered {
+            assert!(d.iter().map(|(_, v)| *v).eq(0..MESSAGES), "delivered out of order or lost");
+            assert!(d.windows(2).all(|w| w[0].0 < w[1].0), "headers not increasing");
+        }
+        assert!(renewed.len() >= 7, "40 messages, 5 an epoch: {renewed:?}");
+        assert!(renewed.windows(2).all(|w| w[0] < w[1]), "each renewal from a bigger epoch");
+        assert_eq!(leaders.len(), 1, "the leader renews its own epoch: {leaders:?}");
     }
 }
