@@ -13,7 +13,7 @@
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, compiler_fence};
 
 /// Alignment of every region's base address.
 pub const REGION_ALIGN: usize = 64;
@@ -202,6 +202,12 @@ impl Region {
 /// §9.1.1) and which are at worst pairs of atomic 8-byte stores; elsewhere
 /// with `AtomicU64` stores. Source bytes are loaded unaligned.
 ///
+/// Stores are issued in ascending address order (capability 8,
+/// [`crate::Fabric::address_ordered`]): a compiler fence follows each
+/// vector store, so the compiler cannot reorder them, and x86-64 keeps
+/// stores in program order. (Only within one 32-byte AVX store is the order
+/// of its halves the processor's; both lie on one cache line.)
+///
 /// # Safety
 /// `src..src+len` readable, `dst..dst+len` writable; the ranges must not
 /// overlap.
@@ -215,10 +221,12 @@ pub unsafe fn copy_untorn(dst: *mut u8, src: *const u8, len: usize) {
             std::ptr::write_volatile(dst.add(i), std::ptr::read_volatile(src.add(i)));
             i += 1;
         }
+        compiler_fence(Ordering::Release);
         // One word to reach 16-byte alignment, if needed.
         if len - i >= 8 && !(dst as usize + i).is_multiple_of(16) {
             let w = std::ptr::read_unaligned(src.add(i) as *const u64);
             (*(dst.add(i) as *const AtomicU64)).store(w, Ordering::Relaxed);
+            compiler_fence(Ordering::Release);
             i += 8;
         }
         #[cfg(target_arch = "x86_64")]
@@ -231,6 +239,7 @@ pub unsafe fn copy_untorn(dst: *mut u8, src: *const u8, len: usize) {
         while len - i >= 8 {
             let w = std::ptr::read_unaligned(src.add(i) as *const u64);
             (*(dst.add(i) as *const AtomicU64)).store(w, Ordering::Relaxed);
+            compiler_fence(Ordering::Release);
             i += 8;
         }
         while i < len {
@@ -261,13 +270,18 @@ unsafe fn copy_sse_aligned(dst: *mut u8, src: *const u8, mut i: usize, len: usiz
                 _mm_loadu_si128(s.add(3)),
             );
             _mm_store_si128(d, a);
+            compiler_fence(Ordering::Release);
             _mm_store_si128(d.add(1), b);
+            compiler_fence(Ordering::Release);
             _mm_store_si128(d.add(2), c);
+            compiler_fence(Ordering::Release);
             _mm_store_si128(d.add(3), e);
+            compiler_fence(Ordering::Release);
             i += 64;
         }
         while len - i >= 16 {
             _mm_store_si128(dst.add(i) as *mut __m128i, _mm_loadu_si128(src.add(i) as *const __m128i));
+            compiler_fence(Ordering::Release);
             i += 16;
         }
         i
@@ -290,6 +304,7 @@ unsafe fn copy_avx_aligned(dst: *mut u8, src: *const u8, mut i: usize, len: usiz
     unsafe {
         if !(dst as usize + i).is_multiple_of(32) {
             _mm_store_si128(dst.add(i) as *mut __m128i, _mm_loadu_si128(src.add(i) as *const __m128i));
+            compiler_fence(Ordering::Release);
             i += 16;
         }
         while len - i >= 128 {
@@ -302,9 +317,13 @@ unsafe fn copy_avx_aligned(dst: *mut u8, src: *const u8, mut i: usize, len: usiz
                 _mm256_loadu_si256(s.add(3)),
             );
             _mm256_store_si256(d, a);
+            compiler_fence(Ordering::Release);
             _mm256_store_si256(d.add(1), b);
+            compiler_fence(Ordering::Release);
             _mm256_store_si256(d.add(2), c);
+            compiler_fence(Ordering::Release);
             _mm256_store_si256(d.add(3), e);
+            compiler_fence(Ordering::Release);
             i += 128;
         }
         i
