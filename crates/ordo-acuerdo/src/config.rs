@@ -103,7 +103,10 @@ pub struct Config {
     /// where it is not), a ring batch is one write — each slot's trailer
     /// stamp is its guard — instead of data plus a counter write (see
     /// `ordo_ring`, "Stamped rings"). Every member must agree (a group on
-    /// one backend and one architecture does).
+    /// one backend and one architecture does): each row announces its mode,
+    /// and a member does not read the ring of a peer that disagrees
+    /// ([`crate::engine::Note::RingModeDiffers`], logged as an error by the
+    /// runtime).
     pub ring_stamps: bool,
     /// Most messages the leader broadcasts in one epoch (a header's count
     /// is 32 bits). At this many, once every one is committed, the leader
@@ -214,7 +217,8 @@ pub struct Columns {
     /// The vote: `[e_new, acpt, check]` (Vote_SST).
     pub vote: CounterArrayCol,
     /// Bit 0: synced (holds a leader's log; not a restarted member still
-    /// catching up).
+    /// catching up); bit 1: leads; bit 2: its rings are stamped; bit 3:
+    /// bit 2 is meaningful (the row was written).
     pub status: CounterCol,
     /// `incarnation << 32 | n`: the n-th request of this incarnation for a
     /// full diff from the leader (0: none).

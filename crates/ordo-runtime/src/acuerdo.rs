@@ -743,6 +743,13 @@ impl<F: Fabric + Send> Agent for AcuerdoMember<F> {
                 Note::Restored { .. } => {
                     self.status.restores.fetch_add(1, Ordering::AcqRel);
                 }
+                Note::RingModeDiffers { sender, stamped } => tracing::error!(
+                    member,
+                    peer = sender,
+                    peer_stamped = stamped,
+                    "acuerdo: this member and a peer disagree on the ring mode (stamped slots need an \
+                     address-ordered fabric on every member: same backend, same architecture); its ring is not read"
+                ),
                 _ => {}
             }
             tracing::debug!(member, ?note, "acuerdo");

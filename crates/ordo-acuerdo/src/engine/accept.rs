@@ -47,6 +47,14 @@ impl Engine {
             if session == 0 {
                 continue;
             }
+            if let Some(stamped) = self.ring_mode_differs_at(s) {
+                // Its ring cannot be read as ours is (counter or stamps).
+                if !std::mem::replace(&mut self.ring_mode_differs[s], true) {
+                    fx.notes.push(Note::RingModeDiffers { sender: self.members[s], stamped });
+                }
+                continue;
+            }
+            self.ring_mode_differs[s] = false;
             let Some(mut msgs) = self.scan_ring(s, session) else { continue };
             work += msgs.len();
             let sender = self.members[s];

@@ -130,6 +130,16 @@ pub enum Note {
         /// Bytes of the snapshot.
         bytes: usize,
     },
+    /// A peer's row says its rings are stamped where ours are not, or the
+    /// other way round (`Config::ring_stamps`, turned off by a driver where
+    /// its fabric is not address-ordered): every member must agree, so its
+    /// ring is not read until they do (noted once per peer).
+    RingModeDiffers {
+        /// The peer.
+        sender: MemberId,
+        /// Whether the peer's rings are stamped.
+        stamped: bool,
+    },
     /// A peer's ring held a message the engine could not parse.
     BadMessage {
         /// The sender.
@@ -394,6 +404,9 @@ pub struct Engine {
     inc: Vec<Option<InLink>>,
     last_hb: Vec<u64>,
     hb_changed_ns: Vec<u64>,
+    /// Per row: its ring mode (stamped or counter) was found to differ
+    /// from ours (noted once; its ring is not read).
+    ring_mode_differs: Vec<bool>,
     votes: Vec<Vote>,
     stall: Option<(Vote, u64)>,
     heartbeat: u64,
@@ -515,6 +528,7 @@ impl Engine {
             inc,
             last_hb: vec![0; n],
             hb_changed_ns: vec![now_ns; n],
+            ring_mode_differs: vec![false; n],
             votes: vec![Vote::NONE; n],
             stall: None,
             heartbeat: 0,
@@ -1214,5 +1228,63 @@ mod tests {
         assert!(renewed.len() >= 7, "40 messages, 5 an epoch: {renewed:?}");
         assert!(renewed.windows(2).all(|w| w[0] < w[1]), "each renewal from a bigger epoch");
         assert_eq!(leaders.len(), 1, "the leader renews its own epoch: {leaders:?}");
+    }
+
+    /// Members that disagree on the ring mode (one with counter rings among
+    /// stamped ones) cannot read each other's rings: each side notes it
+    /// once per peer and skips that ring, and the two that agree — a
+    /// quorum — elect a leader and deliver without the third.
+    #[test]
+    fn members_that_disagree_on_the_ring_mode_say_so_and_the_agreeing_quorum_goes_on() {
+        let members: Vec<MemberId> = vec![0, 1, 2];
+        let mut engines: Vec<Engine> = members
+            .iter()
+            .map(|&me| {
+                let cfg = Config { ring_stamps: me != 2, ..Config::new(members.clone(), me) };
+                let region = Region::new_heap(Layout::new(&cfg).region_len);
+                Engine::new(cfg, region, 0).expect("valid")
+            })
+            .collect();
+        let mut noted: Vec<Vec<(MemberId, bool)>> = vec![Vec::new(); 3];
+        let mut delivered = vec![0usize; 3];
+        let (mut sent, mut now) = (0u64, 0u64);
+        let mut fx = Effects::default();
+        let mut buf = Vec::new();
+        while now < 20_000_000 && delivered[..2].iter().any(|d| *d < 20) {
+            now += 1_000;
+            for i in 0..engines.len() {
+                if engines[i].role() == Role::Leader && sent < 20 && engines[i].broadcast(b"m").is_ok() {
+                    sent += 1;
+                }
+                fx.clear();
+                let count = &mut delivered[i];
+                engines[i].poll(now, &mut fx, &mut |_: Header, _: &[u8]| *count += 1);
+                for note in &fx.notes {
+                    if let Note::RingModeDiffers { sender, stamped } = note {
+                        noted[i].push((*sender, *stamped));
+                    }
+                }
+                for push in &fx.pushes {
+                    buf.resize(push.len, 0);
+                    engines[i].region.read_bytes(push.offset, &mut buf);
+                    for (j, e) in engines.iter().enumerate() {
+                        let hit = match push.to {
+                            Target::All => j != i,
+                            Target::Peer(m) => e.member() == m,
+                        };
+                        if hit {
+                            e.region.write_bytes(push.offset, &buf);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(noted[0], vec![(2, false)], "noted once");
+        assert_eq!(noted[1], vec![(2, false)]);
+        let mut third = noted[2].clone();
+        third.sort_unstable();
+        assert_eq!(third, vec![(0, true), (1, true)]);
+        assert!(delivered[0] >= 20 && delivered[1] >= 20, "the agreeing quorum delivers: {delivered:?}");
+        assert_ne!(engines[2].role(), Role::Leader);
     }
 }

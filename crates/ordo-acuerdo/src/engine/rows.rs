@@ -22,6 +22,11 @@ use crate::header::{Epoch, Header, Vote};
 use ordo_fabric::MemberId;
 use ordo_sst::ColumnRange;
 
+/// Status bits: 1 synced, 2 leader, 4 stamped rings, and this bit: the
+/// status announces the ring mode (so a row not yet written, all zero,
+/// announces nothing).
+const STATUS_RING_MODE: u64 = 8;
+
 impl Engine {
     pub(super) fn row_of(&self, m: MemberId) -> Option<usize> {
         self.members.binary_search(&m).ok()
@@ -72,7 +77,12 @@ impl Engine {
 
     pub(super) fn write_status(&mut self) {
         let leader = u64::from(self.role == Role::Leader) << 1;
-        self.store(self.layout.columns.status, 0, u64::from(self.synced) | leader);
+        let stamped = u64::from(self.layout.ring.stamped) << 2;
+        self.store(
+            self.layout.columns.status,
+            0,
+            u64::from(self.synced) | leader | stamped | STATUS_RING_MODE,
+        );
         self.dirty_all = true;
     }
 
@@ -81,6 +91,14 @@ impl Engine {
         self.role = role;
         self.write_status();
         assert_eq!(self.load(self.my_row, self.layout.columns.status, 0) & 2 != 0, role == Role::Leader);
+    }
+
+    /// Whether the ring mode row `r`'s status announces (once it does)
+    /// differs from ours.
+    pub(super) fn ring_mode_differs_at(&self, r: usize) -> Option<bool> {
+        let status = self.load(r, self.layout.columns.status, 0);
+        let stamped = status & 4 != 0;
+        (status & STATUS_RING_MODE != 0 && stamped != self.layout.ring.stamped).then_some(stamped)
     }
 
     /// Whether `m` is alive and still leads `e` as far as its row shows: a
