@@ -46,6 +46,10 @@ pub enum ConfigError {
     },
 }
 
+/// The most messages one epoch may hold: a header's 32-bit count, less one
+/// (the commit step names the header after the last one delivered).
+pub const MAX_EPOCH_MESSAGES: u32 = u32::MAX - 1;
+
 /// Everything an [`crate::Engine`] is built from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -109,12 +113,13 @@ pub struct Config {
     /// runtime).
     pub ring_stamps: bool,
     /// Most messages the leader broadcasts in one epoch (a header's count
-    /// is 32 bits). At this many, once every one is committed, the leader
-    /// renews its epoch: it steps down and wins the election of a bigger
-    /// one at once (it is the most up to date), and
-    /// [`crate::Engine::broadcast`] reports back-pressure meanwhile.
-    /// Default `u32::MAX` (at 1.5 M messages a second, one renewal every
-    /// ~48 minutes); smaller values exercise renewals in tests.
+    /// is 32 bits), at most [`MAX_EPOCH_MESSAGES`]. At this many, once
+    /// every one is committed, the leader renews its epoch: it steps down
+    /// and wins the election of a bigger one at once (it is the most up to
+    /// date), and [`crate::Engine::broadcast`] reports back-pressure
+    /// meanwhile. Default [`MAX_EPOCH_MESSAGES`] (at 1.5 M messages a
+    /// second, one renewal every ~48 minutes). Each renewal spends one of
+    /// the 2^24 election rounds: small values are for tests.
     pub epoch_messages: u32,
 }
 
@@ -135,7 +140,7 @@ impl Config {
             log_gc: true,
             durable: false,
             ring_stamps: true,
-            epoch_messages: u32::MAX,
+            epoch_messages: MAX_EPOCH_MESSAGES,
         }
     }
 
@@ -171,8 +176,10 @@ impl Config {
         if self.max_outstanding == 0 {
             return Err(ConfigError::Parameter("max_outstanding must be ≥ 1".into()));
         }
-        if self.epoch_messages == 0 {
-            return Err(ConfigError::Parameter("epoch_messages must be ≥ 1".into()));
+        if self.epoch_messages == 0 || self.epoch_messages > MAX_EPOCH_MESSAGES {
+            return Err(ConfigError::Parameter(format!(
+                "epoch_messages must be in 1..={MAX_EPOCH_MESSAGES}"
+            )));
         }
         if self.heartbeat_interval_ns == 0
             || self.heartbeat_timeout_ns <= 2 * self.heartbeat_interval_ns

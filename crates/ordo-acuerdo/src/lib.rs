@@ -166,7 +166,7 @@ mod driver;
 mod engine;
 pub mod header;
 
-pub use config::{Columns, Config, ConfigError, Layout};
+pub use config::{Columns, Config, ConfigError, Layout, MAX_EPOCH_MESSAGES};
 pub use driver::{AcuerdoDriver, Settled, URGENT_RUN_MAX};
 pub use engine::{
     BroadcastError, DeliverySink, Effects, Engine, MAX_PENDING_READS, Note, Persist, Push, Recovered, Role,

@@ -142,7 +142,7 @@ impl Params {
             // Its own stream: the draws above stay what pinned seeds had.
             epoch_messages: {
                 let mut erng = SimRng::new(derive_seed(seed, stream::SCENARIO ^ 0xE90C_0000));
-                if erng.chance(333_333) { erng.range(2, 40) as u32 } else { u32::MAX }
+                if erng.chance(333_333) { erng.range(2, 40) as u32 } else { ordo_acuerdo::MAX_EPOCH_MESSAGES }
             },
             trace: false,
         }

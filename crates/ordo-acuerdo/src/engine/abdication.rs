@@ -28,20 +28,37 @@ impl Engine {
             .any(|r| r != self.my_row && self.row_header(r, c.e_new).epoch > self.e_cur && self.alive_row(r))
     }
 
-    /// Whether this leader's epoch is full and all of it committed, and no
-    /// live follower is being caught up (a diff or state transfer in
-    /// progress would start over in the new epoch: renewing under it, a
-    /// restarted member could be starved — the `acuerdo` simulation found
-    /// it with an epoch of 2 messages): time to renew it.
-    pub(super) fn epoch_spent(&self) -> bool {
+    /// Whether this leader's epoch is full (its messages, or its read
+    /// barriers' 32-bit count) and all of it committed, and no live
+    /// follower's catch-up is moving (a diff or state transfer in progress
+    /// would start over in the new epoch: renewing under it, a restarted
+    /// member could be starved — the `acuerdo` simulation found it with an
+    /// epoch of 2 messages; one that has not moved for an election timeout
+    /// is not waited for, so a follower that cannot read our ring does not
+    /// stop the group): time to renew it.
+    pub(super) fn epoch_spent(&mut self) -> bool {
         assert_eq!(self.role, Role::Leader, "only a leader's epoch fills");
-        self.count >= self.cfg.epoch_messages
-            && self.committed == self.e_cur.header(self.count)
-            && self
-                .out
-                .iter()
-                .flatten()
-                .all(|link| !matches!(link.stream, Stream::Diff { .. }) || !self.alive(link.peer))
+        let full = self.count >= self.cfg.epoch_messages || !self.read_seq_left();
+        if !full || self.committed != self.e_cur.header(self.count) {
+            return false;
+        }
+        let (now, patience) = (self.now_ns, self.cfg.election_timeout_ns);
+        let mut waiting = false;
+        for r in 0..self.out.len() {
+            let alive = self.alive_row(r);
+            let Some(link) = self.out[r].as_mut() else { continue };
+            let Stream::Diff { serial, .. } = link.stream else { continue };
+            if !alive {
+                continue;
+            }
+            let seen = (serial, link.send.reclaimable());
+            if link.progress != Some(seen) {
+                link.progress = Some(seen);
+                link.progress_ns = now;
+            }
+            waiting |= now.saturating_sub(link.progress_ns) <= patience;
+        }
+        !waiting
     }
 
     /// Steps down from a full epoch and votes for itself in a bigger one.

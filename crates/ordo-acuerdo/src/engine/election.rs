@@ -74,10 +74,22 @@ impl Engine {
         let c = self.layout.columns;
         let mut e = self.e_new.max(self.e_cur);
         for row in 0..self.members.len() {
+            if self.ring_mode_differs_at(row).is_some() {
+                continue; // not of our group (see `votes_count`)
+            }
             e = e.max(self.row_header(row, c.e_new).epoch).max(self.read_vote(row).e_new);
         }
         assert!(e >= self.e_new, "the largest epoch seen covers our own promise");
         e
+    }
+
+    /// Whether row `r`'s votes and promises count in our elections: not
+    /// those of a member whose ring mode differs from ours (it cannot read
+    /// our rings nor we its: a quorum with it could commit nothing, and its
+    /// votes, racing ours upward, would otherwise keep both sides electing
+    /// — and spend the rounds — for good).
+    fn votes_count(&self, r: usize) -> bool {
+        r == self.my_row || self.ring_mode_differs_at(r).is_none()
     }
 
     pub(super) fn vote_for_self(&mut self, fx: &mut Effects) {
@@ -96,6 +108,9 @@ impl Engine {
         assert!(self.synced, "a restarted member votes only once it caught up");
         let mut mx: Option<Vote> = None;
         for row in 0..self.members.len() {
+            if !self.votes_count(row) {
+                continue;
+            }
             let v = if row == self.my_row { self.my_vote } else { self.read_vote(row) };
             if !v.is_none() && v.e_new >= self.e_new && mx.is_none_or(|m| v > m) {
                 mx = Some(v);
@@ -152,7 +167,9 @@ impl Engine {
         {
             let mine = self.my_vote;
             let n = (0..self.members.len())
-                .filter(|r| if *r == self.my_row { true } else { self.read_vote(*r) == mine })
+                .filter(|r| {
+                    if *r == self.my_row { true } else { self.votes_count(*r) && self.read_vote(*r) == mine }
+                })
                 .count();
             if n >= self.quorum {
                 self.become_leader(fx);

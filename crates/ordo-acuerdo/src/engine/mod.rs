@@ -334,6 +334,11 @@ struct OutLink {
     next_serial: u32,
     /// The snapshot a [`Snap::Sending`] diff is sending.
     snapshot: Option<Arc<[u8]>>,
+    /// While a full epoch waits for this follower's catch-up: the diff's
+    /// serial and the slots reclaimed when last seen to move, and when
+    /// (`abdication`: a catch-up that stops moving is not waited for).
+    progress: Option<(u32, u64)>,
+    progress_ns: u64,
 }
 
 struct InLink {
@@ -477,6 +482,8 @@ impl Engine {
                         served_request: 0,
                         next_serial: 0,
                         snapshot: None,
+                        progress: None,
+                        progress_ns: 0,
                     }
                 })
             })
@@ -1149,6 +1156,25 @@ mod tests {
         assert!(matches!(Engine::new(cfg, small, 0), Err(ConfigError::RegionTooSmall { .. })));
     }
 
+    /// Lands engine `from`'s pushes of `fx` in their receivers' regions at
+    /// once (a lockstep fabric).
+    fn land(engines: &[Engine], from: usize, fx: &Effects) {
+        let mut buf = Vec::new();
+        for push in &fx.pushes {
+            buf.resize(push.len, 0);
+            engines[from].region.read_bytes(push.offset, &mut buf);
+            for (j, e) in engines.iter().enumerate() {
+                let hit = match push.to {
+                    Target::All => j != from,
+                    Target::Peer(m) => e.member() == m,
+                };
+                if hit {
+                    e.region.write_bytes(push.offset, &buf);
+                }
+            }
+        }
+    }
+
     /// A leader whose epoch holds `epoch_messages` messages renews it once
     /// they are all committed (back-pressure meanwhile, never a count that
     /// wraps) and leads the next epoch; the group delivers every message,
@@ -1170,7 +1196,6 @@ mod tests {
         let (mut sent, mut now) = (0u64, 0u64);
         let (mut renewed, mut leaders) = (Vec::new(), std::collections::BTreeSet::new());
         let mut fx = Effects::default();
-        let mut buf = Vec::new();
         while delivered.iter().any(|d| (d.len() as u64) < MESSAGES) {
             now += 1_000;
             assert!(
@@ -1206,19 +1231,7 @@ mod tests {
                         _ => {}
                     }
                 }
-                for push in &fx.pushes {
-                    buf.resize(push.len, 0);
-                    engines[i].region.read_bytes(push.offset, &mut buf);
-                    for (j, e) in engines.iter().enumerate() {
-                        let hit = match push.to {
-                            Target::All => j != i,
-                            Target::Peer(m) => e.member() == m,
-                        };
-                        if hit {
-                            e.region.write_bytes(push.offset, &buf);
-                        }
-                    }
-                }
+                land(&engines, i, &fx);
             }
         }
         for d in &delivered {
@@ -1232,59 +1245,136 @@ mod tests {
 
     /// Members that disagree on the ring mode (one with counter rings among
     /// stamped ones) cannot read each other's rings: each side notes it
-    /// once per peer and skips that ring, and the two that agree — a
-    /// quorum — elect a leader and deliver without the third.
+    /// once per peer and treats the other as gone, so the two that agree —
+    /// a quorum — elect one of themselves (also when the odd one out would
+    /// win the first vote), deliver, renew full epochs and collect their
+    /// logs without it.
     #[test]
     fn members_that_disagree_on_the_ring_mode_say_so_and_the_agreeing_quorum_goes_on() {
+        const MESSAGES: u64 = 60;
+        for odd in [2, 0] {
+            let members: Vec<MemberId> = vec![0, 1, 2];
+            let mut engines: Vec<Engine> = members
+                .iter()
+                .map(|&me| {
+                    let mut cfg = Config { ring_stamps: me != odd, ..Config::new(members.clone(), me) };
+                    cfg.epoch_messages = 5;
+                    cfg.commit_push_interval_ns = 0;
+                    let region = Region::new_heap(Layout::new(&cfg).region_len);
+                    Engine::new(cfg, region, 0).expect("valid")
+                })
+                .collect();
+            let mut noted: Vec<Vec<(MemberId, bool)>> = vec![Vec::new(); 3];
+            let mut delivered = vec![0u64; 3];
+            let (mut sent, mut now, mut renewals, mut max_log) = (0u64, 0u64, 0, 0);
+            let mut fx = Effects::default();
+            let agreeing: Vec<usize> = (0..3).filter(|m| *m != odd as usize).collect();
+            while agreeing.iter().any(|&m| delivered[m] < MESSAGES) {
+                now += 1_000;
+                assert!(
+                    now < 200_000_000,
+                    "odd {odd}: stuck at {delivered:?} {:#?}",
+                    engines.iter().map(Engine::describe).collect::<Vec<_>>()
+                );
+                for i in 0..engines.len() {
+                    while engines[i].role() == Role::Leader && sent < MESSAGES {
+                        assert_ne!(i, odd as usize, "the odd one out never leads");
+                        match engines[i].broadcast(b"m") {
+                            Ok(_) => sent += 1,
+                            Err(BroadcastError::WouldBlock) => break,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    fx.clear();
+                    let count = &mut delivered[i];
+                    engines[i].poll(now, &mut fx, &mut |_: Header, _: &[u8]| *count += 1);
+                    for note in &fx.notes {
+                        match note {
+                            Note::RingModeDiffers { sender, stamped } => noted[i].push((*sender, *stamped)),
+                            Note::EpochRenewed(_) => renewals += 1,
+                            _ => {}
+                        }
+                    }
+                    max_log = max_log.max(engines[i].log_len());
+                    land(&engines, i, &fx);
+                }
+            }
+            for &m in &agreeing {
+                assert_eq!(noted[m], vec![(odd, false)], "odd {odd}: member {m} noted it once");
+            }
+            let mut seen_by_odd = noted[odd as usize].clone();
+            seen_by_odd.sort_unstable();
+            let expect: Vec<(MemberId, bool)> = agreeing.iter().map(|&m| (m as MemberId, true)).collect();
+            assert_eq!(seen_by_odd, expect, "odd {odd}");
+            assert!(renewals >= 10, "odd {odd}: full epochs renewed without the odd one out: {renewals}");
+            assert!(max_log < 40, "odd {odd}: logs collected without it: {max_log} entries");
+        }
+    }
+
+    /// A leader whose epoch has spent its 32-bit count of read barriers
+    /// refuses reads (back-pressure) and renews its epoch once its messages
+    /// are committed; reads then go on in the new epoch.
+    #[test]
+    fn a_leader_out_of_read_barriers_renews_its_epoch() {
         let members: Vec<MemberId> = vec![0, 1, 2];
         let mut engines: Vec<Engine> = members
             .iter()
             .map(|&me| {
-                let cfg = Config { ring_stamps: me != 2, ..Config::new(members.clone(), me) };
+                let cfg = Config::new(members.clone(), me);
                 let region = Region::new_heap(Layout::new(&cfg).region_len);
                 Engine::new(cfg, region, 0).expect("valid")
             })
             .collect();
-        let mut noted: Vec<Vec<(MemberId, bool)>> = vec![Vec::new(); 3];
-        let mut delivered = vec![0usize; 3];
-        let (mut sent, mut now) = (0u64, 0u64);
         let mut fx = Effects::default();
-        let mut buf = Vec::new();
-        while now < 20_000_000 && delivered[..2].iter().any(|d| *d < 20) {
+        let mut renewed = Vec::new();
+        let mut now = 0;
+        let mut round = |engines: &mut Vec<Engine>, renewed: &mut Vec<Epoch>| {
             now += 1_000;
             for i in 0..engines.len() {
-                if engines[i].role() == Role::Leader && sent < 20 && engines[i].broadcast(b"m").is_ok() {
-                    sent += 1;
-                }
                 fx.clear();
-                let count = &mut delivered[i];
-                engines[i].poll(now, &mut fx, &mut |_: Header, _: &[u8]| *count += 1);
-                for note in &fx.notes {
-                    if let Note::RingModeDiffers { sender, stamped } = note {
-                        noted[i].push((*sender, *stamped));
-                    }
-                }
-                for push in &fx.pushes {
-                    buf.resize(push.len, 0);
-                    engines[i].region.read_bytes(push.offset, &mut buf);
-                    for (j, e) in engines.iter().enumerate() {
-                        let hit = match push.to {
-                            Target::All => j != i,
-                            Target::Peer(m) => e.member() == m,
-                        };
-                        if hit {
-                            e.region.write_bytes(push.offset, &buf);
-                        }
-                    }
-                }
+                engines[i].poll(now, &mut fx, &mut |_: Header, _: &[u8]| {});
+                renewed.extend(fx.notes.iter().filter_map(|n| match n {
+                    Note::EpochRenewed(e) => Some(*e),
+                    _ => None,
+                }));
+                land(engines, i, &fx);
             }
+        };
+        let leader = loop {
+            round(&mut engines, &mut renewed);
+            if let Some(l) = engines.iter().position(|e| e.role() == Role::Leader) {
+                break l;
+            }
+        };
+        let first = engines[leader].e_cur;
+        assert_eq!(engines[leader].read_index(1), Ok(()));
+        round(&mut engines, &mut renewed);
+        // The epoch's last barrier taken.
+        engines[leader].read_seq = first.header(u32::MAX).encode();
+        assert_eq!(engines[leader].read_index(2), Err(BroadcastError::WouldBlock));
+        for _ in 0..200 {
+            round(&mut engines, &mut renewed);
         }
-        assert_eq!(noted[0], vec![(2, false)], "noted once");
-        assert_eq!(noted[1], vec![(2, false)]);
-        let mut third = noted[2].clone();
-        third.sort_unstable();
-        assert_eq!(third, vec![(0, true), (1, true)]);
-        assert!(delivered[0] >= 20 && delivered[1] >= 20, "the agreeing quorum delivers: {delivered:?}");
-        assert_ne!(engines[2].role(), Role::Leader);
+        assert_eq!(renewed, vec![first], "the epoch out of barriers renewed once");
+        assert_eq!(engines[leader].role(), Role::Leader, "by the same leader");
+        assert!(engines[leader].e_cur > first);
+        assert_eq!(engines[leader].read_index(3), Ok(()), "reads go on in the new epoch");
+    }
+
+    /// An epoch holds at most `u32::MAX - 1` messages (the commit step names
+    /// the header after the last one delivered): the default, and the most
+    /// a configuration may ask for.
+    #[test]
+    fn an_epoch_holds_at_most_one_less_than_the_count_can_name() {
+        let cfg = Config::new(vec![0, 1, 2], 0);
+        assert_eq!(cfg.epoch_messages, crate::MAX_EPOCH_MESSAGES);
+        let last = Epoch::new(1, 0).header(crate::MAX_EPOCH_MESSAGES);
+        assert_eq!(last.succ().count, u32::MAX, "the header after the last one is nameable");
+        for bad in [0, u32::MAX] {
+            assert!(matches!(
+                Config { epoch_messages: bad, ..cfg.clone() }.validate(),
+                Err(ConfigError::Parameter(_))
+            ));
+        }
     }
 }

@@ -81,6 +81,12 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether this epoch has a read barrier left (its 32-bit count is not
+    /// spent): if not, the leader renews the epoch (`abdication`).
+    pub(super) fn read_seq_left(&self) -> bool {
+        self.next_read_seq().is_some()
+    }
+
     /// The `read_seq` word the next bump writes: this epoch in the high
     /// bits (a [`Header`] of it), a count in the low ones, so an echo of
     /// another leader's (or another epoch's) barrier never confirms ours.

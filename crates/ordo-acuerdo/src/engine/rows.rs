@@ -125,9 +125,15 @@ impl Engine {
         self.row_of(m).is_some_and(|r| self.alive_row(r))
     }
 
-    /// [`alive`](Self::alive) by row (no member lookup).
+    /// [`alive`](Self::alive) by row (no member lookup): its heartbeat is
+    /// fresh and its ring mode agrees with ours (a member whose ring we
+    /// cannot read, nor it ours, is as good as partitioned away: it is
+    /// neither joined as a candidate nor followed nor waited for by log
+    /// garbage collection).
     pub(super) fn alive_row(&self, r: usize) -> bool {
-        r == self.my_row || self.now_ns.saturating_sub(self.hb_changed_ns[r]) <= self.cfg.heartbeat_timeout_ns
+        r == self.my_row
+            || (self.now_ns.saturating_sub(self.hb_changed_ns[r]) <= self.cfg.heartbeat_timeout_ns
+                && self.ring_mode_differs_at(r).is_none())
     }
 
     pub(super) fn row_push(&self, to: Target) -> Push {
