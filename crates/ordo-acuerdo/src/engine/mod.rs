@@ -988,7 +988,6 @@ mod tests {
         let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); members.len()];
         let (mut sent, mut max_log, mut now) = (0u64, 0usize, 0u64);
         let mut fx = Effects::default();
-        let mut buf = Vec::new();
         while delivered.iter().any(|d| (d.len() as u64) < MESSAGES) {
             now += 1_000;
             assert!(
@@ -997,33 +996,13 @@ mod tests {
                 engines.iter().map(Engine::describe).collect::<Vec<_>>()
             );
             for i in 0..engines.len() {
-                if engines[i].role() == Role::Leader {
-                    while sent < MESSAGES {
-                        match engines[i].broadcast(&sent.to_le_bytes()) {
-                            Ok(_) => sent += 1,
-                            Err(BroadcastError::WouldBlock) => break,
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
-                }
+                broadcast_until_blocked(&mut engines[i], &mut sent, MESSAGES);
                 fx.clear();
                 let sink = &mut delivered[i];
                 engines[i].poll(now, &mut fx, &mut |h: Header, p: &[u8]| {
                     sink.push((h, u64::from_le_bytes(p.try_into().expect("8 bytes"))))
                 });
-                for push in &fx.pushes {
-                    buf.resize(push.len, 0);
-                    engines[i].region.read_bytes(push.offset, &mut buf);
-                    for (j, e) in engines.iter().enumerate() {
-                        let hit = match push.to {
-                            Target::All => j != i,
-                            Target::Peer(m) => e.member() == m,
-                        };
-                        if hit {
-                            e.region.write_bytes(push.offset, &buf);
-                        }
-                    }
-                }
+                land(&engines, i, &fx);
                 max_log = max_log.max(engines[i].log_len());
             }
         }
@@ -1062,7 +1041,6 @@ mod tests {
                      limit: u64| {
             *now += 1_000;
             let mut fx = Effects::default();
-            let mut buf = Vec::new();
             for i in 0..engines.len() {
                 while engines[i].role() == Role::Leader
                     && *sent < limit
@@ -1075,18 +1053,7 @@ mod tests {
                 engines[i].poll(*now, &mut fx, &mut |_: Header, p: &[u8]| {
                     sink.push(u64::from_le_bytes(p.try_into().expect("8 bytes")))
                 });
-                for push in &fx.pushes {
-                    buf.resize(push.len, 0);
-                    engines[i].region.read_bytes(push.offset, &mut buf);
-                    for (j, e) in engines.iter().enumerate() {
-                        if match push.to {
-                            Target::All => j != i,
-                            Target::Peer(m) => e.member() == m,
-                        } {
-                            e.region.write_bytes(push.offset, &buf);
-                        }
-                    }
-                }
+                land(engines, i, &fx);
             }
         };
         while delivered.iter().any(|d| d.len() < 40) {
@@ -1156,6 +1123,23 @@ mod tests {
         assert!(matches!(Engine::new(cfg, small, 0), Err(ConfigError::RegionTooSmall { .. })));
     }
 
+    /// At a leader, broadcasts messages `sent..limit` (each its number) until
+    /// back-pressure; returns their headers.
+    fn broadcast_until_blocked(e: &mut Engine, sent: &mut u64, limit: u64) -> Vec<Header> {
+        let mut headers = Vec::new();
+        while e.role() == Role::Leader && *sent < limit {
+            match e.broadcast(&sent.to_le_bytes()) {
+                Ok(h) => {
+                    headers.push(h);
+                    *sent += 1;
+                }
+                Err(BroadcastError::WouldBlock) => break,
+                Err(err) => panic!("{err}"),
+            }
+        }
+        headers
+    }
+
     /// Lands engine `from`'s pushes of `fx` in their receivers' regions at
     /// once (a lockstep fabric).
     fn land(engines: &[Engine], from: usize, fx: &Effects) {
@@ -1204,17 +1188,8 @@ mod tests {
                 engines.iter().map(Engine::describe).collect::<Vec<_>>()
             );
             for i in 0..engines.len() {
-                if engines[i].role() == Role::Leader {
-                    while sent < MESSAGES {
-                        match engines[i].broadcast(&sent.to_le_bytes()) {
-                            Ok(h) => {
-                                assert!(h.count <= 5, "a count past the epoch's limit: {h:?}");
-                                sent += 1;
-                            }
-                            Err(BroadcastError::WouldBlock) => break,
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
+                for h in broadcast_until_blocked(&mut engines[i], &mut sent, MESSAGES) {
+                    assert!(h.count <= 5, "a count past the epoch's limit: {h:?}");
                 }
                 fx.clear();
                 let sink = &mut delivered[i];
@@ -1277,14 +1252,11 @@ mod tests {
                     engines.iter().map(Engine::describe).collect::<Vec<_>>()
                 );
                 for i in 0..engines.len() {
-                    while engines[i].role() == Role::Leader && sent < MESSAGES {
-                        assert_ne!(i, odd as usize, "the odd one out never leads");
-                        match engines[i].broadcast(b"m") {
-                            Ok(_) => sent += 1,
-                            Err(BroadcastError::WouldBlock) => break,
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
+                    assert!(
+                        i != odd as usize || engines[i].role() != Role::Leader,
+                        "the odd one out never leads"
+                    );
+                    broadcast_until_blocked(&mut engines[i], &mut sent, MESSAGES);
                     fx.clear();
                     let count = &mut delivered[i];
                     engines[i].poll(now, &mut fx, &mut |_: Header, _: &[u8]| *count += 1);
