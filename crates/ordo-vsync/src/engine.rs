@@ -172,8 +172,12 @@ impl Sender {
     /// Announces that this sender will not send for `rounds` rounds
     /// (spindle §III-B, declared inactivity): the engine sends that many
     /// null rounds at once, so no one waits for this sender.
+    /// Any number: a slot carries up to `NULL_COUNT_MASK - 1` of them, the
+    /// rest go in the following slots.
     pub fn declare_inactive(&self, rounds: u64) {
-        self.declared_inactive.fetch_add(rounds, Ordering::AcqRel);
+        let _ = self
+            .declared_inactive
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |owed| Some(owed.saturating_add(rounds)));
     }
 }
 
@@ -908,13 +912,25 @@ impl Engine {
             declared > 0 || (null_sends && s.null_target > 0),
             "null rounds only answer a received message ahead of this sender, or a declaration"
         );
-        let count = (target - before).max(0) as u64 + declared;
-        assert!(count < u64::from(NULL_COUNT_MASK), "null count {count} overflows a slot");
+        // One slot names at most NULL_COUNT_MASK - 1 rounds: what is owed
+        // beyond it goes in the next slots — declared rounds (the
+        // application's input, of any size) stay declared, and a sender
+        // still behind its target sends again at its next poll (another
+        // sender's huge declaration can put it that far behind).
+        let needed = (target - before).max(0) as u64;
+        let most = u64::from(NULL_COUNT_MASK) - 1;
+        let now_needed = needed.min(most);
+        let now_declared = declared.min(most - now_needed);
+        if declared > now_declared {
+            s.declared_inactive.fetch_add(declared - now_declared, Ordering::AcqRel);
+        }
+        let count = now_needed + now_declared;
+        assert!(count > 0 && count < u64::from(NULL_COUNT_MASK), "null count {count} fits a slot");
         slot.commit(0, NULL_FLAG | count as u32);
         s.extra_rounds += count as i64 - 1;
         assert!(
-            index as i64 + 1 + s.extra_rounds >= target,
-            "a null slot brings this sender up to its target"
+            needed > now_needed || index as i64 + 1 + s.extra_rounds >= target,
+            "a null slot brings this sender up to its target, or as far as one slot can"
         );
         1
     }

@@ -279,6 +279,22 @@ fn declared_inactivity_sends_the_rounds_at_once() {
     assert!(nodes[1].engine.stats(0).nulls_sent <= 1, "the active sender does not fill the declared rounds");
 }
 
+/// A declaration larger than one null slot can name (`NULL_COUNT_MASK - 1`
+/// rounds) goes out in several slots instead of stopping the predicate
+/// thread; delivery goes on past it.
+#[test]
+fn a_declaration_too_big_for_one_slot_goes_out_in_several() {
+    let mut nodes = group(cfg(2, &[0, 1], 4, Switches::SPINDLE));
+    let rounds = u64::from(NULL_COUNT_MASK) + 5;
+    nodes[0].senders[0].as_ref().unwrap().declare_inactive(rounds);
+    run(&mut nodes, 0, &[(1, 20)]);
+    let stats = nodes[0].engine.stats(0);
+    // (Plus a few null rounds to keep up with the active sender's 20.)
+    assert!((rounds..=rounds + 20).contains(&stats.nulls_sent), "{} null rounds", stats.nulls_sent);
+    assert!(stats.null_slots >= 2, "a full slot and the rest: {} slots", stats.null_slots);
+    assert_eq!((nodes[0].got.len(), nodes[1].got.len()), (20, 20));
+}
+
 #[test]
 fn non_senders_receive_and_never_send() {
     let mut nodes = group(cfg(4, &[1, 3], 4, Switches::SPINDLE));
