@@ -58,6 +58,8 @@ pub struct AcuerdoCluster {
     heartbeat_timeout_ns: u64,
     election_timeout_ns: u64,
     log_gc: bool,
+    /// `Config::epoch_messages` (0: the engine's default).
+    epoch_messages: u32,
     region_len: usize,
     /// The latest time any command polled at, in microseconds.
     now_us: u64,
@@ -170,6 +172,9 @@ impl AcuerdoCluster {
         // rather than periodically.
         cfg.commit_push_interval_ns = 0;
         cfg.log_gc = self.log_gc;
+        if self.epoch_messages > 0 {
+            cfg.epoch_messages = self.epoch_messages;
+        }
         cfg
     }
 
@@ -193,6 +198,7 @@ impl AcuerdoCluster {
         self.heartbeat_timeout_ns = arg(args, "heartbeat-timeout-us", 1_000)? * US;
         self.election_timeout_ns = arg(args, "election-timeout-us", 10_000)? * US;
         self.log_gc = arg(args, "log-gc", false)?;
+        self.epoch_messages = arg(args, "epoch-messages", 0)?;
         self.region_len = Layout::new(&self.config(self.ids[0], 1)).region_len;
         let net = ScriptNet::new(&self.ids, self.region_len);
         for &id in &self.ids {
