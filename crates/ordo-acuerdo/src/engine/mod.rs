@@ -971,21 +971,14 @@ mod tests {
     #[test]
     fn log_gc_bounds_the_log_under_endless_load() {
         const MESSAGES: u64 = 100_000;
-        let members: Vec<MemberId> = vec![0, 1, 2];
-        let mut engines: Vec<Engine> = members
-            .iter()
-            .map(|&me| {
-                let mut cfg = Config::new(members.clone(), me);
-                cfg.log_gc = true;
-                // Commit columns pushed at once: the bound below holds no
-                // allowance for messages committed within a push interval.
-                cfg.commit_push_interval_ns = 0;
-                let region = Region::new_heap(Layout::new(&cfg).region_len);
-                Engine::new(cfg, region, 0).expect("valid")
-            })
-            .collect();
+        let mut engines = three(|cfg| {
+            cfg.log_gc = true;
+            // Commit columns pushed at once: the bound below holds no
+            // allowance for messages committed within a push interval.
+            cfg.commit_push_interval_ns = 0;
+        });
         let bound = engines[0].config().max_outstanding as usize + engines[0].config().window + GC_BATCH + 8;
-        let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); members.len()];
+        let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); engines.len()];
         let (mut sent, mut max_log, mut now) = (0u64, 0usize, 0u64);
         let mut fx = Effects::default();
         while delivered.iter().any(|d| (d.len() as u64) < MESSAGES) {
@@ -1021,16 +1014,7 @@ mod tests {
     /// group then goes on delivering in order over the new session.
     #[test]
     fn a_stamped_ring_reset_zeroes_the_receivers_copy() {
-        let members: Vec<MemberId> = vec![0, 1, 2];
-        let mut engines: Vec<Engine> = members
-            .iter()
-            .map(|&me| {
-                let cfg = Config::new(members.clone(), me);
-                assert!(cfg.ring_stamps, "stamped by default");
-                let region = Region::new_heap(Layout::new(&cfg).region_len);
-                Engine::new(cfg, region, 0).expect("valid")
-            })
-            .collect();
+        let mut engines = three(|cfg| assert!(cfg.ring_stamps, "stamped by default"));
         let mut delivered: Vec<Vec<u64>> = vec![Vec::new(); 3];
         let (mut sent, mut now) = (0u64, 0u64);
         // One lockstep round: every engine polls, its pushes land at once.
@@ -1123,6 +1107,19 @@ mod tests {
         assert!(matches!(Engine::new(cfg, small, 0), Err(ConfigError::RegionTooSmall { .. })));
     }
 
+    /// Members 0, 1 and 2 in heap regions, each configured by `configure`
+    /// after the defaults.
+    fn three(configure: impl Fn(&mut Config)) -> Vec<Engine> {
+        (0..3)
+            .map(|me| {
+                let mut cfg = Config::new(vec![0, 1, 2], me);
+                configure(&mut cfg);
+                let region = Region::new_heap(Layout::new(&cfg).region_len);
+                Engine::new(cfg, region, 0).expect("valid")
+            })
+            .collect()
+    }
+
     /// At a leader, broadcasts messages `sent..limit` (each its number) until
     /// back-pressure; returns their headers.
     fn broadcast_until_blocked(e: &mut Engine, sent: &mut u64, limit: u64) -> Vec<Header> {
@@ -1166,17 +1163,8 @@ mod tests {
     #[test]
     fn a_full_epoch_is_renewed_by_its_leader_and_nothing_is_lost() {
         const MESSAGES: u64 = 40;
-        let members: Vec<MemberId> = vec![0, 1, 2];
-        let mut engines: Vec<Engine> = members
-            .iter()
-            .map(|&me| {
-                let mut cfg = Config::new(members.clone(), me);
-                cfg.epoch_messages = 5;
-                let region = Region::new_heap(Layout::new(&cfg).region_len);
-                Engine::new(cfg, region, 0).expect("valid")
-            })
-            .collect();
-        let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); members.len()];
+        let mut engines = three(|cfg| cfg.epoch_messages = 5);
+        let mut delivered: Vec<Vec<(Header, u64)>> = vec![Vec::new(); engines.len()];
         let (mut sent, mut now) = (0u64, 0u64);
         let (mut renewed, mut leaders) = (Vec::new(), std::collections::BTreeSet::new());
         let mut fx = Effects::default();
@@ -1228,17 +1216,11 @@ mod tests {
     fn members_that_disagree_on_the_ring_mode_say_so_and_the_agreeing_quorum_goes_on() {
         const MESSAGES: u64 = 60;
         for odd in [2, 0] {
-            let members: Vec<MemberId> = vec![0, 1, 2];
-            let mut engines: Vec<Engine> = members
-                .iter()
-                .map(|&me| {
-                    let mut cfg = Config { ring_stamps: me != odd, ..Config::new(members.clone(), me) };
-                    cfg.epoch_messages = 5;
-                    cfg.commit_push_interval_ns = 0;
-                    let region = Region::new_heap(Layout::new(&cfg).region_len);
-                    Engine::new(cfg, region, 0).expect("valid")
-                })
-                .collect();
+            let mut engines = three(|cfg| {
+                cfg.ring_stamps = cfg.me != odd;
+                cfg.epoch_messages = 5;
+                cfg.commit_push_interval_ns = 0;
+            });
             let mut noted: Vec<Vec<(MemberId, bool)>> = vec![Vec::new(); 3];
             let mut delivered = vec![0u64; 3];
             let (mut sent, mut now, mut renewals, mut max_log) = (0u64, 0u64, 0, 0);
@@ -1288,15 +1270,7 @@ mod tests {
     /// are committed; reads then go on in the new epoch.
     #[test]
     fn a_leader_out_of_read_barriers_renews_its_epoch() {
-        let members: Vec<MemberId> = vec![0, 1, 2];
-        let mut engines: Vec<Engine> = members
-            .iter()
-            .map(|&me| {
-                let cfg = Config::new(members.clone(), me);
-                let region = Region::new_heap(Layout::new(&cfg).region_len);
-                Engine::new(cfg, region, 0).expect("valid")
-            })
-            .collect();
+        let mut engines = three(|_| {});
         let mut fx = Effects::default();
         let mut renewed = Vec::new();
         let mut now = 0;

@@ -16,7 +16,7 @@
 //! - Nothing is planned on a ring in the poll that reset it (`quiet`).
 
 use super::Engine;
-use super::wire::{Wire, parse};
+use super::wire::{Wire, parse, recycle_wire};
 use super::{Effects, Push, Role, Stream, Target};
 use ordo_ring::RingReceiver;
 
@@ -128,13 +128,8 @@ impl Engine {
         // (a new session may be zeroing or refilling the ring under us,
         // past the reuse rule). From the first one that changed on, none.
         if let Some(torn) = self.metas[..msgs.len()].iter().position(|meta| !link.rx.still_there(meta)) {
-            for m in msgs.drain(torn..) {
-                if let Ok(
-                    Wire::Normal { body, .. } | Wire::DiffEntry { body, .. } | Wire::SnapChunk { body, .. },
-                ) = m
-                {
-                    super::wire::recycle(&mut self.pool, body);
-                }
+            for wire in msgs.drain(torn..).flatten() {
+                recycle_wire(&mut self.pool, wire);
             }
         }
         link.rx.consume(msgs.len() as u64);

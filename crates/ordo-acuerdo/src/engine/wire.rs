@@ -48,6 +48,13 @@ pub(super) enum Wire {
 const POOL_MAX: usize = 256;
 const POOL_BODY_MAX: usize = 4096;
 
+/// Returns a parsed message's body, if it has one, to the pool.
+pub(super) fn recycle_wire(pool: &mut Vec<Vec<u8>>, wire: Wire) {
+    if let Wire::Normal { body, .. } | Wire::DiffEntry { body, .. } | Wire::SnapChunk { body, .. } = wire {
+        recycle(pool, body);
+    }
+}
+
 /// Returns a body to the pool (cleared).
 pub(super) fn recycle(pool: &mut Vec<Vec<u8>>, mut body: Vec<u8>) {
     if pool.len() < POOL_MAX && body.capacity() <= POOL_BODY_MAX {
